@@ -1,0 +1,41 @@
+"""Encoders, one per kind; :func:`make_encoder` picks the one for a metric."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from veil.client.encoders.base import Encoder
+from veil.client.encoders.boolean import BooleanEncoder
+from veil.client.encoders.category import CategoryEncoder
+from veil.client.encoders.number import NumberEncoder
+from veil.client.encoders.string import StringEncoder
+from veil.shared.registry import Metric
+
+ENCODERS: dict[str, type[Encoder]] = {
+    "string": StringEncoder,
+    "category": CategoryEncoder,
+    "boolean": BooleanEncoder,
+    "number": NumberEncoder,
+}
+
+
+def make_encoder(
+    metric: Metric,
+    secret: bytes,
+    cohort_seed: int = 0,
+    random_bytes: Callable[[int], bytes] = os.urandom,
+) -> Encoder:
+    """The encoder for ``metric``, keyed by the installation ``secret``."""
+    return ENCODERS[metric.kind](metric.params, metric.name, secret, cohort_seed, random_bytes)
+
+
+__all__ = [
+    "ENCODERS",
+    "BooleanEncoder",
+    "CategoryEncoder",
+    "Encoder",
+    "NumberEncoder",
+    "StringEncoder",
+    "make_encoder",
+]

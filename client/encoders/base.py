@@ -1,0 +1,73 @@
+"""The encoder interface: one value in, one randomized payload out."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, TypeVar
+
+from veil.client.randomness import FreshStream
+from veil.shared.kinds import MechanismParams
+
+P = TypeVar("P", bound=MechanismParams)
+
+#: how many memoized responses an encoder keeps in memory (recomputed on a miss)
+MEMO_CACHE_SIZE = 4096
+
+
+class Encoder(Generic[P]):
+    """Turns values of one metric into randomized payloads on the device.
+
+    ``secret`` keys every memoized response (so it is stable across restarts);
+    ``cohort_seed`` picks the installation's cohort; ``random_bytes`` is the
+    source of fresh noise and must be a CSPRNG in production (the default,
+    ``os.urandom``). Tests may inject a seeded source.
+    """
+
+    params_type: ClassVar[type[MechanismParams]]
+
+    def __init__(
+        self,
+        params: P,
+        metric: str,
+        secret: bytes,
+        cohort_seed: int = 0,
+        random_bytes: Callable[[int], bytes] = os.urandom,
+    ) -> None:
+        self.params = params
+        self.metric = metric
+        self.secret = secret
+        self.cohort: int | None = cohort_seed % params.cohorts if params.has_cohorts else None
+        self.fresh = FreshStream(random_bytes)
+        self._memo: OrderedDict[Any, Any] = OrderedDict()
+
+    def memo_key(self, value: Any) -> bytes:
+        """What the memoized response depends on (privacy accounting counts distinct keys).
+
+        Raises :class:`~veil.shared.errors.ParameterError` for a value of the wrong
+        type or outside the metric's domain.
+        """
+        raise NotImplementedError
+
+    def memoized(self, key: bytes) -> Any:
+        """The permanent response for ``key``, derived from the secret (cached)."""
+        cached = self._memo.get(key)
+        if cached is None:
+            cached = self.derive(key)
+            self._memo[key] = cached
+            if len(self._memo) > MEMO_CACHE_SIZE:
+                self._memo.popitem(last=False)
+        return cached
+
+    def derive(self, key: bytes) -> Any:
+        """Compute the permanent response for ``key`` (deterministic in the secret)."""
+        raise NotImplementedError
+
+    def finish(self, permanent: Any) -> Any:
+        """Turn the permanent response into this report's payload (fresh noise, if any)."""
+        return permanent
+
+    def encode(self, value: Any) -> Any:
+        """The wire payload for one report of ``value``."""
+        return self.finish(self.memoized(self.memo_key(value)))

@@ -1,0 +1,31 @@
+"""Booleans: Warner's randomized response, memoized per value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from veil.client.encoders.base import Encoder
+from veil.client.randomness import HmacStream
+from veil.shared.bits import realize
+from veil.shared.errors import ParameterError
+from veil.shared.kinds import BooleanParams
+
+
+class BooleanEncoder(Encoder[BooleanParams]):
+    """Truthful if ``u1 < alpha``, else "yes" if ``u2 < beta``; ``u1``, ``u2`` are the first
+    two big-endian 32-bit words of the stream with context ``0x01`` (true) or ``0x00``."""
+
+    params_type = BooleanParams
+
+    def memo_key(self, value: Any) -> bytes:
+        if not isinstance(value, bool):
+            raise ParameterError(
+                "value", f"metric {self.metric!r} takes True or False; got {type(value).__name__}"
+            )
+        return b"\x01" if value else b"\x00"
+
+    def derive(self, key: bytes) -> int:
+        stream = HmacStream(self.secret, b"rr", self.metric, key)
+        truthful = stream.u32() < realize(self.params.alpha)
+        yes = stream.u32() < realize(self.params.beta)
+        return key[0] if truthful else int(yes)

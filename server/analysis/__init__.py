@@ -1,0 +1,1 @@
+"""Offline analysis: decode frequencies and means with standard errors."""

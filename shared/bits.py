@@ -1,0 +1,106 @@
+"""Bit vectors as Python integers, their hex payload, and bit-sliced Bernoulli masks.
+
+A report of ``k`` bits is an integer whose bit ``i`` (``1 << i``) is report bit
+``i``, the convention google/rappor uses. On the wire it is
+``bits.to_bytes(ceil(k / 8), "little").hex()``: bit ``i`` lives in byte
+``i // 8`` at position ``i % 8`` (least significant first).
+
+Probabilities are realized exactly as dyadic rationals ``N / 2**32``
+(:func:`realize`). :func:`bernoulli_mask` turns ``32 - tz(N)`` uniformly random
+words into a word whose bits are independent Bernoulli(``N / 2**32``) draws,
+processing the binary digits of ``N`` from the least significant set digit
+upwards: ``m = r | m`` for a 1 digit, ``m = r & m`` for a 0 digit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from veil.shared.errors import WireFormatError
+
+PROB_BITS = 32
+PROB_ONE = 1 << PROB_BITS
+
+
+def realize(probability: float) -> int:
+    """The numerator ``N`` of the dyadic probability ``N / 2**32`` used for ``probability``."""
+    return round(probability * PROB_ONE)
+
+
+def realized(probability: float) -> float:
+    """The probability the encoders actually use for a nominal ``probability``."""
+    return realize(probability) / PROB_ONE
+
+
+def mask_word_count(numerator: int) -> int:
+    """How many random words :func:`bernoulli_mask` consumes for ``numerator``."""
+    if numerator <= 0 or numerator >= PROB_ONE:
+        return 0
+    trailing = (numerator & -numerator).bit_length() - 1
+    return PROB_BITS - trailing
+
+
+def bernoulli_mask(numerator: int, words: Iterator[int], full: int) -> int:
+    """A word of independent Bernoulli(``numerator / 2**32``) bits.
+
+    ``words`` yields uniformly random words (already masked to ``full``);
+    exactly :func:`mask_word_count` of them are consumed.
+    """
+    if numerator <= 0:
+        return 0
+    if numerator >= PROB_ONE:
+        return full
+    trailing = (numerator & -numerator).bit_length() - 1
+    mask = 0
+    for position in range(trailing, PROB_BITS):
+        r = next(words)
+        mask = (r | mask) if (numerator >> position) & 1 else (r & mask)
+    return mask
+
+
+def payload_bytes(k: int) -> int:
+    """Bytes needed for a ``k``-bit report."""
+    return (k + 7) // 8
+
+
+def split_words(buffer: bytes, k: int) -> Iterator[int]:
+    """Consecutive ``k``-bit little-endian words read from ``buffer``."""
+    width = payload_bytes(k)
+    full = (1 << k) - 1
+    for offset in range(0, len(buffer) - width + 1, width):
+        yield int.from_bytes(buffer[offset : offset + width], "little") & full
+
+
+def bits_to_hex(bits: int, k: int) -> str:
+    """The wire payload for a ``k``-bit report."""
+    return bits.to_bytes(payload_bytes(k), "little").hex()
+
+
+def hex_to_bits(payload: object, k: int, field: str = "payload") -> int:
+    """Parse and check a wire payload of ``k`` bits; raise :class:`WireFormatError`."""
+    width = 2 * payload_bytes(k)
+    if not isinstance(payload, str):
+        raise WireFormatError(
+            field, f"must be a string of {width} lowercase hex digits ({k} bits)", "wrong_type"
+        )
+    if len(payload) != width:
+        raise WireFormatError(
+            field,
+            f"must be {width} hex digits for k={k} bits; got {len(payload)} characters",
+            "wrong_length",
+        )
+    try:
+        raw = bytes.fromhex(payload)
+    except ValueError:
+        raw = None
+    if raw is None or payload != payload.lower() or not payload.isascii():
+        raise WireFormatError(field, "must contain only lowercase hex digits 0-9a-f", "bad_hex")
+    bits = int.from_bytes(raw, "little")
+    if bits >> k:
+        raise WireFormatError(field, f"sets bits at or above k={k}; pad bits must be zero", "pad_bits")
+    return bits
+
+
+def bit_list(bits: int, k: int) -> list[int]:
+    """The ``k`` bits of ``bits`` as a list of 0/1, bit 0 first."""
+    return [(bits >> i) & 1 for i in range(k)]

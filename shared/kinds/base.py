@@ -1,0 +1,65 @@
+"""What every mechanism's parameter set offers."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from veil.shared.privacy import group_privacy
+from veil.shared.validation import reject_unknown
+
+
+@dataclasses.dataclass(frozen=True)
+class MechanismParams:
+    """Immutable, validated parameters of one kind of metric.
+
+    Subclasses are frozen dataclasses that validate in ``__post_init__``, state
+    their privacy cost (:attr:`epsilon_1`, :attr:`epsilon_inf`,
+    :meth:`privacy_map`) and parse their wire payload (:meth:`parse_payload`).
+    """
+
+    kind: ClassVar[str] = ""
+    #: whether reports carry a cohort number
+    has_cohorts: ClassVar[bool] = False
+
+    @property
+    def cohorts(self) -> int:
+        """Number of cohorts (1 for kinds without cohorts)."""
+        return 1
+
+    @property
+    def epsilon_1(self) -> float:
+        """Worst-case epsilon of a single report."""
+        raise NotImplementedError
+
+    @property
+    def epsilon_inf(self) -> float:
+        """Worst-case epsilon of any number of reports of one value (memoization bound)."""
+        raise NotImplementedError
+
+    def privacy_map(self, d_in: int = 1) -> float:
+        """Epsilon when a person's data differ in up to ``d_in`` reported values.
+
+        Each distinct value is protected by :attr:`epsilon_inf` however often it
+        is reported; ``d_in`` values cost ``d_in`` times that (group privacy).
+        """
+        return group_privacy(self.epsilon_inf, d_in)
+
+    def parse_payload(self, payload: Any, field: str = "payload") -> Any:
+        """Check a wire payload and return its value (bits, 0/1 or a float)."""
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        """The parameters as a JSON/TOML-ready mapping, ``kind`` first."""
+        out: dict[str, Any] = {"kind": self.kind}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            out[field.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MechanismParams:
+        """Build from :meth:`to_dict` output (``kind`` optional); unknown keys are errors."""
+        data = {key: value for key, value in data.items() if key != "kind"}
+        reject_unknown(cls.__name__, data, {field.name for field in dataclasses.fields(cls)})
+        return cls(**data)

@@ -1,0 +1,105 @@
+"""Strings over an open dictionary: Bloom-filter RAPPOR (Erlingsson et al., 2014)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from veil.shared.bits import hex_to_bits, realized
+from veil.shared.errors import ParameterError
+from veil.shared.kinds.base import MechanismParams
+from veil.shared.privacy import (
+    f_for_epsilon_inf,
+    q_for_epsilon_1,
+    rappor_effective_probs,
+    rappor_epsilon_1,
+    rappor_epsilon_inf,
+)
+from veil.shared.validation import Interval, check_fields
+
+MAX_K = 65536
+MAX_H = 64
+MAX_M = 65536
+
+RAPPOR_CONSTRAINTS = {
+    "p": Interval(float, 0, 1),
+    "q": Interval(float, 0, 1),
+    "f": Interval(float, 0, 1),
+}
+
+
+def check_rappor_probs(owner: str, p: float, q: float) -> None:
+    """RAPPOR needs ``p < q``: a reported 1 must be likelier when the bit is set."""
+    if not p < q:
+        raise ParameterError(
+            "q", f"The 'q' parameter of {owner} must be greater than p={p!r}. Got {q!r} instead."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class StringParams(MechanismParams):
+    """Bloom-filter RAPPOR: ``k`` bits, ``h`` hashes, ``m`` cohorts, IRR ``p``/``q``, PRR ``f``.
+
+    Defaults are the RAPPOR paper's: 128 bits, 2 hashes, 64 cohorts, p=0.5,
+    q=0.75, f=0.5 (epsilon_inf = 4 ln 3, about 4.39; epsilon_1 about 1.07).
+    """
+
+    kind: ClassVar[str] = "string"
+    has_cohorts: ClassVar[bool] = True
+
+    k: int = 128
+    h: int = 2
+    m: int = 64
+    p: float = 0.5
+    q: float = 0.75
+    f: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_fields(
+            type(self).__name__,
+            dataclasses.asdict(self),
+            {
+                "k": Interval(int, 1, MAX_K),
+                "h": Interval(int, 1, MAX_H),
+                "m": Interval(int, 1, MAX_M),
+                **RAPPOR_CONSTRAINTS,
+            },
+        )
+        check_rappor_probs(type(self).__name__, self.p, self.q)
+
+    @property
+    def cohorts(self) -> int:
+        return self.m
+
+    @property
+    def effective_probs(self) -> tuple[float, float]:
+        """``(p*, q*)`` of the combined PRR and IRR for the realized probabilities."""
+        return rappor_effective_probs(realized(self.p), realized(self.q), realized(self.f))
+
+    @property
+    def epsilon_1(self) -> float:
+        return rappor_epsilon_1(self.h, realized(self.p), realized(self.q), realized(self.f))
+
+    @property
+    def epsilon_inf(self) -> float:
+        return rappor_epsilon_inf(self.h, realized(self.f))
+
+    def parse_payload(self, payload: Any, field: str = "payload") -> int:
+        return hex_to_bits(payload, self.k, field)
+
+    @classmethod
+    def for_epsilon(
+        cls,
+        epsilon_inf: float,
+        epsilon_1: float | None = None,
+        *,
+        k: int = 128,
+        h: int = 2,
+        m: int = 64,
+        p: float = 0.5,
+    ) -> StringParams:
+        """Parameters whose longitudinal bound is ``epsilon_inf`` (and one-report bound
+        ``epsilon_1`` if given, by choosing ``q``; otherwise q = 0.75)."""
+        f = f_for_epsilon_inf(epsilon_inf, h)
+        q = 0.75 if epsilon_1 is None else q_for_epsilon_1(epsilon_1, h, p, f)
+        return cls(k=k, h=h, m=m, p=p, q=q, f=f)

@@ -1,0 +1,117 @@
+"""Privacy accounting: RAPPOR's bounds, randomized response, and composition.
+
+Every epsilon returned here is rounded up by one unit in the last place, so a
+stated cost is never below the true one (floating-point logarithms can be off
+by that much). Functions return ``math.inf`` where a mechanism gives no bound
+(for example RAPPOR with ``f = 0`` has no longitudinal protection).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from veil.shared.errors import ParameterError
+
+
+def round_up(epsilon: float) -> float:
+    """``epsilon`` nudged up by one ulp so that it is never understated."""
+    if math.isinf(epsilon) or math.isnan(epsilon):
+        return epsilon
+    return math.nextafter(max(epsilon, 0.0), math.inf)
+
+
+def _log_ratio(numerator: float, denominator: float) -> float:
+    if denominator <= 0.0:
+        return math.inf if numerator > 0.0 else 0.0
+    return math.log(numerator / denominator)
+
+
+def rappor_effective_probs(p: float, q: float, f: float) -> tuple[float, float]:
+    """``(p*, q*)``: the probability a reported bit is 1 when the true bit is 0 / 1."""
+    p_star = f * (p + q) / 2 + (1 - f) * p
+    q_star = f * (p + q) / 2 + (1 - f) * q
+    return p_star, q_star
+
+
+def rappor_epsilon_inf(h: int, f: float) -> float:
+    """Longitudinal bound ``2h ln((1 - f/2) / (f/2))`` for any number of reports of a value."""
+    return round_up(2 * h * _log_ratio(1 - f / 2, f / 2))
+
+
+def rappor_epsilon_1(h: int, p: float, q: float, f: float) -> float:
+    """One-report bound ``h ln(q*(1-p*) / (p*(1-q*)))``."""
+    p_star, q_star = rappor_effective_probs(p, q, f)
+    return round_up(h * (_log_ratio(q_star, p_star) + _log_ratio(1 - p_star, 1 - q_star)))
+
+
+def f_for_epsilon_inf(epsilon_inf: float, h: int) -> float:
+    """The ``f`` that makes RAPPOR's longitudinal bound equal ``epsilon_inf``."""
+    if not epsilon_inf > 0:
+        raise ParameterError("epsilon_inf", f"must be > 0; got {epsilon_inf!r}")
+    return 2.0 / (1.0 + math.exp(epsilon_inf / (2 * h)))
+
+
+def q_for_epsilon_1(epsilon_1: float, h: int, p: float, f: float) -> float:
+    """The ``q`` that makes RAPPOR's one-report bound equal ``epsilon_1`` (bisection)."""
+    if not epsilon_1 > 0:
+        raise ParameterError("epsilon_1", f"must be > 0; got {epsilon_1!r}")
+    low, high = p, 1.0
+    if rappor_epsilon_1(h, p, high, f) < epsilon_1:
+        raise ParameterError(
+            "epsilon_1",
+            f"cannot be reached with h={h}, p={p}, f={f}: even q=1 gives "
+            f"{rappor_epsilon_1(h, p, 1.0, f):.4g}; lower f or p",
+        )
+    for _ in range(200):
+        mid = (low + high) / 2
+        if rappor_epsilon_1(h, p, mid, f) < epsilon_1:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def binary_rr_epsilon(yes_given_yes: float, yes_given_no: float) -> float:
+    """Epsilon of a binary randomized response with the given 'yes' probabilities."""
+    return round_up(
+        max(
+            abs(_log_ratio(yes_given_yes, yes_given_no)),
+            abs(_log_ratio(1 - yes_given_no, 1 - yes_given_yes)),
+        )
+    )
+
+
+def classic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
+    """The textbook ``sigma = sensitivity * sqrt(2 ln(1.25/delta)) / epsilon`` (valid for epsilon < 1)."""
+    return sensitivity * math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+
+
+def zcdp_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
+    """Sigma for which a (discrete) Gaussian is (epsilon, delta)-DP via zero-concentrated DP.
+
+    The discrete Gaussian with variance parameter ``sigma**2`` is
+    ``rho = sensitivity**2 / (2 sigma**2)``-zCDP (Canonne, Kamath, Steinke 2020), and
+    rho-zCDP implies ``(rho + 2 sqrt(rho ln(1/delta)), delta)``-DP (Bun, Steinke 2016).
+    Solving for ``rho`` gives a sigma valid for every epsilon, not only epsilon < 1.
+    """
+    log_inv_delta = math.log(1 / delta)
+    sqrt_rho = math.sqrt(log_inv_delta + epsilon) - math.sqrt(log_inv_delta)
+    return sensitivity / (math.sqrt(2) * sqrt_rho)
+
+
+def group_privacy(epsilon: float, distance: int) -> float:
+    """Epsilon for inputs that differ in up to ``distance`` values (group privacy)."""
+    if isinstance(distance, bool) or not isinstance(distance, int) or distance < 0:
+        raise ParameterError("d_in", f"must be a non-negative integer; got {distance!r}")
+    return 0.0 if distance == 0 else round_up(distance * epsilon)
+
+
+def sequential(epsilons: Iterable[float]) -> float:
+    """Sequential composition: mechanisms on the same person's data add up."""
+    return round_up(math.fsum(epsilons))
+
+
+def parallel(epsilons: Iterable[float]) -> float:
+    """Parallel composition: mechanisms on disjoint data cost the largest of them."""
+    return max(epsilons, default=0.0)

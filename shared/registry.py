@@ -1,0 +1,230 @@
+"""The metric registry: which metrics exist, their kind and their parameters.
+
+Operators write it as TOML; the collector serves it to clients as JSON
+(``GET /v1/metrics``). Example::
+
+    version = 1
+
+    [metrics.homepage]
+    kind = "string"
+    description = "Home page host name"
+    min_reports = 1000
+    k = 128
+    h = 2
+    m = 64
+    p = 0.5
+    q = 0.75
+    f = 0.5
+
+Every key other than ``kind``, ``description`` and ``min_reports`` is a
+parameter of the kind (see :mod:`veil.shared.kinds`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from veil.shared.errors import ParameterError
+from veil.shared.kinds import KINDS, MechanismParams
+from veil.shared.privacy import sequential
+
+METRIC_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+DEFAULT_MIN_REPORTS = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """A named metric: its mechanism parameters and collection policy."""
+
+    name: str
+    params: MechanismParams
+    description: str = ""
+    min_reports: int = DEFAULT_MIN_REPORTS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not METRIC_NAME.match(self.name):
+            raise ParameterError(
+                "name",
+                f"Metric name {self.name!r} must start with a lowercase letter and use only "
+                "a-z, 0-9, '_', '.', '-' (at most 64 characters).",
+            )
+        if not isinstance(self.params, MechanismParams):
+            raise ParameterError(f"metrics.{self.name}", "params must be a MechanismParams")
+        if isinstance(self.min_reports, bool) or not isinstance(self.min_reports, int) or not (
+            1 <= self.min_reports <= 10**9
+        ):
+            raise ParameterError(
+                f"metrics.{self.name}.min_reports",
+                f"min_reports must be an integer in [1, 1000000000]. Got {self.min_reports!r} instead.",
+            )
+        if not isinstance(self.description, str):
+            raise ParameterError(f"metrics.{self.name}.description", "description must be a string")
+
+    @property
+    def kind(self) -> str:
+        """The metric's kind (``string``, ``category``, ``boolean`` or ``number``)."""
+        return self.params.kind
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: kind, description, min_reports and the parameters."""
+        params = self.params.to_dict()
+        return {
+            "kind": params.pop("kind"),
+            "description": self.description,
+            "min_reports": self.min_reports,
+            **{key: value for key, value in params.items() if value is not None},
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, data: Mapping[str, Any]) -> Metric:
+        """Parse one ``[metrics.NAME]`` table; errors name the offending key."""
+        if not isinstance(data, Mapping):
+            raise ParameterError(f"metrics.{name}", "must be a table of settings")
+        settings = dict(data)
+        kind = settings.pop("kind", None)
+        if kind not in KINDS:
+            raise ParameterError(
+                f"metrics.{name}.kind",
+                f"metrics.{name}.kind must be one of {', '.join(map(repr, KINDS))}. "
+                f"Got {kind!r} instead.",
+            )
+        description = settings.pop("description", "")
+        min_reports = settings.pop("min_reports", DEFAULT_MIN_REPORTS)
+        try:
+            params = KINDS[kind].from_dict(settings)
+        except ParameterError as exc:
+            raise ParameterError(f"metrics.{name}.{exc.field}", f"metrics.{name}: {exc}") from None
+        except TypeError as exc:
+            raise ParameterError(f"metrics.{name}", f"metrics.{name}: {exc}") from None
+        return cls(name=name, params=params, description=description, min_reports=min_reports)
+
+
+class Registry(Mapping[str, Metric]):
+    """An immutable, versioned set of metrics, looked up by name."""
+
+    def __init__(self, metrics: Mapping[str, Metric] | list[Metric], version: int = 1) -> None:
+        items = list(metrics.values()) if isinstance(metrics, Mapping) else list(metrics)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ParameterError("version", f"Registry version must be an integer >= 1. Got {version!r}.")
+        by_name: dict[str, Metric] = {}
+        for metric in items:
+            if metric.name in by_name:
+                raise ParameterError(f"metrics.{metric.name}", f"metric {metric.name!r} is defined twice")
+            by_name[metric.name] = metric
+        self._metrics = MappingProxyType(by_name)
+        self.version = version
+
+    def __getitem__(self, name: str) -> Metric:
+        try:
+            return self._metrics[name]
+        except KeyError:
+            known = ", ".join(sorted(self._metrics)) or "none"
+            raise KeyError(f"unknown metric {name!r}; this registry has: {known}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._metrics)
+
+    def __len__(self) -> int:
+        return len(self._metrics)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Registry)
+            and self.version == other.version
+            and dict(self._metrics) == dict(other._metrics)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Registry(version={self.version}, metrics={sorted(self._metrics)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document served at ``GET /v1/metrics``."""
+        return {
+            "version": self.version,
+            "metrics": {name: metric.to_dict() for name, metric in self._metrics.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Registry:
+        """Parse the mapping form (from TOML or JSON)."""
+        if not isinstance(data, Mapping):
+            raise ParameterError("registry", "the registry must be a table/object")
+        unknown = sorted(set(data) - {"version", "metrics"})
+        if unknown:
+            raise ParameterError(unknown[0], f"unknown top-level key {unknown[0]!r}; expected version, metrics")
+        metrics = data.get("metrics", {})
+        if not isinstance(metrics, Mapping) or not metrics:
+            raise ParameterError("metrics", "the registry needs at least one [metrics.NAME] table")
+        return cls(
+            [Metric.from_dict(name, table) for name, table in metrics.items()],
+            version=data.get("version", 1),
+        )
+
+    @classmethod
+    def from_toml(cls, text: str) -> Registry:
+        """Parse TOML text."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ParameterError("registry", f"the registry is not valid TOML: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Registry:
+        """Read a TOML registry file."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ParameterError("registry", f"cannot read registry file {path}: {exc.strerror}") from None
+        try:
+            return cls.from_toml(text)
+        except ParameterError as exc:
+            raise ParameterError(exc.field, f"{path}: {exc}") from None
+
+    def to_toml(self) -> str:
+        """Render as TOML (only the value types the registry uses)."""
+        lines = [f"version = {self.version}", ""]
+        for name, metric in self._metrics.items():
+            lines.append(f"[metrics.{name}]")
+            for key, value in metric.to_dict().items():
+                lines.append(f"{key} = {_toml_value(value)}")
+            lines.append("")
+        return "\n".join(lines)
+
+    def epsilon_total(self, per_metric: Mapping[str, float] | None = None) -> float:
+        """Sequential composition over metrics (all reported by the same person)."""
+        values = per_metric if per_metric is not None else {
+            name: metric.params.epsilon_inf for name, metric in self._metrics.items()
+        }
+        return sequential(values.values())
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _toml_string(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in escaped)
+    return f'"{escaped}"'
+

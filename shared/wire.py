@@ -1,0 +1,183 @@
+"""The versioned wire format for a batch of randomized reports, and its validation.
+
+A batch is a JSON object::
+
+    {"version": 1,
+     "batch_id": "<32 lowercase hex: random, new per batch>",
+     "reports": [
+        {"id": "<32 lowercase hex: random 16 bytes>", "metric": "homepage",
+         "cohort": 12, "payload": "<hex bit vector>"},
+        {"id": "...", "metric": "dark_mode", "payload": 1}
+     ]}
+
+``cohort`` is present exactly for kinds that have cohorts (``string``). A
+report carries nothing else: never a raw value, never a device identifier,
+never a timestamp (the collector files reports under the day it received
+them). Client and collector call the same :func:`validate_batch`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from veil.shared.errors import WireFormatError
+from veil.shared.registry import Registry
+
+WIRE_VERSION = 1
+HEX_ID = re.compile(r"^[0-9a-f]{32}$")
+REPORT_KEYS = frozenset({"id", "metric", "cohort", "payload"})
+BATCH_KEYS = frozenset({"version", "batch_id", "reports"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Report:
+    """A validated report: wire fields plus the parsed payload ``value``."""
+
+    id: str
+    metric: str
+    cohort: int
+    payload: Any
+    value: Any
+
+    def to_wire(self, with_cohort: bool = True) -> dict[str, Any]:
+        """The JSON object for this report."""
+        out: dict[str, Any] = {"id": self.id, "metric": self.metric}
+        if with_cohort:
+            out["cohort"] = self.cohort
+        out["payload"] = self.payload
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReportError:
+    """Why report number ``index`` of a batch was refused."""
+
+    index: int
+    field: str
+    code: str
+    message: str
+    id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchValidation:
+    """The outcome of :func:`validate_batch`: valid reports and per-report errors."""
+
+    batch_id: str
+    reports: list[Report]
+    errors: list[ReportError]
+
+
+def make_report(report_id: str, metric: str, cohort: int | None, payload: Any) -> dict[str, Any]:
+    """The wire object for one report (``cohort`` omitted when ``None``)."""
+    out: dict[str, Any] = {"id": report_id, "metric": metric}
+    if cohort is not None:
+        out["cohort"] = cohort
+    out["payload"] = payload
+    return out
+
+
+def make_batch(batch_id: str, reports: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The wire object for a batch."""
+    return {"version": WIRE_VERSION, "batch_id": batch_id, "reports": list(reports)}
+
+
+def _check_id(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not HEX_ID.match(value):
+        raise WireFormatError(
+            field, "must be 32 lowercase hex digits (16 random bytes)", "bad_id"
+        )
+    return value
+
+
+def validate_report(obj: Any, registry: Registry, field: str = "report") -> Report:
+    """Check one report against its metric; raise :class:`WireFormatError` naming the field."""
+    if not isinstance(obj, Mapping):
+        raise WireFormatError(field, "must be a JSON object", "wrong_type")
+    unknown = sorted(set(obj) - REPORT_KEYS, key=str)
+    if unknown:
+        raise WireFormatError(
+            f"{field}.{unknown[0]}",
+            f"is not a report field (allowed: {', '.join(sorted(REPORT_KEYS))})",
+            "unknown_field",
+        )
+    for key in ("id", "metric", "payload"):
+        if key not in obj:
+            raise WireFormatError(f"{field}.{key}", "is required", "missing")
+    report_id = _check_id(obj["id"], f"{field}.id")
+    name = obj["metric"]
+    if not isinstance(name, str) or name not in registry:
+        shown = name if isinstance(name, str) and len(name) <= 64 else "(invalid)"
+        raise WireFormatError(
+            f"{field}.metric",
+            f"unknown metric {shown!r}; fetch the registry (GET /v1/metrics) for valid names",
+            "unknown_metric",
+        )
+    params = registry[name].params
+    if params.has_cohorts:
+        cohort = obj.get("cohort")
+        if isinstance(cohort, bool) or not isinstance(cohort, int) or not 0 <= cohort < params.cohorts:
+            raise WireFormatError(
+                f"{field}.cohort",
+                f"must be an integer in [0, {params.cohorts - 1}] for metric {name!r}",
+                "bad_cohort",
+            )
+    else:
+        if "cohort" in obj:
+            raise WireFormatError(
+                f"{field}.cohort", f"metric {name!r} ({params.kind}) has no cohorts; omit it",
+                "unknown_field",
+            )
+        cohort = 0
+    value = params.parse_payload(obj["payload"], f"{field}.payload")
+    return Report(id=report_id, metric=name, cohort=cohort, payload=obj["payload"], value=value)
+
+
+def validate_batch(
+    obj: Any, registry: Registry, *, max_reports: int | None = None
+) -> BatchValidation:
+    """Validate a batch: batch-level faults raise, report-level faults are collected.
+
+    One bad report does not sink the batch: it is listed in ``errors`` with its
+    index and field, and the other reports are returned.
+    """
+    if not isinstance(obj, Mapping):
+        raise WireFormatError("body", "must be a JSON object with version, batch_id, reports", "wrong_type")
+    unknown = sorted(set(obj) - BATCH_KEYS, key=str)
+    if unknown:
+        raise WireFormatError(
+            str(unknown[0]), "is not a batch field (allowed: batch_id, reports, version)", "unknown_field"
+        )
+    version = obj.get("version")
+    if version != WIRE_VERSION or isinstance(version, bool):
+        raise WireFormatError(
+            "version", f"must be {WIRE_VERSION}; this collector speaks wire version {WIRE_VERSION}",
+            "unsupported_version",
+        )
+    batch_id = _check_id(obj.get("batch_id"), "batch_id")
+    reports = obj.get("reports")
+    if not isinstance(reports, list):
+        raise WireFormatError("reports", "must be a JSON array of reports", "wrong_type")
+    if not reports:
+        raise WireFormatError("reports", "must contain at least one report", "empty")
+    if max_reports is not None and len(reports) > max_reports:
+        raise WireFormatError(
+            "reports", f"has {len(reports)} reports; the limit is {max_reports} per batch: split it",
+            "too_many",
+        )
+    valid: list[Report] = []
+    errors: list[ReportError] = []
+    for index, item in enumerate(reports):
+        try:
+            valid.append(validate_report(item, registry, f"reports[{index}]"))
+        except WireFormatError as exc:
+            raw_id = item.get("id") if isinstance(item, Mapping) else None
+            report_id = raw_id if isinstance(raw_id, str) and HEX_ID.match(raw_id) else None
+            errors.append(ReportError(index, exc.field, exc.code, exc.message, report_id))
+    return BatchValidation(batch_id=batch_id, reports=valid, errors=errors)

@@ -1,0 +1,1 @@
+"""Synthetic populations, vectorized encoding, experiments and the demo."""
