@@ -1,8 +1,8 @@
 """Privacy accounting: RAPPOR's bounds, randomized response, and composition.
 
-Every epsilon returned here is rounded up by one unit in the last place, so a
-stated cost is never below the true one (floating-point logarithms can be off
-by that much). Functions return ``math.inf`` where a mechanism gives no bound
+Every epsilon returned here is rounded up by a relative 1e-12, so a stated
+cost is never below the true one (a few floating-point logarithms and sums can
+be off by several units in the last place; 1e-12 covers that with room). Functions return ``math.inf`` where a mechanism gives no bound
 (for example RAPPOR with ``f = 0`` has no longitudinal protection).
 """
 
@@ -13,12 +13,14 @@ from collections.abc import Iterable
 
 from veil.shared.errors import ParameterError
 
+ROUNDING_MARGIN = 1e-12
+
 
 def round_up(epsilon: float) -> float:
-    """``epsilon`` nudged up by one ulp so that it is never understated."""
+    """``epsilon`` nudged up (relative 1e-12) so that it is never understated."""
     if math.isinf(epsilon) or math.isnan(epsilon):
         return epsilon
-    return math.nextafter(max(epsilon, 0.0), math.inf)
+    return math.nextafter(max(epsilon, 0.0) * (1 + ROUNDING_MARGIN), math.inf)
 
 
 def _log_ratio(numerator: float, denominator: float) -> float:

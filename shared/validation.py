@@ -41,13 +41,13 @@ class Interval:
             return False
         if isinstance(value, float) and not math.isfinite(value):
             return False
-        if self.low is not None:
-            if value < self.low or (value == self.low and self.closed in ("right", "neither")):
-                return False
-        if self.high is not None:
-            if value > self.high or (value == self.high and self.closed in ("left", "neither")):
-                return False
-        return True
+        if self.low is not None and (
+            value < self.low or (value == self.low and self.closed in ("right", "neither"))
+        ):
+            return False
+        return self.high is None or not (
+            value > self.high or (value == self.high and self.closed in ("left", "neither"))
+        )
 
 
 @dataclass(frozen=True)

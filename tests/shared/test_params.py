@@ -1,0 +1,93 @@
+"""Parameter sets validate at construction and name the field at fault."""
+
+import math
+
+import pytest
+from veil.shared import (
+    KINDS,
+    BooleanParams,
+    CategoryParams,
+    NumberParams,
+    ParameterError,
+    StringParams,
+)
+
+
+@pytest.mark.parametrize(
+    ("make", "field", "message"),
+    [
+        (lambda: StringParams(f=1.5), "f", "The 'f' parameter of StringParams must be a number in [0, 1]. Got 1.5 instead."),
+        (lambda: StringParams(k=0), "k", "must be an integer in [1, 65536]"),
+        (lambda: StringParams(k=8.0), "k", "must be an integer"),
+        (lambda: StringParams(h=True), "h", "Got True instead"),
+        (lambda: StringParams(m=70000), "m", "[1, 65536]"),
+        (lambda: StringParams(p=0.8, q=0.7), "q", "must be greater than p=0.8"),
+        (lambda: StringParams(p=float("nan")), "p", "Got nan"),
+        (lambda: CategoryParams(categories=()), "categories", "1 to 4096 non-empty strings"),
+        (lambda: CategoryParams(categories=("a", "a")), "categories", "listed twice"),
+        (lambda: CategoryParams(categories=("a", "")), "categories", "non-empty"),
+        (lambda: BooleanParams(alpha=1.0), "alpha", "[0, 1)"),
+        (lambda: BooleanParams(beta=0.0), "beta", "(0, 1)"),
+        (lambda: NumberParams(low=5, high=5), "high", "greater than low=5"),
+        (lambda: NumberParams(mechanism="exponential"), "mechanism", "one of 'laplace'"),
+        (lambda: NumberParams(mechanism="gaussian"), "delta", "try 1e-6"),
+        (lambda: NumberParams(delta=1e-6), "delta", "only to mechanism='gaussian'"),
+        (lambda: NumberParams(epsilon=0), "epsilon", "(0, 50]"),
+        (lambda: NumberParams(resolution=0), "resolution", "[1, 1048576]"),
+    ],
+)
+def test_invalid_parameters_name_the_field(make, field, message):
+    with pytest.raises(ParameterError) as info:
+        make()
+    assert info.value.field == field
+    assert message in str(info.value)
+
+
+def test_large_filters_are_supported():
+    params = StringParams(k=4096, h=16, m=256)
+    assert params.k == 4096 and params.h == 16
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        StringParams(k=32, h=4, m=8, p=0.39, q=0.61, f=0.45),
+        CategoryParams(categories=("red", "green", "blue")),
+        BooleanParams(alpha=0.25, beta=0.4),
+        NumberParams(low=-1, high=3.5, mechanism="gaussian", epsilon=0.5, delta=1e-7),
+        NumberParams(low=0, high=100, mechanism="1bitmean", epsilon=2.0, resolution=8),
+    ],
+)
+def test_dict_round_trip(params):
+    data = params.to_dict()
+    assert data["kind"] == params.kind
+    assert KINDS[data["kind"]].from_dict(data) == params
+
+
+def test_unknown_keys_are_refused_by_name():
+    with pytest.raises(ParameterError) as info:
+        StringParams.from_dict({"k": 8, "hashes": 2})
+    assert info.value.field == "hashes"
+
+
+def test_parameters_are_immutable():
+    params = StringParams()
+    with pytest.raises(AttributeError):
+        params.k = 64  # type: ignore[misc]
+
+
+def test_category_lookup_error_lists_choices():
+    params = CategoryParams(categories=("a", "b"))
+    assert params.index("b") == 1
+    with pytest.raises(ParameterError, match=r"'c' is not one of the categories \('a', 'b'\)"):
+        params.index("c")
+
+
+def test_number_noise_scale():
+    laplace = NumberParams(low=0, high=10, epsilon=0.5, resolution=100)
+    assert laplace.step == pytest.approx(0.1)
+    assert laplace.laplace_scale == pytest.approx(200)
+    # discrete Laplace variance 2r/(1-r)^2 with r = exp(-1/b) tends to 2 b^2 for large b
+    assert laplace.noise_variance() == pytest.approx(2 * (200 * 0.1) ** 2, rel=1e-3)
+    assert NumberParams(mechanism="1bitmean").noise_variance() == 0.0
+    assert math.isfinite(NumberParams(mechanism="gaussian", delta=1e-6).gaussian_sigma)

@@ -1,0 +1,173 @@
+"""Privacy math: hand-computed values, and the stated epsilons checked from both sides
+against the exact output distributions of the mechanisms."""
+
+import itertools
+import math
+
+import pytest
+from veil.shared import BooleanParams, CategoryParams, NumberParams, StringParams
+from veil.shared.bits import realized
+from veil.shared.hashing import bloom_bits
+from veil.shared.privacy import (
+    classic_gaussian_sigma,
+    f_for_epsilon_inf,
+    group_privacy,
+    parallel,
+    q_for_epsilon_1,
+    rappor_effective_probs,
+    rappor_epsilon_1,
+    rappor_epsilon_inf,
+    sequential,
+    zcdp_gaussian_sigma,
+)
+
+
+def test_rappor_hand_computed_values():
+    params = StringParams(k=16, h=2, p=0.5, q=0.75, f=0.5)
+    assert params.epsilon_inf == pytest.approx(4 * math.log(3), rel=1e-11)
+    # p* = 0.5*1.25/2 + 0.5*0.5 = 0.5625, q* = 0.3125 + 0.375 = 0.6875
+    assert params.effective_probs == (0.5625, 0.6875)
+    expected = 2 * math.log(0.6875 * 0.4375 / (0.5625 * 0.3125))
+    assert params.epsilon_1 == pytest.approx(expected, rel=1e-11)
+
+
+def test_epsilons_are_never_understated():
+    assert rappor_epsilon_inf(2, 0.5) >= 4 * math.log(3)
+    assert BooleanParams().epsilon_1 >= math.log(3)
+
+
+def test_no_prr_means_no_longitudinal_bound():
+    assert rappor_epsilon_inf(2, 0.0) == math.inf
+    assert rappor_epsilon_1(2, 0.0, 0.5, 0.0) == math.inf
+
+
+def test_no_information_costs_nothing():
+    assert rappor_epsilon_inf(2, 1.0) == pytest.approx(0.0, abs=1e-300)
+    assert rappor_epsilon_1(2, 0.25, 0.75, 1.0) == pytest.approx(0.0, abs=1e-300)
+
+
+def test_parameter_helpers_invert_the_formulas():
+    f = f_for_epsilon_inf(3.0, 2)
+    assert rappor_epsilon_inf(2, f) == pytest.approx(3.0, rel=1e-11)
+    q = q_for_epsilon_1(1.0, 2, 0.5, f)
+    assert rappor_epsilon_1(2, 0.5, q, f) == pytest.approx(1.0, rel=1e-9)
+    params = StringParams.for_epsilon(2.0, 0.5, k=64)
+    assert params.epsilon_inf == pytest.approx(2.0, rel=1e-6)
+    assert params.epsilon_1 == pytest.approx(0.5, rel=1e-6)
+    assert BooleanParams.for_epsilon(1.0).epsilon_1 == pytest.approx(1.0, rel=1e-6)
+    assert CategoryParams.for_epsilon(["a", "b"], 2.0).epsilon_inf == pytest.approx(2.0, rel=1e-6)
+
+
+def test_composition():
+    assert sequential([1.0, 0.5, 0.25]) == pytest.approx(1.75)
+    assert sequential([1.0, 0.5]) >= 1.5
+    assert parallel([1.0, 0.5, 0.25]) == 1.0
+    assert parallel([]) == 0.0
+    assert group_privacy(0.5, 3) == pytest.approx(1.5)
+    assert group_privacy(0.5, 0) == 0.0
+    assert StringParams().privacy_map(2) == pytest.approx(2 * StringParams().epsilon_inf)
+
+
+def test_gaussian_calibration_is_close_to_the_classic_formula():
+    # zCDP calibration is valid for the discrete Gaussian at every epsilon and
+    # within a few percent of the textbook sigma where that one applies.
+    classic = classic_gaussian_sigma(1.0, 1.0, 1e-6)
+    ours = zcdp_gaussian_sigma(1.0, 1.0, 1e-6)
+    assert 0.95 < classic / ours < 1.05
+    # rho-zCDP => (rho + 2 sqrt(rho ln 1/delta), delta)-DP recovers epsilon exactly
+    rho = 1 / (2 * ours**2)
+    assert rho + 2 * math.sqrt(rho * math.log(1e6)) == pytest.approx(1.0, rel=1e-9)
+
+
+def _max_log_ratio(dist_a, dist_b):
+    return max(abs(math.log(a / b)) for a, b in zip(dist_a, dist_b, strict=True))
+
+
+def _report_distribution(bloom, k, one_prob, zero_prob):
+    """Exact distribution of a k-bit report given per-bit P(1) for set and unset bits."""
+    out = []
+    for report in itertools.product((0, 1), repeat=k):
+        prob = 1.0
+        for i, bit in enumerate(report):
+            p1 = one_prob if (bloom >> i) & 1 else zero_prob
+            prob *= p1 if bit else 1 - p1
+        out.append(prob)
+    return out
+
+
+def _disjoint_values(k, h, cohort=0):
+    seen = {}
+    for i in range(10_000):
+        bits = bloom_bits(f"v{i}", cohort, k, h)
+        if bin(bits).count("1") != h:
+            continue
+        for other_bits in seen.values():
+            if not bits & other_bits:
+                return other_bits, bits
+        seen[f"v{i}"] = bits
+    raise AssertionError("no disjoint pair")
+
+
+@pytest.mark.parametrize(("p", "q", "f"), [(0.5, 0.75, 0.5), (0.39, 0.61, 0.45), (0.25, 0.75, 0.2)])
+def test_string_epsilons_hold_exactly_at_the_worst_case(p, q, f):
+    # Both sides: the claimed epsilon bounds the true worst-case log-likelihood
+    # ratio, and is tight (not more than 1e-9 above it) for two values whose
+    # Bloom filters share no bit, the worst case RAPPOR's bound is stated for.
+    params = StringParams(k=8, h=2, m=1, p=p, q=q, f=f)
+    a, b = _disjoint_values(8, 2)
+    p_star, q_star = params.effective_probs
+    true_eps1 = _max_log_ratio(
+        _report_distribution(a, 8, q_star, p_star), _report_distribution(b, 8, q_star, p_star)
+    )
+    assert params.epsilon_1 >= true_eps1
+    assert params.epsilon_1 - true_eps1 < 1e-9
+    fr = realized(f)
+    true_inf = _max_log_ratio(
+        _report_distribution(a, 8, 1 - fr / 2, fr / 2), _report_distribution(b, 8, 1 - fr / 2, fr / 2)
+    )
+    assert params.epsilon_inf >= true_inf
+    assert params.epsilon_inf - true_inf < 1e-9
+
+
+def test_category_epsilon_holds_exactly():
+    params = CategoryParams(categories=("a", "b", "c"), p=0.3, q=0.8, f=0.3)
+    p_star, q_star = params.effective_probs
+    dists = [_report_distribution(1 << i, 3, q_star, p_star) for i in range(3)]
+    true_eps = max(_max_log_ratio(x, y) for x, y in itertools.combinations(dists, 2))
+    assert params.epsilon_1 >= true_eps
+    assert params.epsilon_1 - true_eps < 1e-9
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(0.5, 0.5), (0.2, 0.3), (0.9, 0.7)])
+def test_boolean_epsilon_holds_exactly(alpha, beta):
+    params = BooleanParams(alpha=alpha, beta=beta)
+    no, yes = params.yes_probs
+    true_eps = _max_log_ratio([yes, 1 - yes], [no, 1 - no])
+    assert params.epsilon_1 >= true_eps
+    assert params.epsilon_1 - true_eps < 1e-9
+    assert params.epsilon_inf == params.epsilon_1
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 3.0])
+def test_one_bit_mean_epsilon_holds_exactly(epsilon):
+    params = NumberParams(low=0, high=10, mechanism="1bitmean", epsilon=epsilon, resolution=16)
+    probs = [params.one_bit_numerator(j) / 2**32 for j in range(17)]
+    true_eps = max(_max_log_ratio([a, 1 - a], [b, 1 - b]) for a in probs for b in probs)
+    assert params.epsilon_1 >= true_eps
+    assert params.epsilon_1 - true_eps < 1e-9
+    assert params.epsilon_1 == pytest.approx(epsilon, rel=1e-6)
+
+
+def test_discrete_laplace_epsilon_is_the_nominal_one():
+    # P(z) ~ exp(-epsilon |z| / resolution); neighbouring grid points differ by at
+    # most `resolution` steps, so the worst ratio is exp(epsilon): exactly epsilon.
+    params = NumberParams(low=0, high=1, epsilon=0.7, resolution=10)
+    worst = params.epsilon * params.resolution / params.resolution
+    assert params.epsilon_1 >= worst
+    assert params.epsilon_1 - worst < 1e-12
+
+
+def test_effective_probs_formula():
+    assert rappor_effective_probs(0.0, 1.0, 0.0) == (0.0, 1.0)
+    p_star, q_star = rappor_effective_probs(0.25, 0.75, 1.0)
+    assert p_star == q_star == 0.5
