@@ -12,6 +12,7 @@ test vectors that a client in another language can check against.
 from __future__ import annotations
 
 import mmh3
+
 from veil.shared.errors import ParameterError
 
 

@@ -4,6 +4,7 @@ import itertools
 from fractions import Fraction
 
 import pytest
+
 from veil.shared.bits import (
     PROB_ONE,
     bernoulli_mask,

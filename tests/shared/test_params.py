@@ -3,6 +3,7 @@
 import math
 
 import pytest
+
 from veil.shared import (
     KINDS,
     BooleanParams,

@@ -5,6 +5,7 @@ import itertools
 import math
 
 import pytest
+
 from veil.shared import BooleanParams, CategoryParams, NumberParams, StringParams
 from veil.shared.bits import realized
 from veil.shared.hashing import bloom_bits
