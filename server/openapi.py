@@ -1,0 +1,169 @@
+"""The OpenAPI 3.1 document served at ``GET /v1/openapi.json`` (written by hand, kept with the routes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "field", "message"],
+            "properties": {
+                "code": {"type": "string", "examples": ["bad_json", "too_few_reports"]},
+                "field": {"type": ["string", "null"], "examples": ["reports[3].payload"]},
+                "message": {"type": "string"},
+            },
+        }
+    },
+}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def json_of(schema: str) -> dict[str, Any]:
+    """A JSON content entry referring to a component schema."""
+    return {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}
+
+
+def openapi_document(max_body: int, max_reports: int) -> dict[str, Any]:
+    """The API description with this collector's limits filled in."""
+    report = {
+        "type": "object",
+        "required": ["id", "metric", "payload"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string", "pattern": "^[0-9a-f]{32}$",
+                   "description": "16 random bytes, lowercase hex; the idempotency key"},
+            "metric": {"type": "string"},
+            "cohort": {"type": "integer", "minimum": 0,
+                       "description": "present exactly for string metrics"},
+            "payload": {"description": "hex bit vector (string, category), 0/1 (boolean, "
+                        "number/1bitmean) or a finite number (number/laplace, gaussian)",
+                        "oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "number"}]},
+        },
+    }
+    batch = {
+        "type": "object",
+        "required": ["version", "batch_id", "reports"],
+        "additionalProperties": False,
+        "properties": {
+            "version": {"const": 1},
+            "batch_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+            "reports": {"type": "array", "minItems": 1, "maxItems": max_reports,
+                        "items": {"$ref": "#/components/schemas/Report"}},
+        },
+    }
+    receipt = {
+        "type": "object",
+        "required": ["batch_id", "accepted", "duplicates", "rejected", "errors"],
+        "properties": {
+            "batch_id": {"type": "string"},
+            "accepted": {"type": "integer", "description": "newly stored reports"},
+            "duplicates": {"type": "integer",
+                           "description": "reports already stored (or repeated in the batch)"},
+            "rejected": {"type": "integer"},
+            "errors": {"type": "array", "items": {
+                "type": "object",
+                "required": ["index", "field", "code", "message", "id"],
+                "properties": {
+                    "index": {"type": "integer"}, "field": {"type": "string"},
+                    "code": {"type": "string"}, "message": {"type": "string"},
+                    "id": {"type": ["string", "null"]},
+                },
+            }},
+        },
+    }
+    cohort = {
+        "type": "object",
+        "required": ["cohort", "reports"],
+        "properties": {
+            "cohort": {"type": "integer"},
+            "reports": {"type": "integer"},
+            "ones": {"description": "per-bit set counts (string, category) or count of 1 "
+                     "payloads (boolean, number/1bitmean)",
+                     "oneOf": [{"type": "array", "items": {"type": "integer"}},
+                               {"type": "integer"}]},
+            "sum": {"type": "number", "description": "number/laplace, gaussian"},
+            "sum_squares": {"type": "number", "description": "number/laplace, gaussian"},
+        },
+    }
+    counts = {
+        "type": "object",
+        "required": ["metric", "kind", "params", "start", "end", "reports", "cohorts"],
+        "properties": {
+            "metric": {"type": "string"}, "kind": {"type": "string"},
+            "params": {"type": "object"},
+            "start": {"type": ["string", "null"], "format": "date"},
+            "end": {"type": ["string", "null"], "format": "date"},
+            "reports": {"type": "integer"},
+            "cohorts": {"type": "array", "items": {"$ref": "#/components/schemas/Cohort"}},
+        },
+    }
+    status = {"type": "object", "properties": {"status": {"type": "string"}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Veil collector", "version": "1",
+                 "description": "Receives randomized (locally differentially private) reports "
+                 "and serves their per-cohort sufficient statistics."},
+        "paths": {
+            "/healthz": {"get": {"summary": "Liveness", "responses": {
+                "200": {"description": "the process answers",
+                        "content": {"application/json": {"schema": status}}}}}},
+            "/readyz": {"get": {"summary": "Readiness (database answers)", "responses": {
+                "200": {"description": "ready",
+                        "content": {"application/json": {"schema": status}}},
+                "503": _error("database unavailable")}}},
+            "/v1/openapi.json": {"get": {"summary": "This document", "responses": {
+                "200": {"description": "OpenAPI 3.1 document"}}}},
+            "/v1/metrics": {"get": {"summary": "The metric registry clients encode against",
+                                    "responses": {"200": {"description": "Registry.to_dict()",
+                                                          "content": {"application/json": {
+                                                              "schema": {"type": "object"}}}}}}},
+            "/v1/reports": {"post": {
+                "summary": "Upload a batch of randomized reports",
+                "description": "200 only after accepted reports are committed to disk. Open "
+                               "unless the collector is configured with an upload token.",
+                "security": [{}, {"bearer": []}],
+                "requestBody": {"required": True, "content": json_of("Batch")},
+                "responses": {
+                    "200": {"description": "per-report outcome", "content": json_of("Receipt")},
+                    "400": _error("batch-level error (bad JSON, version, too many reports)"),
+                    "401": _error("upload token required or wrong"),
+                    "413": _error(f"body larger than {max_body} bytes"),
+                    "415": _error("Content-Type is not application/json (UTF-8)"),
+                },
+            }},
+            "/v1/metrics/{name}/counts": {"get": {
+                "summary": "Sufficient statistics of a metric over UTC days of receipt",
+                "security": [{"bearer": []}],
+                "parameters": [
+                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {"name": "start", "in": "query", "schema": {"type": "string", "format": "date"}},
+                    {"name": "end", "in": "query", "schema": {"type": "string", "format": "date"}},
+                    {"name": "format", "in": "query",
+                     "schema": {"enum": ["json", "csv"], "default": "json"}},
+                ],
+                "responses": {
+                    "200": {"description": "counts document, or google/rappor counts.csv",
+                            "content": {**json_of("Counts"),
+                                        "text/csv": {"schema": {"type": "string"}}}},
+                    "400": _error("bad date or format"),
+                    "401": _error("missing or wrong bearer token"),
+                    "403": _error("no read token configured on the collector"),
+                    "404": _error("unknown metric"),
+                    "409": _error("fewer reports than the metric's min_reports (too_few_reports)"),
+                },
+            }},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": _ERROR, "Report": report, "Batch": batch, "Receipt": receipt,
+                        "Cohort": cohort, "Counts": counts},
+        },
+    }

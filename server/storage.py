@@ -1,0 +1,665 @@
+"""Durable storage of randomized reports and their per-cohort sufficient statistics.
+
+The collector keeps two things in one SQLite file:
+
+* ``reports``: every accepted randomized report (16-byte id, metric, UTC day of
+  receipt, cohort, payload), so aggregates can always be rebuilt and audited;
+* ``aggregates``: per ``(metric, day, cohort)`` sufficient statistics, updated in
+  the same transaction as the raw insert, so reading counts touches one row per
+  day and cohort whatever the number of reports.
+
+Statistics by kind (see :func:`stat_kind`):
+
+* ``bits`` (string, category): number of reports and, per bit, how many reports
+  set it, kept as a BLOB of ``k`` little-endian uint64 counters;
+* ``ones`` (boolean, number/1bitmean): number of reports and of payloads equal to 1;
+* ``moments`` (number/laplace, number/gaussian): number of reports, sum and sum of squares.
+
+Durability: WAL journal with ``synchronous=FULL``, so every commit is fsynced to
+the WAL before :meth:`SQLiteStorage.insert` returns; the HTTP layer answers 2xx
+only after that. Writes from many threads go through one writer connection
+guarded by a lock, and each write transaction starts with ``BEGIN IMMEDIATE``
+(with a busy timeout) so a second process, such as ``veil rebuild-aggregates``,
+serializes with the server instead of failing.
+
+This module imports NumPy but never Flask: the analysis reads counts with
+``open_storage(path).counts(metric)`` and no HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from veil.shared.bits import payload_bytes
+from veil.shared.errors import VeilError
+from veil.shared.registry import Metric, Registry
+from veil.shared.wire import Report
+
+#: schema version written to ``PRAGMA user_version``; see :data:`MIGRATIONS`
+SCHEMA_VERSION = 2
+#: how long a write waits for another process's write transaction (milliseconds)
+BUSY_TIMEOUT_MS = 30_000
+#: ids per ``SELECT ... IN (...)`` when looking for already stored reports
+ID_CHUNK = 500
+
+DAY_FORMAT = "%Y-%m-%d"
+
+
+class StorageError(VeilError):
+    """The database cannot be opened or used as asked (wrong file, newer schema, ...)."""
+
+
+class RegistryMismatchError(StorageError):
+    """A registry changes a metric's parameters although reports under the old ones are stored."""
+
+
+class TooFewReportsError(VeilError):
+    """Fewer reports than the metric's ``min_reports`` in the requested range.
+
+    Small batches of reports leak more about each person, so counts are
+    refused; an operator may override with ``min_reports=0`` (``--force``).
+    """
+
+    def __init__(self, metric: str, reports: int, min_reports: int) -> None:
+        self.metric = metric
+        self.reports = reports
+        self.min_reports = min_reports
+        super().__init__(
+            f"metric {metric!r} has {reports} reports in the requested range; at least "
+            f"{min_reports} (its min_reports) are needed before counts are released. "
+            "Widen the date range or wait for more reports."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class InsertResult:
+    """How many reports of an insert were new and how many were already stored."""
+
+    accepted: int
+    duplicates: int
+
+
+class Storage(Protocol):
+    """What the collector needs from a storage backend."""
+
+    @property
+    def registry(self) -> Registry:
+        """The metrics whose reports this store holds."""
+        ...
+
+    def insert(self, reports: Sequence[Report], day: dt.date | str | None = None) -> InsertResult:
+        """Store reports durably (ids already stored count as duplicates)."""
+        ...
+
+    def counts(
+        self,
+        metric: Metric,
+        start: dt.date | str | None = None,
+        end: dt.date | str | None = None,
+        *,
+        min_reports: int | None = None,
+    ) -> dict[str, Any]:
+        """The counts document for ``metric`` between ``start`` and ``end`` (inclusive)."""
+        ...
+
+    def rebuild_aggregates(self) -> int:
+        """Recompute every aggregate from the raw reports; return the number of reports."""
+        ...
+
+    def ping(self) -> None:
+        """Raise :class:`StorageError` if the store cannot answer a query."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+def stat_kind(metric: Metric) -> str:
+    """Which sufficient statistics a metric keeps: ``bits``, ``ones`` or ``moments``."""
+    kind = metric.kind
+    if kind in ("string", "category"):
+        return "bits"
+    if kind == "boolean" or (kind == "number" and metric.params.mechanism == "1bitmean"):
+        return "ones"
+    if kind == "number":
+        return "moments"
+    raise StorageError(f"metric {metric.name!r}: no statistics are defined for kind {kind!r}")
+
+
+def bit_width(metric: Metric) -> int:
+    """Number of bits ``k`` in a report of a ``bits`` metric."""
+    return int(metric.params.k)
+
+
+def parse_day(value: dt.date | str | None, field: str) -> str | None:
+    """A UTC day as ``YYYY-MM-DD`` (``None`` passes through); raise :class:`StorageError`."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        value = value.date()
+    if isinstance(value, dt.date):
+        return value.strftime(DAY_FORMAT)
+    if isinstance(value, str):
+        try:
+            return dt.datetime.strptime(value, DAY_FORMAT).date().strftime(DAY_FORMAT)
+        except ValueError:
+            pass
+    raise StorageError(f"{field} must be a day written YYYY-MM-DD; got {value!r}")
+
+
+def today() -> str:
+    """Today's UTC day, the day under which new reports are filed."""
+    return dt.datetime.now(dt.UTC).strftime(DAY_FORMAT)
+
+
+def _add_counts(left: bytes | None, right: bytes | None) -> bytes | None:
+    """SQL function ``add_counts``: element-wise sum of two uint64 counter BLOBs."""
+    if left is None:
+        return right
+    if right is None:
+        return left
+    a = np.frombuffer(left, dtype="<u8")
+    b = np.frombuffer(right, dtype="<u8")
+    if a.shape != b.shape:
+        raise ValueError("add_counts: counter blobs of different lengths")
+    return (a + b).tobytes()
+
+
+def bit_counts_by_group(payloads: Sequence[bytes], groups: np.ndarray, k: int) -> tuple[
+    np.ndarray, np.ndarray
+]:
+    """Per-group bit counts of equal-length little-endian payloads.
+
+    ``groups`` gives each payload's group number; returns the distinct groups
+    (sorted) and a ``(len(groups), k)`` uint64 array of set-bit counts.
+    """
+    width = payload_bytes(k)
+    raw = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), width)
+    order = np.argsort(groups, kind="stable")
+    sorted_groups = groups[order]
+    bits = np.unpackbits(raw[order], axis=1, bitorder="little", count=k)
+    starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
+    sums = np.add.reduceat(bits, starts, axis=0, dtype=np.uint64)
+    return sorted_groups[starts], sums
+
+
+_SCHEMA_V1 = (
+    """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS reports (
+        id BLOB PRIMARY KEY,
+        metric TEXT NOT NULL,
+        day TEXT NOT NULL,
+        cohort INTEGER NOT NULL,
+        payload ANY
+    ) STRICT, WITHOUT ROWID""",
+)
+
+_AGGREGATES = """CREATE TABLE IF NOT EXISTS aggregates (
+    metric TEXT NOT NULL,
+    day TEXT NOT NULL,
+    cohort INTEGER NOT NULL,
+    reports INTEGER NOT NULL,
+    bit_counts BLOB,
+    ones INTEGER,
+    sum REAL,
+    sum_squares REAL,
+    PRIMARY KEY (metric, day, cohort)
+) STRICT, WITHOUT ROWID"""
+
+
+def _migrate_1_to_2(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
+    """Version 1 stored raw reports only; version 2 adds the aggregate table."""
+    conn.execute(_AGGREGATES)
+    stored = storage._stored_registry(conn)
+    if stored is None:
+        raise StorageError(f"{storage.path}: cannot migrate a file without a stored registry")
+    storage._use_registry(stored)
+    storage._rebuild_in(conn)
+
+
+#: ``from_version -> step``: each step upgrades a file by one version inside one transaction
+MIGRATIONS = {1: _migrate_1_to_2}
+
+_UPSERT = """INSERT INTO aggregates (metric, day, cohort, reports, bit_counts, ones, sum, sum_squares)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (metric, day, cohort) DO UPDATE SET
+    reports = reports + excluded.reports,
+    bit_counts = add_counts(bit_counts, excluded.bit_counts),
+    ones = ones + excluded.ones,
+    sum = sum + excluded.sum,
+    sum_squares = sum_squares + excluded.sum_squares"""
+
+
+class SQLiteStorage:
+    """Reports and aggregates in one SQLite file (WAL, ``synchronous=FULL``).
+
+    Thread-safe: writes are serialized on one connection under a lock, reads use
+    one connection per thread (WAL readers never block the writer).
+    """
+
+    def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False):
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StorageError(
+                f"no Veil database at {self.path}; start the collector with this --db first"
+            )
+        self._write_lock = threading.Lock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self._metrics_cache: dict[str, tuple[Metric, str]] = {}
+        self._registry = Registry([], version=1)
+        self._writer = self._connect()
+        self._migrate()
+        self._registry = self._attach(registry)
+
+    # -- connections -------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
+        if mode.lower() != "wal":
+            conn.close()
+            raise StorageError(f"{self.path}: cannot switch to WAL journal mode (got {mode!r})")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.create_function("add_counts", 2, _add_counts, deterministic=True)
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StorageError("the storage is closed")
+            conn = self._connect()
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: lock, ``BEGIN IMMEDIATE``, commit or roll back."""
+        with self._write_lock:
+            if self._closed:
+                raise StorageError("the storage is closed")
+            conn = self._writer
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection (idempotent)."""
+        with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._writer.close()
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+
+    def __enter__(self) -> SQLiteStorage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ping(self) -> None:
+        """Raise :class:`StorageError` unless a trivial query succeeds."""
+        try:
+            self._reader().execute("SELECT 1 FROM meta LIMIT 1").fetchall()
+        except sqlite3.Error as exc:
+            raise StorageError(f"database {self.path} is not answering: {exc}") from None
+
+    # -- schema ------------------------------------------------------------------
+
+    @property
+    def schema_version(self) -> int:
+        """The file's ``PRAGMA user_version``."""
+        return int(self._writer.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        with self._write() as conn:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise StorageError(
+                    f"{self.path} has schema version {version}, newer than this Veil "
+                    f"({SCHEMA_VERSION}); upgrade Veil to open it"
+                )
+            if version == 0:
+                tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+                if tables:
+                    raise StorageError(f"{self.path} is an SQLite file but not a Veil database")
+                for statement in (*_SCHEMA_V1, _AGGREGATES):
+                    conn.execute(statement)
+                version = SCHEMA_VERSION
+            while version < SCHEMA_VERSION:
+                MIGRATIONS[version](self, conn)
+                version += 1
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    # -- registry ----------------------------------------------------------------
+
+    def _stored_registry(self, conn: sqlite3.Connection) -> Registry | None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'registry'").fetchone()
+        return Registry.from_dict(json.loads(row[0])) if row else None
+
+    def _attach(self, registry: Registry | None) -> Registry:
+        """Record ``registry`` in the file, refusing parameter changes for metrics with data.
+
+        Metrics dropped from ``registry`` but holding reports stay in the stored
+        registry so that their counts can still be exported and decoded.
+        """
+        with self._write() as conn:
+            stored = self._stored_registry(conn)
+            if registry is None:
+                if stored is None:
+                    raise StorageError(
+                        f"{self.path} holds no metric registry yet; start the collector with "
+                        "--config to record one"
+                    )
+                self._use_registry(stored)
+                return stored
+            if stored is None:
+                merged = registry
+            else:
+                with_data = {
+                    row[0] for row in conn.execute("SELECT DISTINCT metric FROM aggregates")
+                }
+                for name in sorted(with_data & set(stored) & set(registry)):
+                    if stored[name].params != registry[name].params:
+                        raise RegistryMismatchError(
+                            f"metric {name!r}: the registry changes its parameters "
+                            f"({stored[name].params.to_dict()} -> {registry[name].params.to_dict()}) "
+                            f"but {self.path} holds reports made with the old ones; give the "
+                            "changed metric a new name instead"
+                        )
+                kept = [stored[name] for name in sorted(with_data & set(stored)) if name not in registry]
+                merged = Registry([*registry.values(), *kept], version=registry.version)
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('registry', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (json.dumps(merged.to_dict(), sort_keys=True),),
+            )
+            self._use_registry(merged)
+            return merged
+
+    def _use_registry(self, registry: Registry) -> None:
+        self._registry = registry
+        self._metrics_cache = {}
+
+    @property
+    def registry(self) -> Registry:
+        """Every metric with stored reports or in the registry last attached."""
+        return self._registry
+
+    def _metric(self, name: str) -> tuple[Metric, str]:
+        cached = self._metrics_cache.get(name)
+        if cached is None:
+            if name not in self._registry:
+                raise StorageError(f"metric {name!r} is not in the registry stored in {self.path}")
+            metric = self._registry[name]
+            cached = (metric, stat_kind(metric))
+            self._metrics_cache[name] = cached
+        return cached
+
+    def _check_metric(self, metric: Metric) -> str:
+        stored, kind = self._metric(metric.name)
+        if stored.params != metric.params:
+            raise RegistryMismatchError(
+                f"metric {metric.name!r}: the parameters given ({metric.params.to_dict()}) differ "
+                f"from those stored in {self.path} ({stored.params.to_dict()})"
+            )
+        return kind
+
+    # -- writes ------------------------------------------------------------------
+
+    def insert(self, reports: Sequence[Report], day: dt.date | str | None = None) -> InsertResult:
+        """Store validated reports under ``day`` (default: today, UTC) and update aggregates.
+
+        Reports whose id is already stored, or repeats an earlier report of the
+        same call, are duplicates: acknowledged, not counted again. Returns after
+        the transaction is committed (fsynced).
+        """
+        day_text = parse_day(day, "day") or today()
+        rows: list[tuple[bytes, str, str, int, Any]] = []
+        for report in reports:
+            _, kind = self._metric(report.metric)
+            if kind == "bits":
+                payload: Any = bytes.fromhex(report.payload)
+            elif kind == "ones":
+                payload = int(report.value)
+            else:
+                payload = float(report.value)
+            rows.append((bytes.fromhex(report.id), report.metric, day_text, report.cohort, payload))
+        if not rows:
+            return InsertResult(0, 0)
+        with self._write() as conn:
+            fresh = self._fresh_rows(conn, rows)
+            if fresh:
+                conn.executemany(
+                    "INSERT INTO reports (id, metric, day, cohort, payload) VALUES (?, ?, ?, ?, ?)",
+                    fresh,
+                )
+                conn.executemany(_UPSERT, self._aggregate_rows(fresh))
+        return InsertResult(len(fresh), len(rows) - len(fresh))
+
+    @staticmethod
+    def _fresh_rows(conn: sqlite3.Connection, rows: list[tuple]) -> list[tuple]:
+        """Rows whose id is neither stored nor repeated earlier in ``rows``."""
+        ids = list({row[0] for row in rows})
+        stored: set[bytes] = set()
+        for offset in range(0, len(ids), ID_CHUNK):
+            chunk = ids[offset : offset + ID_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            stored.update(
+                r[0] for r in conn.execute(f"SELECT id FROM reports WHERE id IN ({marks})", chunk)
+            )
+        fresh = []
+        for row in rows:
+            if row[0] not in stored:
+                stored.add(row[0])
+                fresh.append(row)
+        return fresh
+
+    def _aggregate_rows(self, rows: Iterable[tuple]) -> list[tuple]:
+        """Upsert rows ``(metric, day, cohort, reports, bit_counts, ones, sum, sum_squares)``."""
+        by_metric: dict[tuple[str, str], list[tuple]] = {}
+        for row in rows:
+            by_metric.setdefault((row[1], row[2]), []).append(row)
+        out: list[tuple] = []
+        for (name, day), group in by_metric.items():
+            metric, kind = self._metric(name)
+            cohorts = np.fromiter((row[3] for row in group), dtype=np.int64, count=len(group))
+            if kind == "bits":
+                keys, sums = bit_counts_by_group([row[4] for row in group], cohorts, bit_width(metric))
+                n = np.bincount(cohorts)[keys]
+                out.extend(
+                    (name, day, int(c), int(r), s.astype("<u8").tobytes(), None, None, None)
+                    for c, r, s in zip(keys, n, sums, strict=True)
+                )
+            elif kind == "ones":
+                ones = sum(row[4] for row in group)
+                out.append((name, day, 0, len(group), None, ones, None, None))
+            else:
+                values = np.fromiter((row[4] for row in group), dtype=np.float64, count=len(group))
+                out.append(
+                    (name, day, 0, len(group), None, None, float(values.sum()),
+                     float(np.dot(values, values)))
+                )
+        return out
+
+    def rebuild_aggregates(self) -> int:
+        """Recompute every aggregate from the raw ``reports`` table in one transaction."""
+        with self._write() as conn:
+            return self._rebuild_in(conn)
+
+    def _rebuild_in(self, conn: sqlite3.Connection) -> int:
+        conn.execute("DELETE FROM aggregates")
+        cursor = conn.execute("SELECT id, metric, day, cohort, payload FROM reports ORDER BY metric, day")
+        total = 0
+        while True:
+            chunk = cursor.fetchmany(50_000)
+            if not chunk:
+                break
+            conn.executemany(_UPSERT, self._aggregate_rows(chunk))
+            total += len(chunk)
+        return total
+
+    def backup(self, target: str | Path) -> Path:
+        """Write a consistent, compacted copy of the database to ``target`` (``VACUUM INTO``).
+
+        Safe while the collector runs: the copy is one read transaction's snapshot.
+        """
+        target = Path(target)
+        if target.exists():
+            raise StorageError(f"{target} exists; choose a new file for the backup")
+        try:
+            self._reader().execute("VACUUM INTO ?", (str(target),))
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot write the backup to {target}: {exc}") from None
+        return target
+
+    # -- reads -------------------------------------------------------------------
+
+    def total_reports(self, metric: str | None = None) -> int:
+        """Number of stored raw reports (for one metric or all)."""
+        conn = self._reader()
+        if metric is None:
+            return int(conn.execute("SELECT count(*) FROM reports").fetchone()[0])
+        return int(
+            conn.execute("SELECT count(*) FROM reports WHERE metric = ?", (metric,)).fetchone()[0]
+        )
+
+    def days(self, metric: str) -> list[str]:
+        """The days on which ``metric`` received reports, oldest first."""
+        rows = self._reader().execute(
+            "SELECT DISTINCT day FROM aggregates WHERE metric = ? ORDER BY day", (metric,)
+        )
+        return [row[0] for row in rows]
+
+    def counts(
+        self,
+        metric: Metric | str,
+        start: dt.date | str | None = None,
+        end: dt.date | str | None = None,
+        *,
+        min_reports: int | None = None,
+    ) -> dict[str, Any]:
+        """The counts document for ``metric`` over days ``start``..``end`` (inclusive, UTC).
+
+        Every cohort appears, in order, zeros filled. Raises
+        :class:`TooFewReportsError` when the range holds fewer than
+        ``min_reports`` reports (default: the metric's own ``min_reports``;
+        pass 0 to override).
+        """
+        if isinstance(metric, str):
+            metric = self._metric(metric)[0]
+        kind = self._check_metric(metric)
+        start_text, end_text = parse_day(start, "start"), parse_day(end, "end")
+        if start_text and end_text and start_text > end_text:
+            raise StorageError(f"start ({start_text}) is after end ({end_text})")
+        sql = (
+            "SELECT cohort, reports, bit_counts, ones, sum, sum_squares FROM aggregates "
+            "WHERE metric = ? AND day >= ? AND day <= ?"
+        )
+        rows = self._reader().execute(
+            sql, (metric.name, start_text or "", end_text or "9999-12-31")
+        ).fetchall()
+        cohorts = metric.params.cohorts
+        reports = np.zeros(cohorts, dtype=np.int64)
+        cohort_ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+        np.add.at(reports, cohort_ids, [row[1] for row in rows])
+        total = int(reports.sum())
+        threshold = metric.min_reports if min_reports is None else min_reports
+        if total < threshold:
+            raise TooFewReportsError(metric.name, total, threshold)
+        entries: list[dict[str, Any]]
+        if kind == "bits":
+            k = bit_width(metric)
+            ones = np.zeros((cohorts, k), dtype=np.uint64)
+            if rows:
+                blobs = np.frombuffer(b"".join(row[2] for row in rows), dtype="<u8").reshape(-1, k)
+                np.add.at(ones, cohort_ids, blobs)
+            entries = [
+                {"cohort": c, "reports": int(reports[c]), "ones": ones[c].tolist()}
+                for c in range(cohorts)
+            ]
+        elif kind == "ones":
+            entries = [{"cohort": 0, "reports": total, "ones": sum(row[3] for row in rows)}]
+        else:
+            entries = [{
+                "cohort": 0, "reports": total,
+                "sum": float(sum(row[4] for row in rows)),
+                "sum_squares": float(sum(row[5] for row in rows)),
+            }]
+        return {
+            "metric": metric.name,
+            "kind": metric.kind,
+            "params": metric.to_dict(),
+            "start": start_text,
+            "end": end_text,
+            "reports": total,
+            "cohorts": entries,
+        }
+
+
+def open_storage(
+    path: str | Path, registry: Registry | None = None, *, create: bool = False
+) -> SQLiteStorage:
+    """Open the SQLite store at ``path``.
+
+    With ``registry``, record it in the file (refusing incompatible parameter
+    changes); without, use the registry stored by the collector. ``create``
+    allows making a new file (the collector does; readers should not).
+    """
+    return SQLiteStorage(path, registry, create=create)
+
+
+def counts_to_rows(document: dict[str, Any]) -> list[list[int]]:
+    """google/rappor ``counts.csv`` rows: reports in the cohort, then set-bit counts."""
+    if document["kind"] not in ("string", "category"):
+        raise StorageError(
+            f"metric {document['metric']!r} is a {document['kind']} metric; google/rappor "
+            "counts.csv exists only for string and category metrics"
+        )
+    return [[entry["reports"], *entry["ones"]] for entry in document["cohorts"]]
+
+
+def rappor_params(metric: Metric) -> dict[str, Any]:
+    """google/rappor ``params.csv`` fields ``k,h,m,p,q,f`` (category: h = m = 1)."""
+    params = metric.params
+    if metric.kind == "string":
+        return {"k": params.k, "h": params.h, "m": params.m, "p": params.p, "q": params.q,
+                "f": params.f}
+    if metric.kind == "category":
+        return {"k": params.k, "h": 1, "m": 1, "p": params.p, "q": params.q, "f": params.f}
+    raise StorageError(
+        f"metric {metric.name!r} is a {metric.kind} metric; google/rappor params.csv exists "
+        "only for string and category metrics"
+    )

@@ -1,0 +1,278 @@
+"""Shared fixtures: a real Veil collector on 127.0.0.1 with a temporary SQLite file.
+
+``collector``         a ``veil serve`` subprocess (waitress), started fresh per test.
+``collector_factory`` the same with options: ``collector_factory(upload_token="u", threads=2,
+                      registry=Registry(...), max_reports=10)``.
+``test_registry``     :data:`TEST_REGISTRY` (the registry both collectors serve).
+``live_collector``    the same API served in-process by a werkzeug server thread (faster to start,
+                      no kill/restart); still real HTTP on loopback.
+
+Each yields a :class:`CollectorHandle`::
+
+    def test_upload(collector):
+        requests.post(collector.url + "/v1/reports", json=batch, timeout=10)
+        document = collector.counts("homepage")          # GET .../counts with the read token
+        collector.kill(); collector.start()              # SIGKILL, then restart on the same port
+
+Attributes: ``url`` (``http://127.0.0.1:PORT``, no trailing slash), ``token`` (read token),
+``upload_token`` (``None`` unless asked), ``db_path``, ``registry`` (a
+:class:`~veil.shared.registry.Registry`), ``registry_path`` (its TOML file).
+Methods: ``start()``, ``stop()`` (SIGTERM, clean), ``kill()`` (SIGKILL), ``restart()``,
+``counts(metric, **query)`` and ``headers()`` (the read token's Authorization header).
+
+:data:`TEST_REGISTRY` has one metric of every kind, all with ``min_reports = 1`` except
+``rare`` (``min_reports = 50``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from veil.shared.registry import Registry
+
+TEST_REGISTRY_TOML = """\
+version = 1
+
+[metrics.homepage]
+kind = "string"
+description = "home page host"
+min_reports = 1
+k = 32
+h = 2
+m = 4
+p = 0.5
+q = 0.75
+f = 0.5
+
+[metrics.browser]
+kind = "category"
+min_reports = 1
+categories = ["firefox", "chrome", "safari", "other"]
+
+[metrics.dark_mode]
+kind = "boolean"
+min_reports = 1
+
+[metrics.load_time]
+kind = "number"
+min_reports = 1
+low = 0.0
+high = 10.0
+mechanism = "laplace"
+epsilon = 1.0
+
+[metrics.battery]
+kind = "number"
+min_reports = 1
+low = 0.0
+high = 100.0
+mechanism = "1bitmean"
+epsilon = 1.0
+
+[metrics.latency]
+kind = "number"
+min_reports = 1
+low = 0.0
+high = 1.0
+mechanism = "gaussian"
+epsilon = 1.0
+delta = 1e-6
+
+[metrics.rare]
+kind = "string"
+min_reports = 50
+k = 16
+h = 2
+m = 2
+"""
+TEST_REGISTRY = Registry.from_toml(TEST_REGISTRY_TOML)
+START_TIMEOUT = 30.0
+
+
+class CollectorHandle:
+    """A collector under test: where it listens, its credentials, and its lifecycle."""
+
+    def __init__(self, workdir: Path, registry: Registry, *, upload_token: str | None = None,
+                 threads: int = 4, max_reports: int | None = None,
+                 max_body_bytes: int | None = None) -> None:
+        self.workdir = workdir
+        self.registry = registry
+        self.registry_path = workdir / "metrics.toml"
+        self.registry_path.write_text(registry.to_toml(), encoding="utf-8")
+        self.db_path = workdir / "veil.db"
+        self.token = secrets.token_hex(16)
+        self.upload_token = upload_token
+        self.threads = threads
+        self.max_reports = max_reports
+        self.max_body_bytes = max_body_bytes
+        self.port = 0
+        self.url = ""
+        self.process: subprocess.Popen[str] | None = None
+        self._stop_thread: Callable[[], None] | None = None
+
+    def command(self) -> list[str]:
+        """The ``veil serve`` command line (port 0 on first start, then the same port)."""
+        cmd = [sys.executable, "-m", "veil.server.cli", "serve",
+               "--config", str(self.registry_path), "--db", str(self.db_path),
+               "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(self.threads),
+               "--read-token", self.token]
+        if self.upload_token:
+            cmd += ["--upload-token", self.upload_token]
+        if self.max_reports:
+            cmd += ["--max-reports", str(self.max_reports)]
+        if self.max_body_bytes:
+            cmd += ["--max-body-bytes", str(self.max_body_bytes)]
+        return cmd
+
+    def start(self) -> None:
+        """Start ``veil serve`` and wait until it prints its URL and answers /readyz."""
+        assert self.process is None, "already running"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("VEIL_READ_TOKEN", None)
+        env.pop("VEIL_UPLOAD_TOKEN", None)
+        log = (self.workdir / "serve.log").open("a")
+        process = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, text=True,
+                                   env=env)
+        log.close()
+        self.process = process
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if "listening on " not in line:
+            process.kill()
+            process.wait()
+            self.process = None
+            raise RuntimeError(f"veil serve did not start: {line!r}; see {self.workdir / 'serve.log'}")
+        self.url = line.rsplit(" ", 1)[1].strip()
+        self.port = int(self.url.rsplit(":", 1)[1])
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                if requests.get(self.url + "/readyz", timeout=5).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("collector did not become ready")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """Clean shutdown with SIGTERM; returns the exit code (``None`` if not running)."""
+        if self._stop_thread is not None:
+            self._stop_thread()
+            self._stop_thread = None
+            return 0
+        process, self.process = self.process, None
+        if process is None:
+            return None
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        finally:
+            if process.stdout:
+                process.stdout.close()
+
+    def kill(self) -> None:
+        """SIGKILL the server process, as a crash would."""
+        process, self.process = self.process, None
+        assert process is not None, "not running"
+        process.kill()
+        process.wait()
+        if process.stdout:
+            process.stdout.close()
+
+    def restart(self) -> None:
+        """Stop cleanly, then start again on the same port with the same database."""
+        self.stop()
+        self.start()
+
+    def headers(self) -> dict[str, str]:
+        """The Authorization header carrying the read token."""
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def counts(self, metric: str, **query: str) -> dict[str, Any]:
+        """GET the counts document of ``metric`` (raises for a non-200 answer)."""
+        response = requests.get(f"{self.url}/v1/metrics/{metric}/counts", params=query,
+                                headers=self.headers(), timeout=30)
+        response.raise_for_status()
+        return response.json()
+
+
+@pytest.fixture
+def test_registry() -> Registry:
+    """:data:`TEST_REGISTRY`: one metric of every kind."""
+    return TEST_REGISTRY
+
+
+@pytest.fixture
+def collector_factory(tmp_path: Path) -> Iterator[Callable[..., CollectorHandle]]:
+    """Start ``veil serve`` processes with options; all are stopped after the test."""
+    handles: list[CollectorHandle] = []
+
+    def make(registry: Registry = TEST_REGISTRY, **options: Any) -> CollectorHandle:
+        workdir = tmp_path / f"collector{len(handles)}"
+        workdir.mkdir()
+        handle = CollectorHandle(workdir, registry, **options)
+        handles.append(handle)
+        handle.start()
+        return handle
+
+    yield make
+    for handle in handles:
+        if handle.process is not None:
+            handle.process.kill()
+            handle.process.wait()
+            if handle.process.stdout:
+                handle.process.stdout.close()
+            handle.process = None
+
+
+@pytest.fixture
+def collector(collector_factory: Callable[..., CollectorHandle]) -> CollectorHandle:
+    """A running ``veil serve`` with :data:`TEST_REGISTRY`, a read token and open uploads."""
+    return collector_factory()
+
+
+@pytest.fixture
+def live_collector(tmp_path: Path) -> Iterator[CollectorHandle]:
+    """The collector app served in-process by a threaded werkzeug server on 127.0.0.1."""
+    from werkzeug.serving import make_server
+
+    from veil.server.app import EXTENSION, create_app
+
+    handle = CollectorHandle(tmp_path, TEST_REGISTRY)
+    app = create_app({"REGISTRY": TEST_REGISTRY, "DATABASE": handle.db_path,
+                      "READ_TOKENS": [handle.token]})
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="live-collector", daemon=True)
+    thread.start()
+    handle.port = server.server_port
+    handle.url = f"http://127.0.0.1:{handle.port}"
+
+    def stop() -> None:
+        server.shutdown()
+        thread.join(10)
+        server.server_close()
+        app.extensions[EXTENSION].storage.close()
+
+    handle._stop_thread = stop
+    yield handle
+    handle.stop()
