@@ -1,1 +1,44 @@
-"""Offline analysis: decode frequencies and means with standard errors."""
+"""Offline analysis: decode frequencies and means with standard errors.
+
+The public names load lazily, so importing this package (as the ``veil``
+command does to list its subcommands) does not pull in NumPy or SciPy.
+
+>>> from veil.server.analysis import StringDecoder, decode_counts, read_rappor_files, build_map
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "StringDecoder": "veil.server.analysis.strings",
+    "StringFit": "veil.server.analysis.strings",
+    "build_map": "veil.server.analysis.candidate_map",
+    "read_candidates": "veil.server.analysis.candidate_map",
+    "DecodeResult": "veil.server.analysis.results",
+    "decode_counts": "veil.server.analysis.decode",
+    "decode_category": "veil.server.analysis.closed_form",
+    "decode_boolean": "veil.server.analysis.closed_form",
+    "decode_number": "veil.server.analysis.closed_form",
+    "CountsArrays": "veil.server.analysis.counts",
+    "counts_arrays": "veil.server.analysis.counts",
+    "counts_document": "veil.server.analysis.counts",
+    "RapporFiles": "veil.server.analysis.rappor_files",
+    "read_rappor_files": "veil.server.analysis.rappor_files",
+    "read_params": "veil.server.analysis.rappor_files",
+    "read_counts": "veil.server.analysis.rappor_files",
+    "read_map": "veil.server.analysis.rappor_files",
+    "write_params": "veil.server.analysis.rappor_files",
+    "write_counts": "veil.server.analysis.rappor_files",
+    "write_map": "veil.server.analysis.rappor_files",
+    "simulate_string_counts": "veil.server.analysis.synthetic",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,146 @@
+"""``veil decode`` and ``veil map``: the analysis from the command line.
+
+Heavy dependencies (NumPy, SciPy, scikit-learn, matplotlib) load inside the
+``run`` functions so that ``veil --help`` works with the light install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from veil.shared.errors import ParameterError
+
+
+def configure_decode(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil decode``."""
+    files = parser.add_argument_group("google/rappor files")
+    files.add_argument("--params", help="params.csv (header k,h,m,p,q,f)")
+    files.add_argument("--counts", help="counts.csv (one row per cohort: reports, then bit counts)")
+    files.add_argument("--map", help="map.csv (candidate, then m*h 1-based bit indices)")
+    live = parser.add_argument_group("collected data")
+    live.add_argument("--server", help="collector base URL, e.g. https://telemetry.example.org")
+    live.add_argument("--token", help="read token for --server")
+    live.add_argument("--db", help="a collector's SQLite file")
+    live.add_argument("--metric", help="metric name (with --server or --db)")
+    live.add_argument("--start", help="first day, YYYY-MM-DD (UTC, inclusive)")
+    live.add_argument("--end", help="last day, YYYY-MM-DD (UTC, inclusive)")
+    parser.add_argument(
+        "--candidates", help="candidate strings, one per line (string metrics; instead of --map)"
+    )
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--correction", default="bonferroni", choices=["bonferroni", "bh", "none"],
+        help="multiple-testing correction for detected strings (default: bonferroni)",
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=0.05, help="family-wise error (bonferroni) or false "
+        "discovery rate (bh) for detected strings (default: 0.05)",
+    )
+    parser.add_argument(
+        "--no-background", action="store_true",
+        help="do not model values missing from the candidate list (google/rappor's model)",
+    )
+    parser.add_argument("--top", type=int, default=30, help="rows in the chart (default: 30)")
+
+
+def run_decode(args: argparse.Namespace) -> int:
+    """Decode counts from files, a collector or its database, and write the outputs."""
+    from veil.server.analysis.candidate_map import read_candidates
+    from veil.server.analysis.decode import decode_counts
+    from veil.server.analysis.report import write_outputs
+
+    sources = [bool(args.params or args.counts), bool(args.server), bool(args.db)]
+    if sum(sources) != 1:
+        raise ParameterError(
+            "source",
+            "give exactly one source: --params/--counts (google/rappor files), --server URL, "
+            "or --db PATH",
+        )
+    candidates = candidate_map = None
+    if args.params or args.counts:
+        from veil.server.analysis.rappor_files import read_rappor_files
+
+        if not (args.params and args.counts):
+            raise ParameterError("params", "--params and --counts go together")
+        if args.map and args.candidates:
+            raise ParameterError("map", "give --map or --candidates, not both")
+        if not (args.map or args.candidates):
+            raise ParameterError("map", "give the candidates: --map map.csv or --candidates FILE")
+        files = read_rappor_files(args.params, args.counts, args.map)
+        document = files.counts
+        source = args.counts
+        candidates, candidate_map = files.candidates, files.candidate_map
+    else:
+        from veil.server.analysis.sources import db_counts, fetch_counts
+
+        if not args.metric:
+            raise ParameterError("metric", "--metric NAME is required with --server or --db")
+        if args.server:
+            document = fetch_counts(args.server, args.token, args.metric, args.start, args.end)
+            source = f"{args.server} metric {args.metric}"
+        else:
+            document = db_counts(args.db, args.metric, args.start, args.end)
+            source = f"{args.db} metric {args.metric}"
+        if args.map:
+            raise ParameterError("map", "--map goes with --params/--counts; use --candidates")
+    if args.candidates:
+        candidates = read_candidates(args.candidates)
+    result = decode_counts(
+        document,
+        candidates,
+        candidate_map,
+        correction=args.correction,
+        alpha=args.alpha,
+        background=not args.no_background,
+        source=source,
+    )
+    paths = write_outputs(result, args.out, args.top)
+    summary = result.summary
+    if result.kind == "string":
+        line = (
+            f"{summary['detected']} of {summary['candidates']} candidates detected "
+            f"({summary['allocated_proportion']:.1%} of reports)"
+        )
+    elif result.kind == "number":
+        row = result.rows[0]
+        line = f"mean {row['estimate']:.6g} \u00b1 {row['std_error']:.3g} (standard error)"
+    else:
+        line = f"{len(result.rows)} {result.kind} estimates"
+    print(f"{summary['reports']:,} reports: {line}; wrote {paths['results']}, "
+          f"{paths['summary'].name}, {paths['chart'].name}")
+    return 0
+
+
+def configure_map(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil map``."""
+    parser.add_argument("--params", required=True, help="params.csv (header k,h,m,p,q,f)")
+    parser.add_argument("--candidates", required=True, help="candidate strings, one per line")
+    parser.add_argument("--out", help="output file (default: standard output)")
+
+
+def run_map(args: argparse.Namespace) -> int:
+    """Write a google/rappor map.csv for the candidates with Veil's hashing."""
+    from veil.server.analysis.candidate_map import read_candidates
+    from veil.server.analysis.rappor_files import read_params, write_map
+
+    params = read_params(args.params)
+    candidates = read_candidates(args.candidates)
+    write_map(params, candidates, args.out or sys.stdout)
+    return 0
+
+
+COMMANDS = [
+    (
+        "decode",
+        "decode string frequencies, category shares, yes-shares or means with error bars",
+        configure_decode,
+        run_decode,
+    ),
+    (
+        "map",
+        "write a google/rappor map.csv for candidate strings with Veil's hashing",
+        configure_map,
+        run_map,
+    ),
+]

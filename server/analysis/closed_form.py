@@ -1,0 +1,171 @@
+"""Closed-form unbiased estimators for categories, booleans and bounded numbers.
+
+Each takes the validated counts (:class:`~veil.server.analysis.counts.CountsArrays`)
+and returns a :class:`~veil.server.analysis.results.DecodeResult`. Standard
+errors treat reports as independent draws from the population, the same model
+as the string decoder.
+
+* Categories (basic RAPPOR, one bit per category): the share with category
+  ``i`` is ``(c_i / N - p*) / (q* - p*)``, variance ``rho (1 - rho) / (N (q* - p*)^2)``
+  with ``rho = c_i / N`` (smoothed, clipped to ``[p*, q*]``).
+* Booleans (Warner): with ``P(yes | false) = y0`` and ``P(yes | true) = y1``,
+  ``share_true = (mean - y0) / (y1 - y0)``, variance ``mean (1 - mean) / (N (y1 - y0)^2)``.
+* Numbers, laplace/gaussian: the mean of the reports (the noise has mean zero),
+  standard error ``sqrt(s^2 / N)`` from the empirical variance of the reports.
+* Numbers, 1bitmean: ``E[bit] = (N0 + t (Ns - N0)) / 2^32`` for the mean grid
+  position ``t`` in [0, 1], inverted and mapped to ``[low, high]``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from veil.server.analysis.counts import CountsArrays
+from veil.server.analysis.results import FREQUENCY_COLUMNS, NUMBER_COLUMNS, DecodeResult
+from veil.server.analysis.stats import check_level, one_sided_p_values, z_quantile
+from veil.shared.bits import PROB_ONE
+from veil.shared.errors import ParameterError
+from veil.shared.kinds import BooleanParams, CategoryParams, NumberParams
+
+
+def _require_reports(counts: CountsArrays, minimum: int = 1) -> int:
+    total = counts.total_reports
+    if total < minimum:
+        what = "no reports" if total == 0 else f"only {total} report(s)"
+        raise ParameterError(
+            "counts",
+            f"{counts.source}: metric {counts.metric or '(unnamed)'} has {what}; "
+            f"need at least {minimum} to estimate",
+        )
+    return total
+
+
+def _base_summary(counts: CountsArrays, started: float, confidence: float) -> dict[str, Any]:
+    params = counts.params
+    return {
+        "kind": params.kind,
+        "metric": counts.metric,
+        "reports": counts.total_reports,
+        "start": counts.start,
+        "end": counts.end,
+        "confidence": confidence,
+        "params": params.to_dict(),
+        "epsilon_1": params.epsilon_1,
+        "epsilon_inf": params.epsilon_inf,
+        "elapsed_seconds": time.perf_counter() - started,
+    }
+
+
+def _share_rows(
+    labels: list[str], share: np.ndarray, se: np.ndarray, total: int, z: float
+) -> list[dict[str, Any]]:
+    p_values = one_sided_p_values(share, se)
+    return [
+        {
+            "string": label,
+            "estimate": float(share[i] * total),
+            "std_error": float(se[i] * total),
+            "proportion": float(share[i]),
+            "prop_std_error": float(se[i]),
+            "prop_low_95": float(max(share[i] - z * se[i], 0.0)),
+            "prop_high_95": float(min(share[i] + z * se[i], 1.0)),
+            "p_value": float(p_values[i]),
+        }
+        for i, label in enumerate(labels)
+    ]
+
+
+def decode_category(counts: CountsArrays, confidence: float = 0.95) -> DecodeResult:
+    """Share of reports in each category, with standard errors and intervals."""
+    started = time.perf_counter()
+    confidence = check_level(confidence, "confidence")
+    params = counts.params
+    if not isinstance(params, CategoryParams):
+        raise ParameterError("params", "decode_category needs CategoryParams")
+    total = _require_reports(counts)
+    p_star, q_star = params.effective_probs
+    spread = q_star - p_star
+    if not spread > 0:
+        raise ParameterError(
+            "f", f"with f={params.f} the reports carry no information (p* = q*); use f < 1"
+        )
+    ones = counts.ones.reshape(-1).astype(float)
+    share = (ones / total - p_star) / spread
+    rho = np.clip((ones + 0.5) / (total + 1.0), p_star, q_star)
+    se = np.sqrt(rho * (1 - rho) / (total * spread**2))
+    rows = _share_rows(list(params.categories), share, se, total, z_quantile(confidence))
+    summary = _base_summary(counts, started, confidence)
+    summary.update(
+        {
+            "categories": params.k,
+            "allocated_proportion": float(share.sum()),
+            "allocated_proportion_std_error": float(np.sqrt(np.sum(se**2))),
+            "p_star": p_star,
+            "q_star": q_star,
+        }
+    )
+    return DecodeResult("category", FREQUENCY_COLUMNS, rows, summary)
+
+
+def decode_boolean(counts: CountsArrays, confidence: float = 0.95) -> DecodeResult:
+    """Share of true answers (and of false ones), Warner's estimator."""
+    started = time.perf_counter()
+    confidence = check_level(confidence, "confidence")
+    params = counts.params
+    if not isinstance(params, BooleanParams):
+        raise ParameterError("params", "decode_boolean needs BooleanParams")
+    total = _require_reports(counts)
+    yes_if_false, yes_if_true = params.yes_probs
+    spread = yes_if_true - yes_if_false
+    if not spread > 0:
+        raise ParameterError("alpha", "with alpha=0 the answers carry no information; use alpha > 0")
+    mean = float(counts.ones[0]) / total
+    share_true = (mean - yes_if_false) / spread
+    se = float(np.sqrt(mean * (1 - mean) / (total * spread**2)))
+    share = np.array([share_true, 1 - share_true])
+    rows = _share_rows(["true", "false"], share, np.array([se, se]), total, z_quantile(confidence))
+    summary = _base_summary(counts, started, confidence)
+    summary.update({"yes_share": mean, "yes_if_false": yes_if_false, "yes_if_true": yes_if_true})
+    return DecodeResult("boolean", FREQUENCY_COLUMNS, rows, summary)
+
+
+def decode_number(counts: CountsArrays, confidence: float = 0.95) -> DecodeResult:
+    """Mean of the (clipped, grid-rounded) values, with standard error and interval."""
+    started = time.perf_counter()
+    confidence = check_level(confidence, "confidence")
+    params = counts.params
+    if not isinstance(params, NumberParams):
+        raise ParameterError("params", "decode_number needs NumberParams")
+    z = z_quantile(confidence)
+    width = params.high - params.low
+    summary = _base_summary(counts, started, confidence)
+    if params.mechanism == "1bitmean":
+        total = _require_reports(counts)
+        low_num, high_num = params.one_bit_numerator(0), params.one_bit_numerator(params.resolution)
+        spread = (high_num - low_num) / PROB_ONE
+        share = float(counts.ones[0]) / total
+        position = (share - low_num / PROB_ONE) / spread
+        mean = params.low + width * position
+        se = width * float(np.sqrt(share * (1 - share) / total)) / spread
+        summary.update({"one_share": share, "noise_variance": None})
+    else:
+        total = _require_reports(counts, 2)
+        sum_, sum_sq = float(counts.sums[0]), float(counts.sum_squares[0])
+        mean = sum_ / total
+        variance = max(sum_sq - sum_ * mean, 0.0) / (total - 1)
+        se = float(np.sqrt(variance / total))
+        summary.update(
+            {"report_variance": variance, "noise_variance": params.noise_variance()}
+        )
+    row = {
+        "statistic": "mean",
+        "estimate": float(mean),
+        "std_error": se,
+        "low_95": float(max(mean - z * se, params.low)),
+        "high_95": float(min(mean + z * se, params.high)),
+    }
+    summary.update({"mechanism": params.mechanism, "low": params.low, "high": params.high})
+    return DecodeResult("number", NUMBER_COLUMNS, [row], summary)

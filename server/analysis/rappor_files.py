@@ -1,0 +1,235 @@
+"""google/rappor's interchange files: ``params.csv``, ``counts.csv`` and ``map.csv``.
+
+* ``params.csv``: header ``k,h,m,p,q,f`` (quoted or not), one row.
+* ``counts.csv``: no header, ``m`` rows in cohort order; column 1 is the number
+  of reports in the cohort, then the count of set bits for bit 0..k-1.
+* ``map.csv``: no header; a candidate, then its ``m*h`` 1-based indices
+  ``cohort*k + bit + 1`` (cohort 0..m-1, hash 0..h-1). Empty fields are
+  ignored (google/rappor's R tools leave them where hashes collide).
+
+Readers accept files written by google/rappor unchanged and name the file and
+the sizes when dimensions disagree.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from veil.server.analysis.candidate_map import bloom_index_array
+from veil.server.analysis.counts import counts_document
+from veil.shared.errors import ParameterError
+from veil.shared.kinds import StringParams
+
+PARAMS_HEADER = ["k", "h", "m", "p", "q", "f"]
+
+PathOrFile = str | Path | IO[str]
+
+
+def _rows(source: PathOrFile, what: str) -> tuple[str, list[list[str]]]:
+    """The CSV rows of a file (path or open text file) and a name for errors."""
+    if isinstance(source, str | Path):
+        name = str(source)
+        try:
+            with open(source, newline="", encoding="utf-8") as handle:
+                return name, list(csv.reader(handle))
+        except OSError as exc:
+            raise ParameterError(what, f"cannot read {what} file {name}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ParameterError(what, f"{name}: not UTF-8 text (byte {exc.start})") from None
+        except csv.Error as exc:
+            raise ParameterError(what, f"{name}: not valid CSV: {exc}") from None
+    name = getattr(source, "name", f"<{what}>")
+    return str(name), list(csv.reader(source))
+
+
+def _open_out(target: PathOrFile) -> tuple[IO[str], bool]:
+    if isinstance(target, str | Path):
+        return open(target, "w", newline="", encoding="utf-8"), True
+    return target, False
+
+
+def read_params(source: PathOrFile) -> StringParams:
+    """Parse ``params.csv`` into :class:`StringParams`."""
+    name, rows = _rows(source, "params")
+    rows = [row for row in rows if any(cell.strip() for cell in row)]
+    if len(rows) != 2:
+        raise ParameterError(
+            "params", f"{name}: expected a header k,h,m,p,q,f and one row; got {len(rows)} line(s)"
+        )
+    header = [cell.strip() for cell in rows[0]]
+    if header != PARAMS_HEADER:
+        raise ParameterError("params", f"{name}: header must be k,h,m,p,q,f; got {','.join(header)}")
+    values = [cell.strip() for cell in rows[1]]
+    if len(values) != 6:
+        raise ParameterError("params", f"{name}: the row has {len(values)} fields; expected 6")
+    parsed: dict[str, Any] = {}
+    for key, text in zip(PARAMS_HEADER, values, strict=True):
+        try:
+            parsed[key] = int(text) if key in "khm" else float(text)
+        except ValueError:
+            kind = "an integer" if key in "khm" else "a number"
+            raise ParameterError(key, f"{name}: {key} must be {kind}; got {text!r}") from None
+    try:
+        return StringParams(**parsed)
+    except ParameterError as exc:
+        raise ParameterError(exc.field, f"{name}: {exc}") from None
+
+
+def write_params(params: StringParams, target: PathOrFile) -> None:
+    """Write ``params.csv`` (unquoted header, one row)."""
+    handle, close = _open_out(target)
+    try:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(PARAMS_HEADER)
+        writer.writerow([params.k, params.h, params.m, params.p, params.q, params.f])
+    finally:
+        if close:
+            handle.close()
+
+
+def read_counts(
+    source: PathOrFile, params: StringParams | None = None, params_name: str = "params"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Parse ``counts.csv`` into ``(reports per cohort, ones per cohort and bit)``."""
+    name, rows = _rows(source, "counts")
+    rows = [row for row in rows if any(cell.strip() for cell in row)]
+    if not rows:
+        raise ParameterError("counts", f"{name}: the file has no rows")
+    widths = {len(row) for row in rows}
+    if len(widths) != 1:
+        raise ParameterError(
+            "counts", f"{name}: rows have different numbers of fields ({sorted(widths)})"
+        )
+    try:
+        table = np.array([[int(cell) for cell in row] for row in rows], dtype=np.int64)
+    except ValueError as exc:
+        raise ParameterError("counts", f"{name}: every field must be an integer count ({exc})") from None
+    if params is not None:
+        if table.shape[0] != params.m:
+            raise ParameterError(
+                "counts",
+                f"{name} has {table.shape[0]} rows but {params_name} says m={params.m} cohorts",
+            )
+        if table.shape[1] != params.k + 1:
+            raise ParameterError(
+                "counts",
+                f"{name} has {table.shape[1]} columns but {params_name} says k={params.k} "
+                f"(expected 1 + k = {params.k + 1}: reports, then one count per bit)",
+            )
+    if np.any(table < 0):
+        raise ParameterError("counts", f"{name}: counts must not be negative")
+    return table[:, 0].copy(), table[:, 1:].copy()
+
+
+def write_counts(reports: np.ndarray, ones: np.ndarray, target: PathOrFile) -> None:
+    """Write ``counts.csv`` (no header)."""
+    handle, close = _open_out(target)
+    try:
+        writer = csv.writer(handle, lineterminator="\n")
+        for n, row in zip(np.asarray(reports), np.asarray(ones), strict=True):
+            writer.writerow([int(n), *(int(v) for v in row)])
+    finally:
+        if close:
+            handle.close()
+
+
+def read_map(
+    source: PathOrFile, params: StringParams, params_name: str = "params"
+) -> tuple[list[str], sp.csc_matrix]:
+    """Parse ``map.csv`` into candidates and a 0/1 CSC map of shape ``(m*k, n)``."""
+    name, rows = _rows(source, "map")
+    rows = [row for row in rows if row and any(cell.strip() for cell in row)]
+    if not rows:
+        raise ParameterError("map", f"{name}: the file lists no candidates")
+    size = params.m * params.k
+    candidates: list[str] = []
+    row_index: list[np.ndarray] = []
+    for line, row in enumerate(rows, start=1):
+        candidates.append(row[0])
+        try:
+            indices = np.array([int(cell) for cell in row[1:] if cell.strip()], dtype=np.int64)
+        except ValueError:
+            raise ParameterError("map", f"{name} line {line}: indices must be integers") from None
+        if indices.size > params.m * params.h:
+            raise ParameterError(
+                "map",
+                f"{name} line {line} has {indices.size} indices but {params_name} says "
+                f"m*h = {params.m}*{params.h} = {params.m * params.h}",
+            )
+        if indices.size and (indices.min() < 1 or indices.max() > size):
+            raise ParameterError(
+                "map",
+                f"{name} line {line}: index {int(indices.max() if indices.max() > size else indices.min())} "
+                f"is outside 1..m*k = 1..{size} ({params_name}: m={params.m}, k={params.k})",
+            )
+        row_index.append(np.unique(indices - 1))
+    if len(set(candidates)) != len(candidates):
+        seen: set[str] = set()
+        duplicate = next(c for c in candidates if c in seen or seen.add(c))
+        raise ParameterError("map", f"{name}: candidate {duplicate!r} is listed twice")
+    counts = np.array([r.size for r in row_index], dtype=np.int64)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    data = np.concatenate(row_index) if row_index else np.zeros(0, dtype=np.int64)
+    matrix = sp.csc_matrix((np.ones(data.size), data, indptr), shape=(size, len(candidates)))
+    return candidates, matrix
+
+
+def write_map(
+    params: StringParams,
+    candidates: Sequence[str],
+    target: PathOrFile,
+    progress: bool | None = None,
+) -> None:
+    """Write ``map.csv`` for ``candidates`` with Veil's hashing (all ``m*h`` indices)."""
+    indices = bloom_index_array(params, candidates, progress)
+    offsets = (np.arange(params.m, dtype=np.int64) * params.k)[None, :, None]
+    one_based = (indices + offsets + 1).reshape(len(candidates), -1)
+    handle, close = _open_out(target)
+    try:
+        writer = csv.writer(handle, lineterminator="\n")
+        for candidate, row in zip(candidates, one_based.tolist(), strict=True):
+            writer.writerow([candidate, *row])
+    finally:
+        if close:
+            handle.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class RapporFiles:
+    """google/rappor inputs read together: parameters, counts document, and the map."""
+
+    params: StringParams
+    counts: dict[str, Any]
+    reports: np.ndarray
+    ones: np.ndarray
+    candidates: list[str] | None
+    candidate_map: sp.csc_matrix | None
+
+
+def read_rappor_files(
+    params: PathOrFile, counts: PathOrFile, map: PathOrFile | None = None
+) -> RapporFiles:
+    """Read ``params.csv``, ``counts.csv`` and (optionally) ``map.csv`` and check they agree."""
+    params_name = str(params) if isinstance(params, str | Path) else "params"
+    parsed = read_params(params)
+    reports, ones = read_counts(counts, parsed, params_name)
+    candidates = candidate_map = None
+    if map is not None:
+        candidates, candidate_map = read_map(map, parsed, params_name)
+    document = counts_document(parsed, reports, ones, metric="rappor")
+    return RapporFiles(parsed, document, reports, ones, candidates, candidate_map)
+
+
+def params_csv_text(params: StringParams) -> str:
+    """``params.csv`` as a string."""
+    buffer = io.StringIO()
+    write_params(params, buffer)
+    return buffer.getvalue()

@@ -1,0 +1,91 @@
+"""Write a decoded result to a directory: ``results.csv``, ``summary.json``, ``estimates.png``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from veil.server.analysis.results import DecodeResult
+from veil.shared.errors import ParameterError
+
+#: how many rows the chart shows at most
+TOP = 30
+
+
+def write_outputs(result: DecodeResult, out_dir: str | Path, top: int = TOP) -> dict[str, Path]:
+    """Write the three files into ``out_dir`` (created if needed); return their paths."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ParameterError("out", f"cannot create output directory {out}: {exc.strerror}") from None
+    paths = {
+        "results": out / "results.csv",
+        "summary": out / "summary.json",
+        "chart": out / "estimates.png",
+    }
+    result.write_csv(paths["results"])
+    result.write_summary(paths["summary"])
+    plot_estimates(result, paths["chart"], top)
+    return paths
+
+
+def _title(result: DecodeResult) -> str:
+    summary = result.summary
+    name = summary.get("metric") or "decoded"
+    title = (
+        f"{name}: {summary['reports']:,} reports, "
+        f"\u03b5\u2081 = {summary['epsilon_1']:.3g}, \u03b5\u221e = {summary['epsilon_inf']:.3g}"
+    )
+    if result.kind == "string":
+        title += (
+            f"\n{summary['detected']} of {summary['candidates']:,} candidates detected "
+            f"({summary['correction']}, \u03b1 = {summary['alpha']:g}), "
+            f"detectable from \u2248 {summary['min_detectable_proportion']:.2%}"
+        )
+    return title
+
+
+def plot_estimates(result: DecodeResult, path: str | Path, top: int = TOP) -> None:
+    """A chart of the estimates with their 95% intervals (top ``top`` rows)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result.rows[:top]
+    if result.kind == "number":
+        fig, ax = plt.subplots(figsize=(7, 2.2))
+        row = rows[0]
+        ax.errorbar(
+            [row["estimate"]], [0], xerr=[[row["estimate"] - row["low_95"]], [row["high_95"] - row["estimate"]]],
+            fmt="o", color="tab:blue", capsize=6,
+        )
+        ax.set_yticks([0], ["mean"])
+        ax.set_xlim(result.summary["low"], result.summary["high"])
+        ax.set_xlabel("value (95% interval)")
+    else:
+        height = max(2.0, 0.32 * len(rows) + 1.3)
+        fig, ax = plt.subplots(figsize=(9, height))
+        if rows:
+            labels = [_short(str(row["string"])) for row in rows]
+            positions = list(range(len(rows)))[::-1]
+            values = [row["proportion"] for row in rows]
+            lows = [row["proportion"] - row["prop_low_95"] for row in rows]
+            highs = [row["prop_high_95"] - row["proportion"] for row in rows]
+            ax.barh(positions, values, color="tab:blue", alpha=0.35)
+            ax.errorbar(values, positions, xerr=[lows, highs], fmt="o", color="tab:blue", capsize=3)
+            ax.set_yticks(positions, labels)
+            ax.set_xlim(left=0)
+        else:
+            ax.text(0.5, 0.5, "no string detected", ha="center", va="center", transform=ax.transAxes)
+            ax.set_yticks([])
+        ax.set_xlabel("share of reports (95% interval)")
+        ax.grid(axis="x", alpha=0.3)
+    ax.set_title(_title(result), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _short(label: str, width: int = 40) -> str:
+    return label if len(label) <= width else label[: width - 1] + "\u2026"

@@ -1,0 +1,88 @@
+"""The decoded result: a table (rows of dicts, or a NumPy record array) and a summary."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: results.csv columns for strings and categories: google/rappor's plus ``p_value``
+FREQUENCY_COLUMNS = (
+    "string",
+    "estimate",
+    "std_error",
+    "proportion",
+    "prop_std_error",
+    "prop_low_95",
+    "prop_high_95",
+    "p_value",
+)
+#: results.csv columns for numbers (one row per statistic)
+NUMBER_COLUMNS = ("statistic", "estimate", "std_error", "low_95", "high_95")
+
+
+@dataclasses.dataclass
+class DecodeResult:
+    """What a decoder found: ``rows`` (one dict per string, category or statistic,
+    keyed by ``columns``) and ``summary`` (sample size, privacy cost, fit quality)."""
+
+    kind: str
+    columns: tuple[str, ...]
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+    def to_records(self) -> np.recarray:
+        """The rows as a NumPy record array (text column first, then floats)."""
+        first = self.columns[0]
+        width = max([len(str(row[first])) for row in self.rows] + [1])
+        dtype = [(first, f"U{width}")] + [(name, "f8") for name in self.columns[1:]]
+        values = [
+            tuple([str(row[first])] + [_float(row[name]) for name in self.columns[1:]])
+            for row in self.rows
+        ]
+        return np.rec.array(np.array(values, dtype=dtype))
+
+    def column(self, name: str) -> list[Any]:
+        """One column as a list."""
+        return [row[name] for row in self.rows]
+
+    def write_csv(self, path: str | Path) -> None:
+        """Write the rows as CSV with a header (full float precision)."""
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(self.columns)
+            for row in self.rows:
+                writer.writerow([_csv_value(row[name]) for name in self.columns])
+
+    def write_summary(self, path: str | Path) -> None:
+        """Write the summary as indented JSON."""
+        Path(path).write_text(json.dumps(_jsonable(self.summary), indent=2) + "\n", encoding="utf-8")
+
+
+def _float(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
