@@ -1,0 +1,219 @@
+"""Privacy accounting for one installation: the worst-case epsilon spent so far.
+
+Every encoder memoizes its randomized response per *memo key* (the value, or
+for numbers its grid point), so what a metric has revealed depends only on
+which keys were reported and whether each was reported once or more:
+
+* a key reported exactly once costs ``epsilon_1`` (one report; never more than
+  ``epsilon_inf``, since that report is a post-processing of the memoized response);
+* a key reported two or more times costs ``epsilon_inf``, the bound memoization
+  gives for any number of reports of one value. (Reports of one key share the
+  memoized response, so they are not independent mechanisms and
+  ``n * epsilon_1`` would not be a valid bound.)
+
+A metric's cost is the sum over its distinct keys (sequential composition over
+the distinct values one person reported), and the installation's total is the
+sequential composition over metrics. If a metric's parameters change, reports
+under the old and the new parameters are separate mechanisms and add up.
+
+The ledger lives in the state database and is read and written inside the
+same transaction that queues the report, so it stays exact even when several
+processes share one state directory. Keys are stored only as
+``HMAC-SHA256(ledger_key, metric || 0x00 || memo_key)`` with a ledger key
+derived from the installation secret, never as raw values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import math
+import sqlite3
+from collections.abc import Iterable
+from fractions import Fraction
+
+from veil.client.randomness import DOMAIN
+from veil.shared.privacy import sequential
+from veil.shared.registry import Metric
+
+#: memo-key digests kept in memory (recomputed on a miss)
+DIGEST_CACHE_SIZE = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacySpent:
+    """Worst-case epsilon spent so far: per metric and in total (sequential composition)."""
+
+    per_metric: dict[str, float]
+    total: float
+    budget: float | None
+
+    @property
+    def remaining(self) -> float | None:
+        """What is left of the budget (``None`` without a budget)."""
+        return None if self.budget is None else max(self.budget - self.total, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mechanism:
+    """One metric under one parameter set, with how many memo keys it has seen."""
+
+    fingerprint: str
+    metric: str
+    epsilon_1: float
+    epsilon_inf: float
+    once: int = 0
+    repeated: int = 0
+
+    def cost(self) -> Fraction | float:
+        """Exact worst-case epsilon of the keys seen (``inf`` if a mechanism has no bound)."""
+        single = min(self.epsilon_1, self.epsilon_inf)
+        if (self.once and math.isinf(single)) or (self.repeated and math.isinf(self.epsilon_inf)):
+            return math.inf
+        return Fraction(single) * self.once + Fraction(self.epsilon_inf) * self.repeated
+
+
+@dataclasses.dataclass(frozen=True)
+class Charge:
+    """What one more report changes: the mechanism's new tallies and the resulting epsilons."""
+
+    updated: Mechanism
+    digest: bytes
+    previous: int
+    total: float
+
+
+def upward(value: Fraction | float) -> float:
+    """``value`` as a float never below it."""
+    if isinstance(value, float):
+        return value
+    result = float(value)
+    if Fraction(result) < value:
+        result = math.nextafter(result, math.inf)
+    return result
+
+
+def compose(epsilons: Iterable[float]) -> float:
+    """Sequential composition over metrics (exactly 0 when nothing was reported)."""
+    values = list(epsilons)
+    return sequential(values) if any(values) else 0.0
+
+
+def per_metric(mechanisms: Iterable[Mechanism]) -> dict[str, float]:
+    """Each metric's worst-case epsilon: the sum over its parameter sets, rounded up."""
+    sums: dict[str, Fraction | float] = {}
+    for mechanism in mechanisms:
+        if mechanism.once or mechanism.repeated:
+            sums[mechanism.metric] = sums.get(mechanism.metric, Fraction(0)) + mechanism.cost()
+    return {metric: upward(value) for metric, value in sorted(sums.items())}
+
+
+def fingerprint(metric: Metric) -> str:
+    """A short stable identifier of a metric's name and parameters."""
+    text = json.dumps([metric.name, metric.params.to_dict()], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class PrivacyLedger:
+    """Prices each report from the memo-key tallies in the state database.
+
+    :meth:`charge` and :meth:`write` run inside the caller's write transaction
+    (``BEGIN IMMEDIATE``), together with the insert into the outbox.
+    """
+
+    def __init__(self, connection: sqlite3.Connection, secret: bytes, budget: float | None) -> None:
+        self.connection = connection
+        self.budget = budget
+        key = hmac.new(secret, DOMAIN + b"\0ledger", hashlib.sha256).digest()
+        self._mac = hmac.new(key, digestmod=hashlib.sha256)
+        self._digests: dict[tuple[str, bytes], bytes] = {}
+        self._fingerprints: dict[int, tuple[Metric, str]] = {}
+        #: keys known to be reported twice or more: later reports cost nothing more
+        self._saturated: set[tuple[str, bytes]] = set()
+
+    def digest(self, metric: str, memo_key: bytes) -> bytes:
+        """The stored form of a memo key: an HMAC, so the ledger never holds raw values."""
+        cache_key = (metric, memo_key)
+        found = self._digests.get(cache_key)
+        if found is None:
+            if len(self._digests) >= DIGEST_CACHE_SIZE:
+                self._digests.clear()
+            mac = self._mac.copy()
+            mac.update(metric.encode() + b"\0" + memo_key)
+            found = self._digests[cache_key] = mac.digest()
+        return found
+
+    def saturated(self, metric: Metric, memo_key: bytes) -> bool:
+        """True when ``memo_key`` is known to have been reported twice: more reports are free."""
+        return (self._fingerprint(metric), self.digest(metric.name, memo_key)) in self._saturated
+
+    def _fingerprint(self, metric: Metric) -> str:
+        cached = self._fingerprints.get(id(metric))
+        if cached is None or cached[0] is not metric:
+            cached = (metric, fingerprint(metric))
+            self._fingerprints[id(metric)] = cached
+        return cached[1]
+
+    def mechanisms(self) -> list[Mechanism]:
+        """Every metric and parameter set this installation has reported under."""
+        return [
+            Mechanism(*row)
+            for row in self.connection.execute(
+                "SELECT fingerprint, metric, epsilon_1, epsilon_inf, once_keys, repeated_keys "
+                "FROM mechanisms"
+            )
+        ]
+
+    def charge(self, metric: Metric, memo_key: bytes) -> Charge | None:
+        """Price one more report of ``memo_key``; ``None`` if it costs nothing more."""
+        fp = self._fingerprint(metric)
+        digest = self.digest(metric.name, memo_key)
+        if (fp, digest) in self._saturated:
+            return None
+        row = self.connection.execute(
+            "SELECT reports FROM ledger WHERE digest = ? AND params = ?", (digest, fp)
+        ).fetchone()
+        previous = row[0] if row else 0
+        if previous >= 2:
+            self._saturated.add((fp, digest))
+            return None
+        mechanisms = {m.fingerprint: m for m in self.mechanisms()}
+        current = mechanisms.get(fp) or Mechanism(
+            fp, metric.name, metric.params.epsilon_1, metric.params.epsilon_inf
+        )
+        if previous == 0:
+            updated = dataclasses.replace(current, once=current.once + 1)
+        else:
+            updated = dataclasses.replace(
+                current, once=current.once - 1, repeated=current.repeated + 1
+            )
+        mechanisms[fp] = updated
+        total = compose(per_metric(mechanisms.values()).values())
+        return Charge(updated, digest, previous, total)
+
+    def write(self, charge: Charge, metric: Metric) -> None:
+        """Store the charge (inside the caller's transaction, with the queued report)."""
+        m = charge.updated
+        self.connection.execute(
+            "INSERT INTO mechanisms VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) "
+            "DO UPDATE SET once_keys = excluded.once_keys, repeated_keys = excluded.repeated_keys",
+            (m.fingerprint, m.metric, json.dumps(metric.params.to_dict(), sort_keys=True),
+             m.epsilon_1, m.epsilon_inf, m.once, m.repeated),
+        )
+        self.connection.execute(
+            "INSERT INTO ledger (digest, params, metric, reports) VALUES (?, ?, ?, 1) "
+            "ON CONFLICT (digest, params) DO UPDATE SET reports = 2",
+            (charge.digest, m.fingerprint, m.metric),
+        )
+
+    def committed(self, charge: Charge) -> None:
+        """Note a charge whose transaction committed (saturated keys skip the lookup)."""
+        if charge.previous >= 1:
+            self._saturated.add((charge.updated.fingerprint, charge.digest))
+
+    def spent(self) -> PrivacySpent:
+        """Per-metric and total worst-case epsilon so far."""
+        metrics = per_metric(self.mechanisms())
+        return PrivacySpent(metrics, compose(metrics.values()), self.budget)

@@ -1,0 +1,451 @@
+"""The :class:`Client` applications embed: report values, flush them, see the privacy spent."""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import logging
+import math
+import os
+import secrets
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import requests
+
+from veil.client.accounting import PrivacyLedger, PrivacySpent
+from veil.client.encoders import make_encoder
+from veil.client.encoders.base import Encoder
+from veil.client.errors import BudgetExceededError, ClientClosedError, UnknownMetricError
+from veil.client.outbox import Outbox
+from veil.client.registry_source import resolve_registry
+from veil.client.state import cohort_seed, load_secret, open_database, prepare_directory
+from veil.client.transport import RetryPolicy, send_batch
+from veil.shared.errors import ParameterError
+from veil.shared.registry import Metric, Registry
+from veil.shared.wire import WIRE_VERSION, make_report, validate_report
+
+log = logging.getLogger("veil.client")
+
+MAX_BATCH_SIZE = 10_000
+_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
+@dataclasses.dataclass(frozen=True)
+class FlushResult:
+    """What one :meth:`Client.flush` did.
+
+    ``sent`` reports were answered by the collector: ``accepted`` new ones,
+    ``duplicates`` it already had (both leave the outbox), and ``rejected`` ones
+    it refused for good (dropped from the outbox, counted in
+    :attr:`Client.dropped`, and logged). ``remaining`` reports are still queued;
+    ``error`` says why the flush stopped early (``None`` when it emptied the outbox).
+    """
+
+    batches: int = 0
+    sent: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    remaining: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing went wrong (every claimed batch was acknowledged)."""
+        return self.error is None
+
+
+def _positive(name: str, value: Any, *, integer: bool = False, upper: float = math.inf) -> None:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not 0 < value <= upper:
+        what = "an integer" if integer else "a number"
+        bound = f" and at most {upper:g}" if math.isfinite(upper) else ""
+        raise ParameterError(name, f"{name} must be {what} greater than 0{bound}; got {value!r}")
+
+
+def _check_url(url: Any) -> str:
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ParameterError(
+            "url", f"url must be the collector's base URL, like 'https://veil.example.org'; got {url!r}"
+        )
+    return url.rstrip("/")
+
+
+class Client:
+    """Records values privately and uploads the randomized reports to a Veil collector.
+
+    ``Client(url, state_dir)`` fetches the metric registry from the collector
+    (or takes ``registry=``: a :class:`~veil.shared.registry.Registry` or a
+    TOML path) and keeps its installation secret, outbox and privacy ledger in
+    ``state_dir``. :meth:`report` never touches the network; :meth:`flush`
+    uploads, or ``background=True`` lets a daemon thread do it every
+    ``flush_interval`` seconds or ``batch_size`` reports. ``budget`` caps the
+    installation's total worst-case epsilon.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        state_dir: str | os.PathLike[str],
+        *,
+        registry: Registry | str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        budget: float | None = None,
+        background: bool = False,
+        batch_size: int = 500,
+        timeout: float = 10.0,
+        max_retries: int = 5,
+        flush_interval: float = 5.0,
+        max_batch_bytes: int = 1_000_000,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+    ) -> None:
+        self.url = _check_url(url)
+        if token is not None and (not isinstance(token, str) or not token or "\n" in token):
+            raise ParameterError("token", "token must be a non-empty string (or None for open collectors)")
+        if budget is not None:
+            _positive("budget", budget)
+        if not isinstance(background, bool):
+            raise ParameterError("background", f"background must be True or False; got {background!r}")
+        _positive("batch_size", batch_size, integer=True, upper=MAX_BATCH_SIZE)
+        _positive("timeout", timeout, upper=3600)
+        _positive("flush_interval", flush_interval, upper=86400)
+        _positive("max_batch_bytes", max_batch_bytes, integer=True)
+        _positive("backoff_base", backoff_base, upper=3600)
+        _positive("backoff_cap", backoff_cap, upper=3600)
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ParameterError("max_retries", f"max_retries must be an integer >= 0; got {max_retries!r}")
+        self.token = token
+        self.budget = budget
+        self.background = background
+        self.batch_size = batch_size
+        self.timeout = float(timeout)
+        self.flush_interval = float(flush_interval)
+        self.max_batch_bytes = max_batch_bytes
+        self.retry_policy = RetryPolicy(max_retries, float(backoff_base), float(backoff_cap))
+
+        self.state_dir: Path = prepare_directory(state_dir)
+        self._secret = load_secret(self.state_dir)
+        self.session = self._new_session()
+        self.registry: Registry = resolve_registry(
+            registry, self.url, self.state_dir, self.session, self.timeout
+        )
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._abandoned: list[sqlite3.Connection] = []
+        self._open_database(recover=True)
+        self._cohort_seed = cohort_seed(self._connection)
+        self._encoders: dict[str, Encoder[Any]] = {}
+        self._wake = threading.Condition(threading.Lock())
+        self._stop = threading.Event()
+        self._since_flush = 0
+        self._worker: threading.Thread | None = None
+        self._atexit: Callable[[], None] | None = None
+
+    # ---------------------------------------------------------------- set-up
+
+    def _new_session(self) -> requests.Session:
+        session = requests.Session()
+        if self.token is not None:
+            session.headers["Authorization"] = f"Bearer {self.token}"
+        return session
+
+    def _open_database(self, *, recover: bool) -> None:
+        self._connection = open_database(self.state_dir)
+        self._outbox = Outbox(self._connection)
+        self._ledger = PrivacyLedger(self._connection, self._secret, self.budget)
+        if recover:
+            returned = self._outbox.recover()
+            if returned:
+                log.info("%d reports whose upload was interrupted are queued again", returned)
+
+    def _check_process(self) -> None:
+        """Raise if closed; after ``os.fork()`` give the child its own connection and thread."""
+        if self._closed:
+            raise ClientClosedError("this Client is closed; create a new one")
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            self._wake = threading.Condition(threading.Lock())
+            self._stop = threading.Event()
+            self._worker = None
+            # never close the parent's SQLite connection in the child: closing it would
+            # release this process's POSIX locks on the database (SQLite's fork caveat)
+            self._abandoned.append(self._connection)
+            self._open_database(recover=False)
+            self.session = self._new_session()
+
+    def _metric(self, name: Any) -> Metric:
+        if not isinstance(name, str) or name not in self.registry:
+            raise UnknownMetricError(name, list(self.registry))
+        return self.registry[name]
+
+    def _encoder(self, metric: Metric) -> Encoder[Any]:
+        encoder = self._encoders.get(metric.name)
+        if encoder is None:
+            encoder = make_encoder(metric, self._secret, self._cohort_seed)
+            self._encoders[metric.name] = encoder
+        return encoder
+
+    # ---------------------------------------------------------------- reporting
+
+    def report(self, metric: str, value: Any) -> None:
+        """Randomize ``value`` for ``metric`` and queue the report durably.
+
+        When this returns, the report (randomized; the raw value is never stored)
+        is committed to the outbox: it survives the application crashing. Raises
+        :class:`UnknownMetricError`, :class:`~veil.shared.errors.ParameterError`
+        (a value of the wrong type or outside the category list) or
+        :class:`BudgetExceededError`; in each case nothing is queued.
+        """
+        self._check_process()
+        spec = self._metric(metric)
+        encoder = self._encoder(spec)
+        key = encoder.memo_key(value)
+        wire = make_report(secrets.token_hex(16), spec.name, encoder.cohort,
+                           encoder.finish(encoder.memoized(key)))
+        validate_report(wire, self.registry)
+        body = _JSON.encode(wire)
+        connection = self._connection
+        with self._lock:
+            if self._ledger.saturated(spec, key):
+                # costs nothing more: a single autocommitted insert
+                self._outbox.insert(body)
+            else:
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    charge = self._ledger.charge(spec, key)
+                    if charge is not None:
+                        if self.budget is not None and charge.total > self.budget:
+                            raise BudgetExceededError(
+                                spec.name, self._ledger.spent().total, charge.total, self.budget
+                            )
+                        self._ledger.write(charge, spec)
+                    self._outbox.insert(body)
+                    connection.execute("COMMIT")
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+                if charge is not None:
+                    self._ledger.committed(charge)
+        if self.background:
+            self._nudge()
+
+    def privacy_spent(self) -> PrivacySpent:
+        """The worst-case epsilon spent so far, per metric and in total."""
+        self._check_process()
+        with self._lock:
+            return self._ledger.spent()
+
+    @property
+    def pending(self) -> int:
+        """Reports waiting in the outbox."""
+        self._check_process()
+        with self._lock:
+            return self._outbox.pending()
+
+    @property
+    def dropped(self) -> int:
+        """Reports the collector refused for good, over the installation's lifetime."""
+        self._check_process()
+        with self._lock:
+            row = self._connection.execute(
+                "SELECT value FROM counters WHERE name = 'dropped'"
+            ).fetchone()
+        return row[0] if row else 0
+
+    @property
+    def cohort(self) -> int:
+        """The installation's random cohort seed (each string metric uses it modulo ``m``)."""
+        return self._cohort_seed
+
+    # ---------------------------------------------------------------- uploading
+
+    def flush(self, timeout: float | None = None) -> FlushResult:
+        """Upload every queued report in batches; ``timeout`` bounds the whole call (seconds).
+
+        Reports leave the outbox only once the collector acknowledged them
+        (accepted or duplicate) or refused them for good (counted as dropped).
+        On network failure they stay queued and ``error`` says why.
+        """
+        self._check_process()
+        if timeout is not None:
+            _positive("timeout", timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return self._flush(deadline, None, self.retry_policy)
+
+    def _flush(
+        self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy
+    ) -> FlushResult:
+        totals = {"batches": 0, "sent": 0, "accepted": 0, "duplicates": 0, "rejected": 0}
+        error: str | None = None
+        limit = self.batch_size
+        while True:
+            with self._lock:
+                rows = self._outbox.claim(limit, self.max_batch_bytes)
+            if not rows:
+                break
+            seqs = [seq for seq, _ in rows]
+            body = (
+                f'{{"version":{WIRE_VERSION},"batch_id":"{secrets.token_hex(16)}",'
+                f'"reports":[{",".join(text for _, text in rows)}]}}'
+            ).encode()
+            try:
+                outcome = send_batch(
+                    self.session, self.url, body, len(rows), timeout=self.timeout,
+                    policy=policy, deadline=deadline, stop=stop,
+                )
+            except BaseException:
+                with self._lock:
+                    self._outbox.release(seqs)
+                raise
+            if outcome.kind == "acknowledged":
+                answer = outcome.answer or {}
+                rejected = answer["rejected"]
+                with self._lock:
+                    self._outbox.delete(seqs)
+                    if rejected:
+                        self._count_dropped(rejected)
+                for item in answer.get("errors", [])[:20]:
+                    log.warning("the collector refused a report (dropped): %s", item)
+                totals["batches"] += 1
+                totals["sent"] += len(rows)
+                totals["accepted"] += answer["accepted"]
+                totals["duplicates"] += answer["duplicates"]
+                totals["rejected"] += rejected
+                limit = self.batch_size
+                continue
+            if outcome.kind == "too_large" and len(rows) == 1:
+                with self._lock:
+                    self._outbox.delete(seqs)
+                    self._count_dropped(1)
+                log.warning("dropped a report the collector refuses as too large: %s", outcome.message)
+                totals["batches"] += 1
+                totals["sent"] += 1
+                totals["rejected"] += 1
+                continue
+            with self._lock:
+                self._outbox.release(seqs)
+            if outcome.kind == "too_large":
+                limit = max(1, len(rows) // 2)
+                continue
+            error = outcome.message
+            if outcome.kind == "refused":
+                log.error("the collector refused a batch; the reports stay queued: %s", error)
+            else:
+                log.warning("upload failed; the reports stay queued: %s", error)
+            break
+        with self._lock:
+            remaining = self._outbox.pending()
+        return FlushResult(remaining=remaining, error=error, **totals)
+
+    def _count_dropped(self, count: int) -> None:
+        self._connection.execute(
+            "INSERT INTO counters (name, value) VALUES ('dropped', ?) "
+            "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+            (count,),
+        )
+
+    # ---------------------------------------------------------------- background uploader
+
+    def _nudge(self) -> None:
+        """Count a new report for the uploader; start it on first use, wake it on a full batch."""
+        if self._worker is None or not self._worker.is_alive():
+            self._start_worker()
+        with self._wake:
+            self._since_flush += 1
+            if self._since_flush >= self.batch_size:
+                self._wake.notify()
+
+    def _start_worker(self) -> None:
+        worker = threading.Thread(target=self._run_worker, name="veil-uploader", daemon=True)
+        self._worker = worker
+        worker.start()
+        if self._atexit is None:
+            reference = weakref.ref(self)
+
+            def close_at_exit() -> None:
+                client = reference()
+                if client is not None and not client._closed and client._pid == os.getpid():
+                    client.close()
+
+            self._atexit = close_at_exit
+            atexit.register(close_at_exit)
+
+    def _run_worker(self) -> None:
+        stop = self._stop
+        while not stop.is_set():
+            with self._wake:
+                if self._since_flush < self.batch_size:
+                    self._wake.wait(self.flush_interval)
+                self._since_flush = 0
+            if stop.is_set():
+                break
+            try:
+                self._flush(None, stop, self.retry_policy)
+            except Exception:
+                log.exception("the background upload failed; the reports stay queued")
+                stop.wait(self.flush_interval)
+
+    # ---------------------------------------------------------------- closing
+
+    def close(self, timeout: float = 5.0) -> FlushResult | None:
+        """Stop the background uploader, then try one final flush of at most ``timeout`` seconds.
+
+        The final flush makes one attempt per batch (no backoff waits), so closing
+        is quick when the collector is down; undelivered reports stay in the
+        outbox for the next start. Returns that flush's result, or ``None`` if the
+        client was already closed or an upload in progress outlived ``timeout``.
+        """
+        if self._closed:
+            return None
+        _positive("timeout", timeout)
+        if self._pid != os.getpid():
+            # a forked child that never used the client: the parent's connection is not ours
+            self._closed = True
+            return None
+        deadline = time.monotonic() + timeout
+        worker = self._worker
+        if worker is not None:
+            self._stop.set()
+            with self._wake:
+                self._wake.notify()
+            worker.join(max(deadline - time.monotonic(), 0.0))
+        if self._atexit is not None:
+            atexit.unregister(self._atexit)
+            self._atexit = None
+        self._closed = True
+        if worker is not None and worker.is_alive():
+            log.warning("closing while an upload is still in progress; its reports stay queued")
+            return None
+        policy = dataclasses.replace(self.retry_policy, max_retries=0)
+        try:
+            result = self._flush(deadline, None, policy)
+        finally:
+            with self._lock:
+                self._connection.close()
+            self.session.close()
+        return result
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client(url={self.url!r}, state_dir={str(self.state_dir)!r})"

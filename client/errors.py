@@ -1,0 +1,64 @@
+"""Errors the client SDK raises on purpose (all :class:`~veil.shared.errors.VeilError`).
+
+Encoders raise :class:`~veil.shared.errors.ParameterError` (field ``value``) for a
+value of the wrong type or outside a category list; the classes here cover the
+rest of the public surface.
+"""
+
+from __future__ import annotations
+
+from veil.shared.errors import ParameterError, VeilError
+
+
+class UnknownMetricError(ParameterError, KeyError):
+    """``report()`` named a metric the registry does not define."""
+
+    def __init__(self, metric: object, known: list[str]) -> None:
+        shown = ", ".join(sorted(known)) or "none"
+        super().__init__(
+            "metric",
+            f"unknown metric {metric!r}; the registry defines: {shown}. "
+            "Add it to the collector's registry or fix the name.",
+        )
+        self.metric = metric
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class BudgetExceededError(VeilError):
+    """A report would push the installation's worst-case epsilon over its budget."""
+
+    def __init__(self, metric: str, spent: float, would_be: float, budget: float) -> None:
+        super().__init__(
+            f"reporting to {metric!r} would raise this installation's worst-case epsilon "
+            f"from {spent:.6g} to {would_be:.6g}, over its budget of {budget:.6g}; "
+            "nothing was queued"
+        )
+        self.metric = metric
+        self.spent = spent
+        self.would_be = would_be
+        self.budget = budget
+
+
+class RegistryUnavailableError(VeilError):
+    """No metric registry: the collector could not be reached and nothing is cached."""
+
+
+class StateError(VeilError):
+    """The state directory cannot be used (permissions, a damaged secret file, ...)."""
+
+
+class ClientClosedError(VeilError):
+    """The client was used after :meth:`~veil.client.Client.close`."""
+
+
+__all__ = [
+    "BudgetExceededError",
+    "ClientClosedError",
+    "ParameterError",
+    "RegistryUnavailableError",
+    "StateError",
+    "UnknownMetricError",
+    "VeilError",
+]

@@ -1,0 +1,95 @@
+"""The durable outbox: randomized reports waiting in SQLite until the collector acknowledges them.
+
+Each row holds one wire report as JSON text (id, metric, cohort, payload: the
+randomized output, never the raw value) and a state: ``READY`` or
+``IN_FLIGHT`` (claimed by an upload in progress). A report leaves the table
+only when the collector has acknowledged it or refused it for good; rows
+claimed by a process that died are put back to ``READY`` on start-up
+(:meth:`Outbox.recover`), and resending them is safe because the collector
+deduplicates by report id.
+
+Methods run single statements or short transactions on a connection the caller
+serializes (the client holds a lock around every call).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+READY = 0
+IN_FLIGHT = 1
+
+
+class Outbox:
+    """Queue operations on the ``outbox`` table of the state database."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+
+    def recover(self) -> int:
+        """Put every in-flight row back to ready (their upload never finished); return how many."""
+        cursor = self.connection.execute(
+            "UPDATE outbox SET state = ? WHERE state = ?", (READY, IN_FLIGHT)
+        )
+        return cursor.rowcount
+
+    def insert(self, body: str) -> None:
+        """Queue one serialized wire report (inside the caller's transaction)."""
+        self.connection.execute("INSERT INTO outbox (body) VALUES (?)", (body,))
+
+    def claim(self, limit: int, max_bytes: int) -> list[tuple[int, str]]:
+        """Mark up to ``limit`` oldest ready reports (at most ``max_bytes`` of JSON) in flight.
+
+        At least one report is returned when any is ready, whatever its size, so
+        an oversized report is never stuck (the collector refuses it and it is dropped).
+        """
+        connection = self.connection
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            rows = connection.execute(
+                "SELECT seq, body FROM outbox WHERE state = ? ORDER BY seq LIMIT ?", (READY, limit)
+            ).fetchall()
+            total = 0
+            for count, (_, body) in enumerate(rows):
+                total += len(body) + 1
+                if total > max_bytes and count > 0:
+                    rows = rows[:count]
+                    break
+            connection.executemany(
+                "UPDATE outbox SET state = ? WHERE seq = ?", [(IN_FLIGHT, seq) for seq, _ in rows]
+            )
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        return rows
+
+    def delete(self, seqs: list[int]) -> None:
+        """Remove acknowledged (or finally refused) reports."""
+        self._many("DELETE FROM outbox WHERE seq = ?", [(seq,) for seq in seqs])
+
+    def release(self, seqs: list[int]) -> None:
+        """Put claimed reports back to ready after a failed upload."""
+        self._many("UPDATE outbox SET state = ? WHERE seq = ?", [(READY, seq) for seq in seqs])
+
+    def pending(self) -> int:
+        """Reports still in the outbox (ready or in flight)."""
+        (count,) = self.connection.execute("SELECT COUNT(*) FROM outbox").fetchone()
+        return count
+
+    def ready(self) -> int:
+        """Reports waiting for an upload."""
+        (count,) = self.connection.execute(
+            "SELECT COUNT(*) FROM outbox WHERE state = ?", (READY,)
+        ).fetchone()
+        return count
+
+    def _many(self, sql: str, rows: list[tuple[int, ...]]) -> None:
+        connection = self.connection
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            connection.executemany(sql, rows)
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise

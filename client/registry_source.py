@@ -1,0 +1,93 @@
+"""Where the client's metric registry comes from: given locally, or fetched and cached.
+
+A fetched registry (``GET /v1/metrics``) is cached as ``registry.json`` in the
+state directory, so an application that starts while the collector is
+unreachable still knows its metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+from pathlib import Path
+
+import requests
+
+from veil.client.errors import RegistryUnavailableError
+from veil.client.state import REGISTRY_CACHE_FILE
+from veil.shared.errors import ParameterError, VeilError
+from veil.shared.registry import Registry
+
+log = logging.getLogger("veil.client")
+
+
+def resolve_registry(
+    registry: Registry | str | os.PathLike[str] | None,
+    url: str,
+    directory: Path,
+    session: requests.Session,
+    timeout: float,
+) -> Registry:
+    """A :class:`Registry` object, a TOML file path, or ``None`` (fetch, else the cache)."""
+    if isinstance(registry, Registry):
+        return registry
+    if isinstance(registry, str | os.PathLike):
+        return Registry.load(registry)
+    if registry is not None:
+        raise ParameterError(
+            "registry",
+            f"registry must be a Registry, a path to a TOML file, or None (fetch it from the "
+            f"collector); got {type(registry).__name__}",
+        )
+    cache = directory / REGISTRY_CACHE_FILE
+    try:
+        fetched = fetch_registry(url, session, timeout)
+    except VeilError as problem:
+        cached = read_cache(cache)
+        if cached is None:
+            raise RegistryUnavailableError(
+                f"cannot fetch the metric registry ({problem}) and no cached copy exists in "
+                f"{directory}; start the collector, check the URL, or pass registry= "
+                "(a Registry or a TOML file)"
+            ) from None
+        log.warning("using the cached metric registry: %s", problem)
+        return cached
+    write_cache(cache, fetched)
+    return fetched
+
+
+def fetch_registry(url: str, session: requests.Session, timeout: float) -> Registry:
+    """``GET {url}/v1/metrics`` and parse it; raise :class:`RegistryUnavailableError`."""
+    address = f"{url}/v1/metrics"
+    try:
+        response = session.get(address, timeout=timeout)
+    except requests.RequestException as exc:
+        raise RegistryUnavailableError(f"GET {address} failed: {exc}") from None
+    if response.status_code != 200:
+        raise RegistryUnavailableError(f"GET {address} answered HTTP {response.status_code}")
+    try:
+        return Registry.from_dict(response.json())
+    except (ValueError, ParameterError) as exc:
+        raise RegistryUnavailableError(f"GET {address} returned an invalid registry: {exc}") from None
+
+
+def read_cache(path: Path) -> Registry | None:
+    """The cached registry, or ``None`` if there is none or it cannot be read."""
+    try:
+        return Registry.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, ParameterError) as exc:
+        log.warning("ignoring the unreadable registry cache %s: %s", path, exc)
+        return None
+
+
+def write_cache(path: Path, registry: Registry) -> None:
+    """Replace the cached registry atomically (a crash leaves the old or the new copy)."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        json.dump(registry.to_dict(), handle)
+    os.replace(temporary, path)

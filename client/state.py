@@ -1,0 +1,158 @@
+"""The installation's state directory: secret, SQLite database, registry cache.
+
+Layout (all files mode 0600, the directory 0700)::
+
+    secret          32 random bytes from the OS CSPRNG; keys every memoized response
+    veil.db         SQLite (WAL): the outbox, the privacy ledger, the cohort seed,
+                    the count of reports the collector refused
+    veil.db-wal     SQLite's write-ahead log (and veil.db-shm, its index)
+    registry.json   the last metric registry fetched from the collector
+
+Whoever can read this directory holds the secret and can undo the permanent
+randomization; the guarantees are against the collector and the network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import sqlite3
+import stat
+from pathlib import Path
+
+from veil.client.errors import StateError
+
+SECRET_FILE = "secret"
+DATABASE_FILE = "veil.db"
+REGISTRY_CACHE_FILE = "registry.json"
+SECRET_BYTES = 32
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox (
+    seq    INTEGER PRIMARY KEY,
+    state  INTEGER NOT NULL DEFAULT 0,
+    body   TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS mechanisms (
+    fingerprint TEXT PRIMARY KEY,
+    metric      TEXT NOT NULL,
+    params      TEXT NOT NULL,
+    epsilon_1   REAL NOT NULL,
+    epsilon_inf REAL NOT NULL,
+    once_keys     INTEGER NOT NULL,
+    repeated_keys INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ledger (
+    digest  BLOB NOT NULL,
+    params  TEXT NOT NULL REFERENCES mechanisms (fingerprint),
+    metric  TEXT NOT NULL,
+    reports INTEGER NOT NULL,
+    PRIMARY KEY (digest, params)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+def prepare_directory(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` (mode 0700) if missing and check that it is a usable directory."""
+    if not isinstance(path, str | os.PathLike) or not str(path):
+        raise StateError(f"state_dir must be a directory path; got {path!r}")
+    directory = Path(path)
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StateError(f"state_dir {directory}: cannot create it: {exc.strerror}") from None
+    if not directory.is_dir():
+        raise StateError(f"state_dir {directory} exists but is not a directory")
+    if not os.access(directory, os.R_OK | os.W_OK | os.X_OK):
+        raise StateError(f"state_dir {directory} is not readable and writable by this user")
+    mode = stat.S_IMODE(directory.stat().st_mode)
+    if mode & 0o077:
+        with contextlib.suppress(OSError):
+            directory.chmod(0o700)
+    return directory
+
+
+def load_secret(directory: Path) -> bytes:
+    """The installation secret: read it, or create it (race-free) on first use."""
+    path = directory / SECRET_FILE
+    if not path.exists():
+        temporary = directory / f".{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(8)}"
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(descriptor, secrets.token_bytes(SECRET_BYTES))
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        try:
+            os.link(temporary, path)  # atomic: never a half-written secret, first writer wins
+        except FileExistsError:
+            pass
+        finally:
+            temporary.unlink()
+    try:
+        secret = path.read_bytes()
+    except OSError as exc:
+        raise StateError(f"cannot read the installation secret {path}: {exc.strerror}") from None
+    if len(secret) != SECRET_BYTES:
+        raise StateError(
+            f"the installation secret {path} has {len(secret)} bytes, expected {SECRET_BYTES}; "
+            "it is damaged. Deleting the state directory starts a new installation "
+            "(its privacy ledger starts again from zero)."
+        )
+    return secret
+
+
+def open_database(directory: Path) -> sqlite3.Connection:
+    """Open (creating if needed) the state database in WAL mode with the schema in place.
+
+    ``synchronous=NORMAL`` in WAL mode: a committed transaction survives the
+    application crashing or being killed; after a power loss or OS crash the
+    last few commits may be rolled back (the database itself stays intact).
+    """
+    path = directory / DATABASE_FILE
+    if not path.exists():
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.close(descriptor)
+    try:
+        connection = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+        _check_schema_version(connection, path)
+    except sqlite3.DatabaseError as exc:
+        raise StateError(f"cannot open the state database {path}: {exc}") from None
+    return connection
+
+
+def _check_schema_version(connection: sqlite3.Connection, path: Path) -> None:
+    connection.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+    )
+    (found,) = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if found != str(SCHEMA_VERSION):
+        raise StateError(
+            f"the state database {path} has schema version {found}; this SDK reads version "
+            f"{SCHEMA_VERSION}. Upgrade the SDK or start a new state directory."
+        )
+
+
+def cohort_seed(connection: sqlite3.Connection) -> int:
+    """The installation's random cohort seed (64 bits, chosen once and stored)."""
+    connection.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('cohort_seed', ?)",
+        (str(secrets.randbits(64)),),
+    )
+    (value,) = connection.execute("SELECT value FROM meta WHERE key = 'cohort_seed'").fetchone()
+    return int(value)

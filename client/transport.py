@@ -1,0 +1,163 @@
+"""Uploading one batch: ``POST /v1/reports`` with timeouts, retries and backoff.
+
+Retries happen only where resending can help: network errors, 408, 429 and
+5xx. The delay before retry ``n`` (from 0) is drawn uniformly from
+``[0, min(backoff_base * 2**n, backoff_cap)]`` ("full jitter", so that many
+clients coming back after an outage do not retry in lockstep), or is the
+collector's ``Retry-After`` when it sends one. Resending a batch is safe:
+the collector deduplicates reports by id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import logging
+import math
+import random
+import threading
+import time
+from typing import Any
+
+import requests
+
+log = logging.getLogger("veil.client")
+
+RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+_jitter = random.Random()
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How one batch upload ended.
+
+    ``kind`` is ``"acknowledged"`` (HTTP 200 with a well-formed answer in
+    ``answer``), ``"too_large"`` (413, or 400 ``too_many``: split the batch),
+    ``"refused"`` (another 4xx: the collector will not take this batch as sent)
+    or ``"unreachable"`` (retries exhausted, deadline reached or stopped).
+    """
+
+    kind: str
+    status: int | None = None
+    answer: dict[str, Any] | None = None
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """How many times and how long to wait between attempts."""
+
+    max_retries: int = 5
+    backoff_base: float = 0.5
+    backoff_cap: float = 30.0
+
+    def delay(self, retry: int) -> float:
+        """Full-jitter delay before retry number ``retry`` (from 0)."""
+        return _jitter.uniform(0.0, min(self.backoff_base * 2.0**retry, self.backoff_cap))
+
+
+def retry_after(response: requests.Response) -> float | None:
+    """Seconds the collector asked us to wait (``Retry-After``: seconds or an HTTP date)."""
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - time.time()
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def _acknowledgement(response: requests.Response, sent: int) -> dict[str, Any] | None:
+    """The parsed 200 answer if it has the contract's shape, else ``None``."""
+    try:
+        answer = response.json()
+    except ValueError:
+        return None
+    if not isinstance(answer, dict):
+        return None
+    counts = [answer.get(key) for key in ("accepted", "duplicates", "rejected")]
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+        return None
+    if not isinstance(answer.get("errors", []), list):
+        return None
+    if sum(counts) != sent:
+        log.warning(
+            "the collector acknowledged a batch of %d reports with counts %s that do not add up",
+            sent, counts,
+        )
+    return answer
+
+
+def _batch_error(response: requests.Response) -> tuple[str, str]:
+    """``(code, message)`` from a collector error body (``{"error": {...}}``)."""
+    try:
+        error = response.json().get("error", {})
+        return str(error.get("code", "")), f"{error.get('field', '')}: {error.get('message', '')}"
+    except (ValueError, AttributeError):
+        return "", response.text[:200]
+
+
+def send_batch(
+    session: requests.Session,
+    url: str,
+    body: bytes,
+    reports: int,
+    *,
+    timeout: float,
+    policy: RetryPolicy,
+    deadline: float | None = None,
+    stop: threading.Event | None = None,
+) -> Outcome:
+    """POST one batch until it is acknowledged, refused for good, or retrying must end.
+
+    ``deadline`` (a :func:`time.monotonic` instant) bounds the whole call, including
+    waits; ``stop`` ends waiting early (the client is closing).
+    """
+    address = f"{url}/v1/reports"
+    headers = {"Content-Type": "application/json"}
+    attempt = 0
+    while True:
+        limit = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+        if limit <= 0:
+            return Outcome("unreachable", message="flush deadline reached")
+        wait: float | None = None
+        try:
+            response = session.post(address, data=body, headers=headers, timeout=limit)
+        except requests.RequestException as exc:
+            problem, status = f"POST {address} failed: {exc.__class__.__name__}: {exc}", None
+        else:
+            status = response.status_code
+            if status == 200:
+                answer = _acknowledgement(response, reports)
+                if answer is not None:
+                    return Outcome("acknowledged", status, answer)
+                problem = f"POST {address}: HTTP 200 with an answer that does not match the batch"
+            elif status in RETRY_STATUSES:
+                problem = f"POST {address}: HTTP {status}"
+                wait = retry_after(response)
+            else:
+                code, message = _batch_error(response)
+                if status == 413 or (status == 400 and code == "too_many"):
+                    return Outcome("too_large", status, message=message)
+                return Outcome("refused", status, message=f"HTTP {status} {code} {message}".strip())
+        if attempt >= policy.max_retries:
+            return Outcome("unreachable", status, message=f"{problem} (gave up after "
+                           f"{attempt + 1} attempts)")
+        delay = policy.delay(attempt) if wait is None else wait
+        if wait is not None and wait > policy.backoff_cap:
+            return Outcome("unreachable", status, message=f"{problem}; the collector asked to "
+                           f"retry after {wait:.0f} s")
+        if deadline is not None and time.monotonic() + delay >= deadline:
+            return Outcome("unreachable", status, message=f"{problem} (flush deadline reached)")
+        log.info("%s; retrying in %.2f s", problem, delay)
+        if stop is not None:
+            if stop.wait(delay):
+                return Outcome("unreachable", status, message=f"{problem} (client closing)")
+        else:
+            time.sleep(delay)
+        attempt += 1
