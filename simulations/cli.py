@@ -1,0 +1,91 @@
+"""``veil experiment``, ``veil simulate`` and ``veil demo``.
+
+Heavy dependencies (NumPy, Matplotlib, the collector and the analysis) are
+imported inside the commands so that ``veil --help`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from veil.shared.errors import ParameterError
+
+EXPERIMENT_NAMES = ("regression", "detection", "rr-vs-laplace", "laplace-mean", "composition",
+                    "variances")
+
+
+def configure_experiment(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil experiment``."""
+    parser.add_argument("name", choices=(*EXPERIMENT_NAMES, "all"), help="which experiment ('all' runs each)")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="results directory (metrics.csv, PNG plots, report.html)")
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds), for tests")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the simulation generator")
+
+
+def run_experiment_command(args: argparse.Namespace) -> int:
+    """Run one experiment (or all) and write its results directory."""
+    from veil.simulations.experiments import run_experiment
+    from veil.simulations.report import write_results
+
+    names = EXPERIMENT_NAMES if args.name == "all" else (args.name,)
+    for name in names:
+        results = run_experiment(name, quick=args.quick, seed=args.seed)
+        out = args.out / name if args.name == "all" else args.out
+        directory = write_results(results, out)
+        print(f"{results.title}: {len(results.rows)} rows in {results.elapsed:.1f} s -> "
+              f"{directory}/report.html")
+    return 0
+
+
+def configure_simulate(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil simulate``."""
+    parser.add_argument("--reports", type=int, default=10_000_000, help="string reports (one per client)")
+    parser.add_argument("--values", type=int, default=10_000, help="distinct true values v1..vn")
+    parser.add_argument("--distribution", default="zipf1.5",
+                        help="uniform, exp, gauss, zipf1 or zipf1.5 (default zipf1.5)")
+    parser.add_argument("--population", type=Path, help="CSV of value,count instead of --distribution")
+    parser.add_argument("--candidates", type=int, default=1000,
+                        help="decode against the most likely N values (0: skip decoding)")
+    parser.add_argument("--path", choices=("fast", "matrix", "both"), default="both",
+                        help="encoding path to time (default both)")
+    for name, default, kind in (("k", 128, int), ("h", 2, int), ("m", 64, int), ("p", 0.5, float),
+                                ("q", 0.75, float), ("f", 0.5, float)):
+        parser.add_argument(f"--{name}", type=kind, default=default, help=f"RAPPOR {name} (default {default})")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the simulation generator")
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    """Time encoding, aggregation and decoding of simulated string reports."""
+    import numpy as np
+
+    from veil.shared.kinds import StringParams
+    from veil.simulations.populations import Population
+    from veil.simulations.simulate import describe, run_simulation
+
+    if args.reports < 1:
+        raise ParameterError("reports", f"--reports must be >= 1; got {args.reports}")
+    params = StringParams(k=args.k, h=args.h, m=args.m, p=args.p, q=args.q, f=args.f)
+    if args.population is not None:
+        population = Population.from_csv(args.population)
+    else:
+        population = Population.named(args.distribution, args.values)
+    print("simulating " + ", ".join(f"{k}={v}" for k, v in
+                                    describe(params, population, args.reports).items()))
+    print("(seeded NumPy randomness: for simulation only, never for real reports)")
+    timings = run_simulation(params, population, args.reports, np.random.default_rng(args.seed),
+                             path=args.path, candidates=min(args.candidates, len(population)))
+    for line in timings.lines():
+        print(line)
+    sys.stdout.flush()
+    return 0
+
+
+COMMANDS = [
+    ("experiment", "run a published experiment and write CSV, PNG plots and an HTML report",
+     configure_experiment, run_experiment_command),
+    ("simulate", "time simulated encoding, aggregation and decoding of string reports",
+     configure_simulate, run_simulate),
+]
