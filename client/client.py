@@ -127,6 +127,7 @@ class Client:
         self.budget = budget
         self.background = background
         self.batch_size = batch_size
+        self._batch_limit = batch_size
         self.timeout = float(timeout)
         self.flush_interval = float(flush_interval)
         self.max_batch_bytes = max_batch_bytes
@@ -288,8 +289,8 @@ class Client:
     ) -> FlushResult:
         totals = {"batches": 0, "sent": 0, "accepted": 0, "duplicates": 0, "rejected": 0}
         error: str | None = None
-        limit = self.batch_size
         while True:
+            limit = self._batch_limit
             with self._lock:
                 rows = self._outbox.claim(limit, self.max_batch_bytes)
             if not rows:
@@ -322,7 +323,6 @@ class Client:
                 totals["accepted"] += answer["accepted"]
                 totals["duplicates"] += answer["duplicates"]
                 totals["rejected"] += rejected
-                limit = self.batch_size
                 continue
             if outcome.kind == "too_large" and len(rows) == 1:
                 with self._lock:
@@ -336,7 +336,8 @@ class Client:
             with self._lock:
                 self._outbox.release(seqs)
             if outcome.kind == "too_large":
-                limit = max(1, len(rows) // 2)
+                # the collector's limit holds for later flushes too
+                self._batch_limit = max(1, len(rows) // 2)
                 continue
             error = outcome.message
             if outcome.kind == "refused":
