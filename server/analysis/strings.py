@@ -405,24 +405,30 @@ def _refit(
     share with its variance.
     """
     columns = np.asarray(selected, dtype=np.int64)
+    back_norm2 = float(background @ background) if background is not None else 0.0
     for _ in range(_MAX_REFITS):
         dense = design[:, columns].toarray() if columns.size else np.zeros((design.shape[0], 0))
-        if background is not None:
-            dense = np.column_stack([dense, background])
-        if dense.shape[1] == 0:
-            return columns, np.zeros(0), np.zeros((0, 0)), 0.0, 0.0
-        solution, _ = optimize.nnls(dense, y, maxiter=50 * dense.shape[1] + 100)
-        theta = solution[: columns.size]
-        positive = theta > 0
-        gram = dense.T @ dense
-        cov = np.linalg.pinv(gram, hermitian=True)
-        se = np.sqrt(np.clip(np.diag(cov)[: columns.size], 0.0, None))
+        target, partial = y, dense
+        if back_norm2 > 0:
+            # the background share is free (not constrained to be >= 0), so a list that
+            # misses nothing gives unbiased estimates; partial it out (Frisch-Waugh)
+            loading = (background @ dense) / back_norm2
+            target = y - background * (background @ y) / back_norm2
+            partial = dense - np.outer(background, loading)
+        if columns.size:
+            theta, _ = optimize.nnls(partial, target, maxiter=50 * columns.size + 100)
+            cov = np.linalg.pinv(partial.T @ partial, hermitian=True)
+        else:
+            theta, cov = np.zeros(0), np.zeros((0, 0))
+        se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
         p_values = one_sided_p_values(theta, se)
         adjusted = adjust_p_values(p_values, correction, n_candidates)
-        keep = positive & (adjusted < alpha)
+        keep = (theta > 0) & (adjusted < alpha)
         if keep.all():
-            back = float(solution[-1]) if background is not None else 0.0
-            back_var = float(cov[-1, -1]) if background is not None else 0.0
-            return columns, theta, cov[: columns.size, : columns.size], back, back_var
+            back = back_var = 0.0
+            if back_norm2 > 0:
+                back = float(background @ (y - dense @ theta)) / back_norm2
+                back_var = 1.0 / back_norm2 + float(loading @ cov @ loading)
+            return columns, theta, cov, back, back_var
         columns = columns[keep]
     raise ParameterError("fit", "the selection did not settle; check the counts and map")

@@ -1,0 +1,185 @@
+"""Benchmark the string decoder: speed, peak memory and accuracy at RAPPOR's scale.
+
+Scenario (the RAPPOR paper's parameters): k=128, h=2, m=64, p=0.5, q=0.75,
+f=0.5; 1,000,000 reports of 10,000 distinct values with Zipf(1.5) shares; the
+counts are drawn directly from the model (exact in distribution). Candidate
+lists mix the most common true values with decoys that nobody reported:
+
+    1,000 candidates:     500 true + 500 decoys
+    10,000 candidates:  5,000 true + 5,000 decoys
+    100,000 candidates: 10,000 true + 90,000 decoys
+
+Each decode runs in a fresh process that loads the counts, hashes the
+candidates (building the map is part of the timing) and decodes. Peak memory
+is that process's peak resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``),
+which includes the Python interpreter and the imported libraries.
+
+Accuracy: total variation distance between the decoded shares (0 for strings
+not reported) and the true shares of all 10,000 values; false positives
+(decoys reported); false negatives among true candidates whose share is above
+the decoder's stated detection limit (80% power), and among all true candidates.
+
+Run only under the shared lock:
+
+    flock /tmp/veil-bench.lock .venv/bin/python benchmarks/bench_decode.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+K, H, M = 128, 2, 64
+REPORTS = 1_000_000
+VALUES = 10_000
+ZIPF = 1.5
+SEED = 2026
+SIZES = ((1_000, 500), (10_000, 5_000), (100_000, 10_000))
+
+
+def true_values() -> list[str]:
+    """The population's distinct values, most common first."""
+    return [f"https://site{i}.example.org/index.html" for i in range(VALUES)]
+
+
+def true_shares() -> np.ndarray:
+    """Zipf(1.5) shares over the values."""
+    weights = np.arange(1, VALUES + 1, dtype=float) ** -ZIPF
+    return weights / weights.sum()
+
+
+def candidate_list(size: int, true_count: int) -> list[str]:
+    """``true_count`` most common values plus decoys, shuffled (fixed seed)."""
+    decoys = [f"https://decoy{i}.example.net/home" for i in range(size - true_count)]
+    candidates = true_values()[:true_count] + decoys
+    order = np.random.default_rng(SEED + size).permutation(size)
+    return [candidates[i] for i in order]
+
+
+def simulate(path: Path) -> None:
+    """Draw the counts once and save them."""
+    from veil.server.analysis import build_map, simulate_string_counts
+    from veil.shared.kinds import StringParams
+
+    params = StringParams(k=K, h=H, m=M)
+    true_map = build_map(params, true_values())
+    reports, ones = simulate_string_counts(
+        params, true_map, true_shares(), REPORTS, np.random.default_rng(SEED)
+    )
+    np.savez(path, reports=reports, ones=ones)
+
+
+def decode_once(counts_path: Path, size: int, true_count: int, background: bool) -> dict:
+    """One decode in this process; returns timings, memory and accuracy."""
+    from veil.server.analysis import StringDecoder, build_map
+    from veil.shared.kinds import StringParams
+
+    data = np.load(counts_path)
+    params = StringParams(k=K, h=H, m=M)
+    candidates = candidate_list(size, true_count)
+    started = time.perf_counter()
+    candidate_map = build_map(params, candidates, progress=False)
+    mapped = time.perf_counter()
+    decoder = StringDecoder(params, background=background).fit(
+        data["reports"], data["ones"], candidates, candidate_map
+    )
+    finished = time.perf_counter()
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    shares = true_shares()
+    index = {value: i for i, value in enumerate(true_values())}
+    estimate = np.zeros(VALUES)
+    false_positives = 0
+    for row in decoder.result_.rows:
+        position = index.get(row["string"])
+        if position is None:
+            false_positives += 1
+        else:
+            estimate[position] = row["proportion"]
+    decoy_mass = sum(row["proportion"] for row in decoder.result_.rows if row["string"] not in index)
+    tvd = 0.5 * (np.abs(estimate - shares).sum() + decoy_mass)
+    limit = decoder.summary_["min_detectable_proportion"]
+    detectable = shares[:true_count] >= limit
+    return {
+        "candidates": size,
+        "background": background,
+        "map_seconds": mapped - started,
+        "decode_seconds": finished - mapped,
+        "total_seconds": finished - started,
+        "peak_rss_mib": peak_mib,
+        "detected": int(decoder.summary_["detected"]),
+        "false_positives": false_positives,
+        "false_negatives_detectable": int(np.count_nonzero(detectable & (estimate[:true_count] == 0))),
+        "detectable": int(np.count_nonzero(detectable)),
+        "false_negatives_all": int(np.count_nonzero(estimate[:true_count] == 0)),
+        "true_candidates": true_count,
+        "tvd": float(tvd),
+        "tvd_detected_only": float(0.5 * np.abs(estimate - shares)[estimate > 0].sum()),
+        "missing_share": decoder.summary_["missing_proportion"],
+        "true_missing_share": float(shares[estimate == 0].sum()),
+        "min_detectable": limit,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--one", nargs=4, metavar=("COUNTS", "SIZE", "TRUE", "BACKGROUND"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", type=int, nargs="*", help="only these candidate list sizes")
+    args = parser.parse_args()
+    if args.one:
+        path, size, true_count, background = args.one
+        print(json.dumps(decode_once(Path(path), int(size), int(true_count), background == "1")))
+        return
+
+    runs = [(size, true_count, True) for size, true_count in SIZES]
+    runs.append((10_000, 5_000, False))
+    if args.sizes:
+        runs = [run for run in runs if run[0] in args.sizes]
+    with tempfile.TemporaryDirectory() as tmp:
+        counts_path = Path(tmp) / "counts.npz"
+        started = time.perf_counter()
+        simulate(counts_path)
+        print(f"simulated {REPORTS:,} reports of {VALUES:,} values (Zipf {ZIPF}) in "
+              f"{time.perf_counter() - started:.1f} s; k={K} h={H} m={M} p=0.5 q=0.75 f=0.5")
+        results = []
+        for size, true_count, background in runs:
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", str(counts_path), str(size), str(true_count),
+                 "1" if background else "0"],
+                check=True, capture_output=True, text=True,
+            )
+            results.append(json.loads(out.stdout))
+    header = (f"{'candidates':>10} {'bg':>3} {'map s':>6} {'decode s':>8} {'total s':>7} "
+              f"{'peak MiB':>8} {'found':>5} {'FP':>3} {'FN*':>7} {'FN all':>11} {'TVD':>6} "
+              f"{'missing':>13} {'limit':>6}")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(
+            f"{r['candidates']:>10,} {'yes' if r['background'] else 'no':>3} "
+            f"{r['map_seconds']:>6.2f} {r['decode_seconds']:>8.2f} {r['total_seconds']:>7.2f} "
+            f"{r['peak_rss_mib']:>8.0f} {r['detected']:>5} {r['false_positives']:>3} "
+            f"{r['false_negatives_detectable']:>3}/{r['detectable']:<3} "
+            f"{r['false_negatives_all']:>5}/{r['true_candidates']:<5} {r['tvd']:>6.4f} "
+            f"{_share(r['missing_share']):>6}/{r['true_missing_share']:.3f} {r['min_detectable']:>6.4f}"
+        )
+    print("FN* = missed true candidates with share above the stated detection limit (80% power); "
+          "missing = estimated/true share of reports not attributed to detected strings; "
+          "limit = smallest detectable share.")
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+if __name__ == "__main__":
+    main()
