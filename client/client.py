@@ -74,7 +74,8 @@ def _positive(name: str, value: Any, *, integer: bool = False, upper: float = ma
 def _check_url(url: Any) -> str:
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ParameterError(
-            "url", f"url must be the collector's base URL, like 'https://veil.example.org'; got {url!r}"
+            "url",
+            f"url must be the collector's base URL, like 'https://veil.example.org'; got {url!r}",
         )
     return url.rstrip("/")
 
@@ -110,11 +111,15 @@ class Client:
     ) -> None:
         self.url = _check_url(url)
         if token is not None and (not isinstance(token, str) or not token or "\n" in token):
-            raise ParameterError("token", "token must be a non-empty string (or None for open collectors)")
+            raise ParameterError(
+                "token", "token must be a non-empty string (or None for open collectors)"
+            )
         if budget is not None:
             _positive("budget", budget)
         if not isinstance(background, bool):
-            raise ParameterError("background", f"background must be True or False; got {background!r}")
+            raise ParameterError(
+                "background", f"background must be True or False; got {background!r}"
+            )
         _positive("batch_size", batch_size, integer=True, upper=MAX_BATCH_SIZE)
         _positive("timeout", timeout, upper=3600)
         _positive("flush_interval", flush_interval, upper=86400)
@@ -122,7 +127,9 @@ class Client:
         _positive("backoff_base", backoff_base, upper=3600)
         _positive("backoff_cap", backoff_cap, upper=3600)
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ParameterError("max_retries", f"max_retries must be an integer >= 0; got {max_retries!r}")
+            raise ParameterError(
+                "max_retries", f"max_retries must be an integer >= 0; got {max_retries!r}"
+            )
         self.token = token
         self.budget = budget
         self.background = background
@@ -328,7 +335,9 @@ class Client:
                 with self._lock:
                     self._outbox.delete(seqs)
                     self._count_dropped(1)
-                log.warning("dropped a report the collector refuses as too large: %s", outcome.message)
+                log.warning(
+                    "dropped a report the collector refuses as too large: %s", outcome.message
+                )
                 totals["batches"] += 1
                 totals["sent"] += 1
                 totals["rejected"] += 1

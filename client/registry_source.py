@@ -70,7 +70,9 @@ def fetch_registry(url: str, session: requests.Session, timeout: float) -> Regis
     try:
         return Registry.from_dict(response.json())
     except (ValueError, ParameterError) as exc:
-        raise RegistryUnavailableError(f"GET {address} returned an invalid registry: {exc}") from None
+        raise RegistryUnavailableError(
+            f"GET {address} returned an invalid registry: {exc}"
+        ) from None
 
 
 def read_cache(path: Path) -> Registry | None:

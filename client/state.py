@@ -138,7 +138,8 @@ def open_database(directory: Path) -> sqlite3.Connection:
 
 def _check_schema_version(connection: sqlite3.Connection, path: Path) -> None:
     connection.execute(
-        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+        (str(SCHEMA_VERSION),),
     )
     (found,) = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     if found != str(SCHEMA_VERSION):

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sqlite3
 import time
 from pathlib import Path
@@ -38,17 +37,9 @@ TOTAL = sum(len(values) for values in VALUES.values())
 FAST = {"max_retries": 2, "backoff_base": 0.01, "backoff_cap": 0.05, "timeout": 5.0}
 
 
-def closed_port_url() -> str:
-    """The URL of a port on 127.0.0.1 where nothing listens (connections are refused)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
-def report_offline(state: Path, registry: Registry) -> None:
-    """Queue every value of :data:`VALUES` with the collector unreachable."""
-    with Client(closed_port_url(), state, registry=registry, **FAST) as client:
+def report_offline(url: str, state: Path, registry: Registry) -> None:
+    """Queue every value of :data:`VALUES` with the collector unreachable at ``url``."""
+    with Client(url, state, registry=registry, **FAST) as client:
         report_all(client)
         assert client.pending == TOTAL
 
@@ -78,7 +69,8 @@ def test_flush_delivers_every_kind_and_counts_match_the_payloads(live_collector,
     assert client.pending == TOTAL
     result = client.flush()
     assert result.ok, result.error
-    assert (result.sent, result.accepted, result.duplicates, result.rejected) == (TOTAL, TOTAL, 0, 0)
+    counts = (result.sent, result.accepted, result.duplicates, result.rejected)
+    assert counts == (TOTAL, TOTAL, 0, 0)
     assert result.remaining == 0 and client.pending == 0
     sent = [report for body in bodies for report in json.loads(body)["reports"]]
     assert len(sent) == TOTAL and len({r["id"] for r in sent}) == TOTAL
@@ -149,10 +141,10 @@ def test_collector_down_keeps_reports_then_delivers_when_it_returns(collector_fa
     client.close()
 
 
-def test_resending_is_idempotent(live_collector, tmp_path):
+def test_resending_is_idempotent(live_collector, tmp_path, offline_url):
     """The same queued reports uploaded twice (a lost acknowledgement) count once."""
     original = tmp_path / "state"
-    report_offline(original, live_collector.registry)
+    report_offline(offline_url, original, live_collector.registry)
     shutil.copytree(original, tmp_path / "copy")
     with Client(live_collector.url, original) as client:
         assert client.flush().accepted == TOTAL
@@ -162,10 +154,10 @@ def test_resending_is_idempotent(live_collector, tmp_path):
     assert live_collector.counts("homepage")["reports"] == len(VALUES["homepage"])
 
 
-def test_interrupted_upload_is_queued_again_on_start(live_collector, tmp_path):
+def test_interrupted_upload_is_queued_again_on_start(live_collector, tmp_path, offline_url):
     """Rows left in flight by a crash mid-upload return to ready and are delivered."""
     state = tmp_path / "state"
-    report_offline(state, live_collector.registry)
+    report_offline(offline_url, state, live_collector.registry)
     database = sqlite3.connect(state / "veil.db")
     database.execute("UPDATE outbox SET state = 1")
     database.commit()
@@ -257,8 +249,8 @@ def test_close_makes_a_final_time_limited_flush(live_collector, tmp_path):
     assert result is not None and result.accepted == TOTAL
 
 
-def test_close_is_quick_when_the_collector_is_down(tmp_path, test_registry):
-    client = Client(closed_port_url(), tmp_path / "state", registry=test_registry,
+def test_close_is_quick_when_the_collector_is_down(tmp_path, test_registry, offline_url):
+    client = Client(offline_url, tmp_path / "state", registry=test_registry,
                     background=True, flush_interval=60)
     client.report("dark_mode", True)
     started = time.monotonic()
