@@ -96,9 +96,11 @@ def upward(value: Fraction | float) -> float:
 
 
 def compose(epsilons: Iterable[float]) -> float:
-    """Sequential composition over metrics (exactly 0 when nothing was reported)."""
-    values = list(epsilons)
-    return sequential(values) if any(values) else 0.0
+    """Sequential composition over metrics (a sum of one term is exact, of none 0)."""
+    values = [value for value in epsilons if value]
+    if len(values) <= 1:
+        return values[0] if values else 0.0
+    return sequential(values)
 
 
 def per_metric(mechanisms: Iterable[Mechanism]) -> dict[str, float]:

@@ -1,0 +1,153 @@
+"""privacy_spent() and the budget: the worst-case epsilon of what this installation reported.
+
+Expected values are built from the parameters' own epsilon_1 / epsilon_inf with
+the accounting rule: per metric, the sum over distinct memo keys of epsilon_1
+(reported once) or epsilon_inf (reported more than once); in total, the
+sequential composition (sum) over metrics.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import pytest
+
+from veil.client import BudgetExceededError, Client
+from veil.client.state import DATABASE_FILE
+from veil.shared.registry import Registry
+
+REGISTRY = Registry.from_dict({"metrics": {
+    "homepage": {"kind": "string", "k": 32, "h": 2, "m": 4},
+    "dark_mode": {"kind": "boolean"},
+    "browser": {"kind": "category", "categories": ["firefox", "chrome", "safari"]},
+    "load_time": {"kind": "number", "low": 0.0, "high": 10.0, "resolution": 10},
+}})
+HOME = REGISTRY["homepage"].params
+DARK = REGISTRY["dark_mode"].params
+LOAD = REGISTRY["load_time"].params
+
+
+def close_to(got: float, want: float) -> bool:
+    """Never below the expected cost, and above it only by rounding.
+
+    Stated costs are rounded up (veil.shared.privacy.round_up: a relative 1e-12
+    per composition), so a few compositions stay far within 1e-10.
+    """
+    return got >= want * (1 - 1e-15) and math.isclose(got, want, rel_tol=1e-10)
+
+
+@pytest.fixture
+def client(tmp_path, offline_url):
+    client = Client(offline_url, tmp_path / "state", registry=REGISTRY)
+    yield client
+    client.close(timeout=1)
+
+
+def test_nothing_reported_costs_nothing(client):
+    spent = client.privacy_spent()
+    assert spent.per_metric == {} and spent.total == 0.0
+    assert spent.budget is None and spent.remaining is None
+
+
+def test_a_value_costs_epsilon_1_once_then_epsilon_inf_however_often(client):
+    client.report("homepage", "example.com")
+    assert close_to(client.privacy_spent().per_metric["homepage"], HOME.epsilon_1)
+    for _ in range(5):
+        client.report("homepage", "example.com")
+        assert close_to(client.privacy_spent().per_metric["homepage"], HOME.epsilon_inf)
+    client.report("homepage", "other.org")
+    assert close_to(client.privacy_spent().per_metric["homepage"],
+                    HOME.epsilon_inf + HOME.epsilon_1)
+
+
+def test_total_is_the_sum_over_metrics_and_survives_restart(tmp_path, offline_url):
+    client = Client(offline_url, tmp_path / "state", registry=REGISTRY)
+    client.report("homepage", "example.com")
+    client.report("dark_mode", True)
+    client.report("dark_mode", True)
+    client.report("dark_mode", False)
+    client.report("load_time", 3.0)  # on the grid: one key
+    client.report("load_time", 3.0)
+    spent = client.privacy_spent()
+    client.close(timeout=1)
+    expected = {
+        "dark_mode": DARK.epsilon_inf + DARK.epsilon_1,
+        "homepage": HOME.epsilon_1,
+        "load_time": LOAD.epsilon_inf,
+    }
+    assert sorted(spent.per_metric) == sorted(expected)
+    for name, value in expected.items():
+        assert close_to(spent.per_metric[name], value)
+    assert close_to(spent.total, math.fsum(expected.values()))
+    with Client(offline_url, tmp_path / "state", registry=REGISTRY) as again:
+        assert again.privacy_spent() == spent
+
+
+def test_numbers_are_accounted_per_grid_point(client):
+    """Values that round to the same grid point share a memoized response and a key."""
+    client.report("load_time", 2.0)
+    client.report("load_time", 2.0 + 1e-12)  # the same grid point (step 1.0): alpha rounding
+    assert close_to(client.privacy_spent().per_metric["load_time"], LOAD.epsilon_inf)
+
+
+def test_two_clients_on_one_state_directory_share_the_ledger(tmp_path, offline_url):
+    """The ledger is read and written in the database transaction, not cached per process."""
+    first = Client(offline_url, tmp_path / "state", registry=REGISTRY)
+    second = Client(offline_url, tmp_path / "state", registry=REGISTRY)
+    first.report("homepage", "example.com")
+    second.report("homepage", "example.com")
+    for client in (first, second):
+        assert close_to(client.privacy_spent().per_metric["homepage"], HOME.epsilon_inf)
+        client.close(timeout=1)
+
+
+def test_changed_parameters_add_up(tmp_path, offline_url):
+    """Reports under old and new parameters are different mechanisms: sequential composition."""
+    state = tmp_path / "state"
+    with Client(offline_url, state, registry=REGISTRY) as client:
+        client.report("homepage", "example.com")
+    changed = Registry.from_dict({"metrics": {
+        "homepage": {"kind": "string", "k": 32, "h": 2, "m": 4, "f": 0.25},
+    }})
+    with Client(offline_url, state, registry=changed) as client:
+        client.report("homepage", "example.com")
+        got = client.privacy_spent().per_metric["homepage"]
+    assert close_to(got, HOME.epsilon_1 + changed["homepage"].params.epsilon_1)
+
+
+def test_budget_refuses_a_report_that_would_exceed_it_and_queues_nothing(tmp_path, offline_url):
+    budget = HOME.epsilon_1 + DARK.epsilon_1 * 0.5
+    client = Client(offline_url, tmp_path / "state", registry=REGISTRY, budget=budget)
+    client.report("homepage", "example.com")
+    before = client.privacy_spent()
+    assert before.budget == budget and close_to(before.remaining, budget - HOME.epsilon_1)
+    with pytest.raises(BudgetExceededError, match="budget") as raised:
+        client.report("homepage", "example.com")  # would cost epsilon_inf
+    assert raised.value.metric == "homepage" and raised.value.would_be > budget
+    with pytest.raises(BudgetExceededError):
+        client.report("dark_mode", True)
+    assert client.pending == 1
+    assert client.privacy_spent() == before
+    client.close(timeout=1)
+
+
+def test_budget_exactly_reachable(tmp_path, offline_url):
+    """A budget equal to the cost of the reports is not exceeded by them."""
+    budget = HOME.epsilon_inf
+    client = Client(offline_url, tmp_path / "state", registry=REGISTRY, budget=budget)
+    for _ in range(3):
+        client.report("homepage", "example.com")
+    assert client.privacy_spent().total <= budget
+    client.close(timeout=1)
+
+
+def test_ledger_stores_only_digests(client, tmp_path):
+    client.report("homepage", "ledger-canary.example")
+    database = sqlite3.connect(tmp_path / "state" / DATABASE_FILE)
+    rows = database.execute("SELECT digest, metric, reports FROM ledger").fetchall()
+    database.close()
+    assert len(rows) == 1
+    digest, metric, reports = rows[0]
+    assert metric == "homepage" and reports == 1
+    assert isinstance(digest, bytes) and len(digest) == 32 and b"canary" not in digest

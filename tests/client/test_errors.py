@@ -1,0 +1,142 @@
+"""Bad input to every public entry point gives the documented error, and nothing is queued."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from veil.client import (
+    BudgetExceededError,
+    Client,
+    ClientClosedError,
+    ParameterError,
+    RegistryUnavailableError,
+    StateError,
+    UnknownMetricError,
+    VeilError,
+)
+
+
+@pytest.fixture
+def client(tmp_path, test_registry, offline_url):
+    client = Client(offline_url, tmp_path / "state", registry=test_registry)
+    yield client
+    client.close(timeout=1)
+
+
+BAD_VALUES = [
+    ("homepage", 42, "str"),
+    ("homepage", b"example.com", "str"),
+    ("homepage", "\udc80", "UTF-8"),
+    ("browser", "netscape", "not one of the categories"),
+    ("browser", 1, "not one of the categories"),
+    ("dark_mode", "yes", "True or False"),
+    ("dark_mode", 1, "True or False"),
+    ("load_time", "3.5", "number"),
+    ("load_time", True, "number"),
+    ("load_time", math.nan, "finite"),
+    ("load_time", math.inf, "finite"),
+    ("load_time", None, "number"),
+]
+
+
+@pytest.mark.parametrize(("metric", "value", "message"), BAD_VALUES)
+def test_bad_values_are_refused_and_nothing_is_queued(client, metric, value, message):
+    with pytest.raises(ParameterError, match=message) as raised:
+        client.report(metric, value)
+    assert raised.value.field == "value"
+    assert client.pending == 0
+    assert client.privacy_spent().total == 0.0
+
+
+@pytest.mark.parametrize("name", ["homepgae", "", None, 3])
+def test_unknown_metric_names_the_known_ones(client, name):
+    with pytest.raises(UnknownMetricError, match="homepage") as raised:
+        client.report(name, "example.com")
+    assert isinstance(raised.value, VeilError) and isinstance(raised.value, KeyError)
+    assert raised.value.field == "metric"
+    assert client.pending == 0
+
+
+BAD_ARGUMENTS = [
+    ({"url": "ftp://collector"}, "url"),
+    ({"url": "collector.example.org"}, "url"),
+    ({"url": 8080}, "url"),
+    ({"registry": 42}, "registry"),
+    ({"token": ""}, "token"),
+    ({"token": 123}, "token"),
+    ({"budget": 0}, "budget"),
+    ({"budget": -1.0}, "budget"),
+    ({"budget": "5"}, "budget"),
+    ({"budget": math.nan}, "budget"),
+    ({"background": "yes"}, "background"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"batch_size": 2.5}, "batch_size"),
+    ({"batch_size": 10**6}, "batch_size"),
+    ({"timeout": 0}, "timeout"),
+    ({"timeout": math.inf}, "timeout"),
+    ({"timeout": None}, "timeout"),
+    ({"max_retries": -1}, "max_retries"),
+    ({"max_retries": True}, "max_retries"),
+    ({"flush_interval": 0}, "flush_interval"),
+    ({"max_batch_bytes": 0}, "max_batch_bytes"),
+    ({"backoff_base": -1}, "backoff_base"),
+    ({"backoff_cap": 0}, "backoff_cap"),
+]
+
+
+@pytest.mark.parametrize(("arguments", "field"), BAD_ARGUMENTS)
+def test_bad_constructor_arguments_name_the_argument(tmp_path, test_registry, offline_url,
+                                                     arguments, field):
+    options = {"url": offline_url, "registry": test_registry, **arguments}
+    url = options.pop("url")
+    with pytest.raises(ParameterError, match=field) as raised:
+        Client(url, tmp_path / "state", **options)
+    assert raised.value.field == field
+
+
+def test_registry_file_problems_are_parameter_errors(tmp_path, offline_url):
+    with pytest.raises(ParameterError, match="cannot read registry file"):
+        Client(offline_url, tmp_path / "state", registry=tmp_path / "missing.toml")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[metrics.homepage\nkind = 'string'")
+    with pytest.raises(ParameterError, match="not valid TOML"):
+        Client(offline_url, tmp_path / "state", registry=broken)
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text("[metrics.homepage]\nkind = 'string'\nk = 0\n")
+    with pytest.raises(ParameterError, match="'k' parameter"):
+        Client(offline_url, tmp_path / "state", registry=wrong)
+
+
+def test_no_registry_anywhere_is_a_clear_error(tmp_path, offline_url):
+    with pytest.raises(RegistryUnavailableError, match="no cached copy"):
+        Client(offline_url, tmp_path / "state")
+
+
+@pytest.mark.parametrize("state_dir", [None, "", 42])
+def test_bad_state_dir(state_dir, test_registry, offline_url):
+    with pytest.raises(StateError, match="state_dir"):
+        Client(offline_url, state_dir, registry=test_registry)
+
+
+def test_flush_and_close_timeouts_are_checked(client):
+    with pytest.raises(ParameterError, match="timeout"):
+        client.flush(timeout=-1)
+    with pytest.raises(ParameterError, match="timeout"):
+        client.close(timeout=0)
+
+
+def test_a_closed_client_refuses_work(client):
+    client.close(timeout=1)
+    for call in (lambda: client.report("dark_mode", True), client.flush, client.privacy_spent,
+                 lambda: client.pending):
+        with pytest.raises(ClientClosedError, match="closed"):
+            call()
+    assert client.close() is None  # closing twice is harmless
+
+
+def test_every_error_class_is_a_veil_error():
+    for error in (BudgetExceededError, ClientClosedError, RegistryUnavailableError, StateError,
+                  UnknownMetricError, ParameterError):
+        assert issubclass(error, VeilError)
