@@ -7,18 +7,27 @@ Heavy imports (Flask, waitress, NumPy) happen inside the ``run`` functions so
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 from veil.shared.errors import VeilError
 
 DEFAULT_THREADS = 4
 
 
-class _Stop(Exception):
-    """Raised in the main thread by SIGTERM to leave the server loop cleanly."""
+class _Stop(SystemExit):
+    """Raised in the main thread by SIGTERM to leave the server loop cleanly.
+
+    A ``SystemExit`` because waitress's event loop passes only those (and
+    ``KeyboardInterrupt``) through its per-connection error handling.
+    """
 
 
 def _configure_serve(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +36,9 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
-                        help=f"worker threads serving requests (default {DEFAULT_THREADS})")
+                        help=f"threads serving requests per worker (default {DEFAULT_THREADS})")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="server processes sharing the port (default 1; more use more cores)")
     parser.add_argument("--read-token", action="append", default=None,
                         help="bearer token for reading counts (repeatable; default: env VEIL_READ_TOKEN)")
     parser.add_argument("--upload-token", default=None,
@@ -39,46 +50,38 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
                         help="largest batch accepted (default 5000 reports)")
 
 
-def _run_serve(args: argparse.Namespace) -> int:
+def _serve_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The app configuration from the command line and environment."""
+    read_tokens = args.read_token or [t for t in [os.environ.get("VEIL_READ_TOKEN")] if t]
+    return {
+        "REGISTRY": args.config,
+        "DATABASE": args.db,
+        "READ_TOKENS": read_tokens,
+        "UPLOAD_TOKEN": args.upload_token or os.environ.get("VEIL_UPLOAD_TOKEN") or None,
+        "MAX_CONTENT_LENGTH": args.max_body_bytes,
+        "MAX_REPORTS_PER_BATCH": args.max_reports,
+    }
+
+
+def _serve_socket(config: dict[str, Any], sock: socket.socket, threads: int) -> None:
+    """Run one waitress server on the listening ``sock`` until SIGTERM or SIGINT."""
     import waitress
 
     from veil.server.app import EXTENSION, create_app
 
-    if args.threads < 1:
-        raise VeilError(f"--threads must be at least 1; got {args.threads}")
-    if args.max_body_bytes < 1024:
-        raise VeilError(f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
-    read_tokens = args.read_token or [t for t in [os.environ.get("VEIL_READ_TOKEN")] if t]
-    upload_token = args.upload_token or os.environ.get("VEIL_UPLOAD_TOKEN") or None
-    app = create_app({
-        "REGISTRY": args.config,
-        "DATABASE": args.db,
-        "READ_TOKENS": read_tokens,
-        "UPLOAD_TOKEN": upload_token,
-        "MAX_CONTENT_LENGTH": args.max_body_bytes,
-        "MAX_REPORTS_PER_BATCH": args.max_reports,
-    })
-    storage = app.extensions[EXTENSION].storage
-    try:
-        server = waitress.create_server(
-            app, host=args.host, port=args.port, threads=args.threads, ident="veil",
-            # Flask answers 413 as JSON for bodies over the limit; waitress (plain-text 413)
-            # only stops absurd ones before buffering them
-            max_request_body_size=2 * args.max_body_bytes + 1024 * 1024,
-            clear_untrusted_proxy_headers=True,
-        )
-    except OSError as exc:
-        storage.close()
-        raise VeilError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
-    if not read_tokens:
-        print("veil serve: no read token set (--read-token or VEIL_READ_TOKEN): "
-              "counts cannot be read over HTTP", file=sys.stderr)
+    app = create_app(config)
+    server = waitress.create_server(
+        app, sockets=[sock], threads=threads, ident="veil",
+        # Flask answers 413 as JSON for bodies over the limit; waitress (plain-text 413)
+        # only stops absurd ones before buffering them
+        max_request_body_size=2 * config["MAX_CONTENT_LENGTH"] + 1024 * 1024,
+        clear_untrusted_proxy_headers=True,
+    )
 
     def stop(signum: int, frame: object) -> None:
         raise _Stop
 
     previous = signal.signal(signal.SIGTERM, stop)
-    print(f"veil serve: listening on http://{args.host}:{server.effective_port}", flush=True)
     try:
         server.run()
     except (_Stop, KeyboardInterrupt):
@@ -86,9 +89,85 @@ def _run_serve(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         server.close()
-        storage.close()
+        app.extensions[EXTENSION].storage.close()
+
+
+def _worker(config: dict[str, Any], sock: socket.socket, threads: int, parent: int) -> None:
+    """A forked worker process: serve, and stop if the parent process disappears."""
+
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch_parent, name="veil-parent-watch", daemon=True).start()
+    _serve_socket(config, sock, threads)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from veil.server.storage import open_storage
+    from veil.shared.registry import Registry
+
+    for name in ("threads", "workers"):
+        if getattr(args, name) < 1:
+            raise VeilError(f"--{name} must be at least 1; got {getattr(args, name)}")
+    if args.max_body_bytes < 1024:
+        raise VeilError(f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
+    config = _serve_config(args)
+    # check the registry against the database (and migrate it) once, before any worker starts
+    open_storage(args.db, Registry.load(args.config), create=True).close()
+    try:
+        sock = socket.create_server((args.host, args.port), backlog=1024)
+    except OSError as exc:
+        raise VeilError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    if not config["READ_TOKENS"]:
+        print("veil serve: no read token set (--read-token or VEIL_READ_TOKEN): "
+              "counts cannot be read over HTTP", file=sys.stderr)
+    host, port = sock.getsockname()[:2]
+    print(f"veil serve: listening on http://{host}:{port}", flush=True)
+    try:
+        if args.workers == 1:
+            _serve_socket(config, sock, args.threads)
+        else:
+            _supervise(config, sock, args.threads, args.workers)
+    finally:
+        sock.close()
     print("veil serve: stopped", flush=True)
     return 0
+
+
+def _supervise(config: dict[str, Any], sock: socket.socket, threads: int, workers: int) -> None:
+    """Fork ``workers`` server processes sharing ``sock``; stop all when one ends or on SIGTERM."""
+    parent = os.getpid()
+    children: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stop
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        for _ in range(workers):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    _worker(config, sock, threads, parent)
+                    code = 0
+                finally:
+                    os._exit(code)
+            children.append(pid)
+        os.wait()
+    except (_Stop, KeyboardInterrupt):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
 def _configure_export(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,214 @@
+"""Collector benchmarks: HTTP ingestion into ``veil serve`` and reading counts.
+
+1. Ingestion: a ``veil serve`` process on 127.0.0.1 with a string metric (k=128,
+   h=2, m=64); request bodies of ``--batch`` reports each are built and
+   serialized before timing; ``--uploaders`` threads post them over keep-alive
+   connections. Prints sustained reports/s and per-batch latency percentiles.
+2. Counts: a database holding ``--stored`` reports of one metric spread over 30
+   days (filled directly through the storage layer), then the time to build the
+   counts document, in-process and over HTTP.
+
+Run it alone on the machine (it measures the machine)::
+
+    python benchmarks/bench_ingest.py [--batches 300] [--workers 2] [--threads 4] [--uploaders 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from veil.server.storage import open_storage
+from veil.shared.registry import Registry
+from veil.shared.wire import Report, make_batch, make_report
+
+REGISTRY = Registry.from_toml("""
+version = 1
+[metrics.homepage]
+kind = "string"
+min_reports = 1
+k = 128
+h = 2
+m = 64
+""")
+K_BYTES = 16
+
+
+def random_reports(n: int) -> list[dict]:
+    """Wire reports with uniformly random 128-bit payloads (what IRR output looks like)."""
+    return [make_report(os.urandom(16).hex(), "homepage", i % 64, os.urandom(K_BYTES).hex())
+            for i in range(n)]
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    index = min(len(sorted_values) - 1, max(0, round(fraction * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+def start_server(workdir: Path, threads: int, workers: int) -> tuple[subprocess.Popen, str]:
+    """``veil serve`` on a free port; returns the process and its URL."""
+    config = workdir / "metrics.toml"
+    config.write_text(REGISTRY.to_toml(), encoding="utf-8")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "veil.server.cli", "serve", "--config", str(config),
+         "--db", str(workdir / "veil.db"), "--port", "0", "--threads", str(threads),
+         "--workers", str(workers), "--read-token", "bench"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    line = process.stdout.readline()
+    if "listening on" not in line:
+        process.kill()
+        raise SystemExit(f"veil serve did not start: {line!r}")
+    return process, line.rsplit(" ", 1)[1].strip()
+
+
+def bench_ingest(batches: int, batch_size: int, threads: int, workers: int, uploaders: int
+                 ) -> None:
+    """Sustained ingestion through HTTP; every batch must be fully accepted."""
+    bodies = [json.dumps(make_batch(os.urandom(16).hex(), random_reports(batch_size))).encode()
+              for _ in range(batches)]
+    warmup = [json.dumps(make_batch(os.urandom(16).hex(), random_reports(batch_size))).encode()
+              for _ in range(uploaders * 2)]
+    with tempfile.TemporaryDirectory() as tmp:
+        process, url = start_server(Path(tmp), threads, workers)
+        try:
+            latencies: list[float] = []
+            lock = threading.Lock()
+
+            def upload(queue: list[bytes]) -> None:
+                session = requests.Session()
+                headers = {"Content-Type": "application/json"}
+                while True:
+                    with lock:
+                        if not queue:
+                            return
+                        body = queue.pop()
+                    begin = time.perf_counter()
+                    response = session.post(url + "/v1/reports", data=body, headers=headers,
+                                            timeout=60)
+                    elapsed = time.perf_counter() - begin
+                    receipt = response.json()
+                    if response.status_code != 200 or receipt["accepted"] != batch_size:
+                        raise SystemExit(f"upload failed: {response.status_code} {receipt}")
+                    with lock:
+                        latencies.append(elapsed)
+
+            def run(queue: list[bytes]) -> float:
+                workers = [threading.Thread(target=upload, args=(queue,)) for _ in range(uploaders)]
+                begin = time.perf_counter()
+                for worker in workers:
+                    worker.start()
+                for worker in workers:
+                    worker.join()
+                return time.perf_counter() - begin
+
+            run(list(warmup))
+            latencies.clear()
+            wall = run(list(bodies))
+            stored = requests.get(url + "/v1/metrics/homepage/counts",
+                                  headers={"Authorization": "Bearer bench"}, timeout=60).json()
+        finally:
+            process.terminate()
+            process.wait(30)
+            process.stdout.close()
+    total = batches * batch_size
+    assert stored["reports"] == total + len(warmup) * batch_size, stored["reports"]
+    lat = sorted(latencies)
+    print(f"ingest: {total:,} reports in {batches} batches of {batch_size} (k=128), "
+          f"server workers={workers} x threads={threads}, uploader threads={uploaders}")
+    print(f"  sustained: {total / wall:,.0f} reports/s ({batches / wall:.1f} batches/s, "
+          f"wall {wall:.2f} s)")
+    print(f"  batch latency ms: p50 {1000 * percentile(lat, 0.5):.1f}  "
+          f"p90 {1000 * percentile(lat, 0.9):.1f}  p99 {1000 * percentile(lat, 0.99):.1f}  "
+          f"max {1000 * lat[-1]:.1f}")
+
+
+def bench_counts(stored: int, repeats: int) -> None:
+    """Counts for a metric with ``stored`` reports over 30 days, in-process and over HTTP."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "veil.db"
+        begin = time.perf_counter()
+        with open_storage(path, REGISTRY, create=True) as storage:
+            first = dt.date(2026, 10, 1)
+            chunk = 20_000
+            for offset in range(0, stored, chunk):
+                day = first + dt.timedelta(days=(offset * 30) // stored)
+                reports = [Report(os.urandom(16).hex(), "homepage", i % 64,
+                                  os.urandom(K_BYTES).hex(), None)
+                           for i in range(min(chunk, stored - offset))]
+                storage.insert(reports, day)
+        fill = time.perf_counter() - begin
+        with open_storage(path) as storage:
+            metric = storage.registry["homepage"]
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                document = storage.counts(metric)
+                times.append(time.perf_counter() - start)
+            assert document["reports"] == stored
+            ranged = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                storage.counts(metric, "2026-10-05", "2026-10-20")
+                ranged.append(time.perf_counter() - start)
+        Path(tmp, "metrics.toml").write_text(REGISTRY.to_toml(), encoding="utf-8")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "veil.server.cli", "serve", "--config",
+             str(Path(tmp, "metrics.toml")), "--db", str(path), "--port", "0",
+             "--read-token", "bench"], stdout=subprocess.PIPE, text=True)
+        try:
+            url = process.stdout.readline().rsplit(" ", 1)[1].strip()
+            session = requests.Session()
+            headers = {"Authorization": "Bearer bench"}
+            session.get(url + "/v1/metrics/homepage/counts", headers=headers, timeout=60)
+            http = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                response = session.get(url + "/v1/metrics/homepage/counts", headers=headers,
+                                       timeout=60)
+                http.append(time.perf_counter() - start)
+                assert response.json()["reports"] == stored
+        finally:
+            process.terminate()
+            process.wait(30)
+            process.stdout.close()
+    print(f"counts: {stored:,} stored reports (30 days x 64 cohorts, k=128); "
+          f"filled through the storage layer in {fill:.1f} s ({stored / fill:,.0f} reports/s)")
+    print(f"  storage.counts, all days: median {1000 * statistics.median(times):.2f} ms, "
+          f"max {1000 * max(times):.2f} ms ({repeats} runs)")
+    print(f"  storage.counts, 16 days:  median {1000 * statistics.median(ranged):.2f} ms")
+    print(f"  GET /v1/metrics/homepage/counts over HTTP: median "
+          f"{1000 * statistics.median(http):.2f} ms, max {1000 * max(http):.2f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=1000, help="reports per batch")
+    parser.add_argument("--threads", type=int, default=4, help="veil serve worker threads")
+    parser.add_argument("--workers", type=int, default=2, help="veil serve worker processes")
+    parser.add_argument("--uploaders", type=int, default=4, help="concurrent uploader threads")
+    parser.add_argument("--stored", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--skip-counts", action="store_true")
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    bench_ingest(args.batches, args.batch, args.threads, args.workers, args.uploaders)
+    if not args.skip_counts:
+        bench_counts(args.stored, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
