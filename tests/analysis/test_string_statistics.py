@@ -1,0 +1,138 @@
+"""The string decoder on simulated data with known truth.
+
+Counts are drawn directly from the RAPPOR model (cohort sizes multinomial,
+values multinomial within each cohort, each reported bit Binomial with q* where
+the Bloom bit is set and p* where it is not), which is exact in distribution for
+independent reports. Every test uses a fixed seed; every tolerance is derived
+from a stated sampling distribution.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from veil.server.analysis import StringDecoder, build_map, simulate_string_counts
+from veil.shared.kinds import StringParams
+
+PARAMS = StringParams(k=32, h=2, m=16, p=0.5, q=0.75, f=0.5)
+REPORTS = 200_000
+TRUE = [f"true-{i}" for i in range(5)]
+SHARES = np.array([0.35, 0.25, 0.2, 0.12, 0.08])
+DECOYS = [f"decoy-{i}" for i in range(45)]
+# 400 runs x 5 strings = 2000 intervals
+REPETITIONS = 400
+
+
+@pytest.fixture(scope="module")
+def repeated_fits() -> tuple[np.ndarray, np.ndarray]:
+    """Shares and stated standard errors of the five true strings over repeated runs."""
+    candidates = TRUE + DECOYS
+    candidate_map = build_map(PARAMS, candidates)
+    rng = np.random.default_rng(20261122)
+    estimates = np.zeros((REPETITIONS, len(TRUE)))
+    std_errors = np.zeros_like(estimates)
+    for run in range(REPETITIONS):
+        reports, ones = simulate_string_counts(PARAMS, candidate_map[:, :5], SHARES, REPORTS, rng)
+        decoder = StringDecoder(PARAMS).fit(reports, ones, candidates, candidate_map)
+        estimates[run] = decoder.proportions_[:5]
+        std_errors[run] = decoder.std_errors_[:5] / REPORTS
+    return estimates, std_errors
+
+
+def test_estimates_are_unbiased(repeated_fits: tuple[np.ndarray, np.ndarray]) -> None:
+    estimates, _ = repeated_fits
+    mean_error = estimates.mean(axis=0) - SHARES
+    # standard error of a mean of R runs: sd / sqrt(R); 4 of them (two-sided 6e-5 per string)
+    tolerance = 4 * estimates.std(axis=0, ddof=1) / np.sqrt(REPETITIONS)
+    assert np.all(np.abs(mean_error) < tolerance), (mean_error, tolerance)
+
+
+def test_stated_standard_errors_match_the_observed_spread(
+    repeated_fits: tuple[np.ndarray, np.ndarray],
+) -> None:
+    estimates, std_errors = repeated_fits
+    ratio = estimates.var(axis=0, ddof=1) / np.mean(std_errors**2, axis=0)
+    # (R-1) s^2 / sigma^2 ~ chi-square(R-1): accept the central 1 - 2e-4 of that law
+    dof = REPETITIONS - 1
+    low, high = stats.chi2.ppf(1e-4, dof) / dof, stats.chi2.isf(1e-4, dof) / dof
+    assert np.all((ratio > low) & (ratio < high)), (ratio, low, high)
+
+
+def test_95_percent_intervals_cover_the_truth_95_percent_of_the_time(
+    repeated_fits: tuple[np.ndarray, np.ndarray],
+) -> None:
+    estimates, std_errors = repeated_fits
+    z = stats.norm.isf(0.025)
+    covered = np.abs(estimates - SHARES) <= z * std_errors
+    # 2000 intervals: binomial sd of the coverage sqrt(.95 * .05 / 2000) = 0.49%,
+    # so the 93-97% band is about 4 standard deviations wide on each side
+    assert 0.93 <= covered.mean() <= 0.97, covered.mean()
+
+
+def _false_positive_runs(correction: str, runs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per run: decoys reported and strings reported, with 5 true strings and 300 decoys."""
+    decoys = [f"decoy-{i}" for i in range(300)]
+    candidates = TRUE + decoys
+    candidate_map = build_map(PARAMS, candidates)
+    rng = np.random.default_rng(seed)
+    false = np.zeros(runs, dtype=int)
+    reported = np.zeros(runs, dtype=int)
+    for run in range(runs):
+        reports, ones = simulate_string_counts(PARAMS, candidate_map[:, :5], SHARES, REPORTS, rng)
+        decoder = StringDecoder(PARAMS, correction=correction, alpha=0.05).fit(
+            reports, ones, candidates, candidate_map
+        )
+        false[run] = decoder.detected_[5:].sum()
+        reported[run] = decoder.detected_.sum()
+    return false, reported
+
+
+def test_bonferroni_keeps_the_family_wise_error_rate() -> None:
+    runs = 300
+    false, reported = _false_positive_runs("bonferroni", runs, seed=11)
+    # runs with any false positive ~ Binomial(runs, FWER <= 0.05): allow 3 sds above 0.05
+    bound = runs * 0.05 + 3 * np.sqrt(runs * 0.05 * 0.95)
+    assert np.count_nonzero(false) <= bound, (np.count_nonzero(false), bound)
+    assert np.all(reported - false == 5)  # the five true strings are always found
+
+
+def test_benjamini_hochberg_keeps_the_false_discovery_rate() -> None:
+    runs = 300
+    false, reported = _false_positive_runs("bh", runs, seed=12)
+    proportion = false / np.maximum(reported, 1)
+    # a [0, 1] variable with mean <= 0.05 has variance <= 0.05 * 0.95: 3 sds of the mean
+    bound = 0.05 + 3 * np.sqrt(0.05 * 0.95 / runs)
+    assert proportion.mean() <= bound, (proportion.mean(), bound)
+
+
+def test_values_missing_from_the_list_go_to_the_background_not_to_decoys() -> None:
+    """1,000 unlisted values with equal shares hold 30% of reports; the listed ones stay unbiased."""
+    unlisted = [f"unlisted-{i}" for i in range(1000)]
+    shares = np.concatenate([SHARES * 0.7, np.full(1000, 0.3 / 1000)])
+    candidates = TRUE + [f"decoy-{i}" for i in range(100)]
+    true_map = build_map(PARAMS, TRUE + unlisted)
+    candidate_map = build_map(PARAMS, candidates)
+    rng = np.random.default_rng(13)
+    runs = 100
+    missing = np.zeros(runs)
+    missing_se = np.zeros(runs)
+    errors = np.zeros((runs, 5))
+    false = 0
+    for run in range(runs):
+        reports, ones = simulate_string_counts(PARAMS, true_map, shares, REPORTS, rng)
+        decoder = StringDecoder(PARAMS).fit(reports, ones, candidates, candidate_map)
+        false += int(decoder.detected_[5:].any())
+        missing[run] = decoder.summary_["missing_proportion"]
+        missing_se[run] = decoder.summary_["missing_proportion_std_error"]
+        errors[run] = decoder.proportions_[:5] - shares[:5]
+    # mean of 100 runs within 4 of its standard errors (sd / sqrt(runs))
+    assert abs(missing.mean() - 0.3) < 4 * missing.std(ddof=1) / np.sqrt(runs)
+    assert np.all(np.abs(errors.mean(axis=0)) < 4 * errors.std(axis=0, ddof=1) / np.sqrt(runs))
+    # family-wise error at most 0.05: 3 binomial sds above runs * 0.05
+    assert false <= runs * 0.05 + 3 * np.sqrt(runs * 0.05 * 0.95)
+    # the stated standard error of the missing share matches its spread (chi-square, 1e-4 tails)
+    dof = runs - 1
+    ratio = missing.var(ddof=1) / np.mean(missing_se**2)
+    assert stats.chi2.ppf(1e-4, dof) / dof < ratio < stats.chi2.isf(1e-4, dof) / dof
