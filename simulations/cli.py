@@ -83,7 +83,47 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def configure_demo(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil demo``."""
+    from veil.simulations.demo import DemoConfig
+
+    defaults = DemoConfig()
+    parser.add_argument("--out", type=Path, default=defaults.out,
+                        help=f"where to write the plot and decoded table (default ./{defaults.out})")
+    parser.add_argument("--installations", type=int, default=defaults.installations,
+                        help=f"simulated installations (default {defaults.installations})")
+    parser.add_argument("--workers", type=int, default=defaults.workers,
+                        help=f"installations running at once (default {defaults.workers})")
+    for name in ("k", "m"):
+        parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name),
+                            help=f"RAPPOR {name} of the string metric (default {getattr(defaults, name)})")
+    for name in ("p", "q", "f"):
+        parser.add_argument(f"--{name}", type=float, default=getattr(defaults, name),
+                            help=f"RAPPOR {name} of the string metric (default {getattr(defaults, name)})")
+    parser.add_argument("--seed", type=int, default=defaults.seed,
+                        help="seed of the simulated user behaviour (reports use the OS CSPRNG)")
+    parser.add_argument("--temp-root", type=Path, default=None,
+                        help="where to create the temporary directory (default: the system's)")
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    """Run the end-to-end demo."""
+    from veil.simulations.demo import DemoConfig, run_demo
+
+    for name in ("installations", "workers"):
+        if getattr(args, name) < 1:
+            raise ParameterError(name, f"--{name} must be >= 1; got {getattr(args, name)}")
+    config = DemoConfig(installations=args.installations, workers=args.workers, k=args.k, m=args.m,
+                        p=args.p, q=args.q, f=args.f, seed=args.seed, out=args.out,
+                        temp_root=args.temp_root)
+    config.registry()  # validate the parameters before starting anything
+    run_demo(config)
+    return 0
+
+
 COMMANDS = [
+    ("demo", "run collector, thousands of real clients and the decoder on this machine (< 1 min)",
+     configure_demo, run_demo_command),
     ("experiment", "run a published experiment and write CSV, PNG plots and an HTML report",
      configure_experiment, run_experiment_command),
     ("simulate", "time simulated encoding, aggregation and decoding of string reports",
