@@ -262,7 +262,8 @@ def live_collector(tmp_path: Path) -> Iterator[CollectorHandle]:
     app = create_app({"REGISTRY": TEST_REGISTRY, "DATABASE": handle.db_path,
                       "READ_TOKENS": [handle.token]})
     server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="live-collector", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              name="live-collector", daemon=True)
     thread.start()
     handle.port = server.server_port
     handle.url = f"http://127.0.0.1:{handle.port}"

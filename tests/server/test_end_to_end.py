@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
 import requests
 
 KINDS_AND_VALUES = {
@@ -59,3 +62,37 @@ def test_csv_counts_are_google_rappor_rows(collector, wire):
     rows = [list(map(int, line.split(","))) for line in response.text.splitlines()]
     expected = wire.expected("homepage", sent)["cohorts"]
     assert rows == [[entry["reports"], *entry["ones"]] for entry in expected]
+
+
+def test_real_clients_upload_to_veil_serve_and_counts_match_bit_for_bit(collector, wire, tmp_path):
+    """Several installations (distinct secrets and cohorts) flush through the SDK."""
+    from veil.client import Client
+
+    sent: list[dict] = []
+
+    def keep_body(response: requests.Response, *args: object, **kwargs: object) -> None:
+        if response.request.method == "POST" and response.status_code == 200:
+            sent.extend(json.loads(response.request.body)["reports"])
+
+    values = {"homepage": ["example.com", "veil.dev", "news.example"],
+              "browser": ["chrome", "safari"], "dark_mode": [True, False],
+              "battery": [12.5, 80.0], "load_time": [1.5]}
+    for installation in range(6):
+        with Client(collector.url, tmp_path / f"state{installation}") as client:
+            client.session.hooks["response"].append(keep_body)
+            for metric, options in values.items():
+                for value in options:
+                    client.report(metric, value)
+            result = client.flush()
+            assert result.ok and result.rejected == 0, result
+    assert len({report["id"] for report in sent}) == len(sent) == 6 * 10
+    cohorts_used = {r["cohort"] for r in sent if r["metric"] == "homepage"}
+    assert len(cohorts_used) > 1, "installations should spread over cohorts"
+    for metric in values:
+        document = collector.counts(metric)
+        expected = wire.expected(metric, sent)
+        assert document["reports"] == expected["reports"]
+        if metric == "load_time":
+            assert document["cohorts"][0]["sum"] == pytest.approx(expected["cohorts"][0]["sum"])
+        else:
+            assert document["cohorts"] == expected["cohorts"]
