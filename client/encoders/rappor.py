@@ -5,12 +5,38 @@ coin; the coin word and the ``f`` mask come from an :class:`HmacStream`, coin
 word first, then the mask words as :func:`~veil.shared.bits.bernoulli_mask`
 consumes them. Instantaneous RR (fresh): each bit is reported as 1 with
 probability ``q`` if its PRR bit is 1 and ``p`` if it is 0, from the CSPRNG.
+
+The IRR draws, for every bit ``i``, a uniform 32-bit integer ``U_i`` and
+reports 1 iff ``U_i`` is below the bit's threshold (``N_q`` where the PRR bit
+is 1, ``N_p`` where it is 0, the realized ``q`` and ``p`` times ``2**32``): exactly
+probability ``q`` or ``p``. The binary digits of all the ``U_i`` are drawn
+together, most significant first (one random word per digit), and drawing stops
+once every bit is decided: about ``log2(k) + 2`` words whatever ``p`` and ``q``
+(``p = 0.39`` has 32 significant binary digits; a digit-by-digit mask of it
+would take 32 words). Fresh noise has no fixed layout to keep; the PRR's does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from veil.client.randomness import FreshStream, HmacStream
-from veil.shared.bits import bernoulli_mask, mask_word_count, payload_bytes, realize, split_words
+from veil.shared.bits import (
+    PROB_BITS,
+    bernoulli_mask,
+    mask_word_count,
+    payload_bytes,
+    realize,
+    split_words,
+)
+
+#: words read at a time when the first read for an IRR did not decide every bit
+IRR_MORE_WORDS = 8
+
+
+def _lowest_digit(numerator: int) -> int:
+    """Position of the lowest 1 digit of ``numerator`` (``PROB_BITS`` for 0)."""
+    return (numerator & -numerator).bit_length() - 1 if numerator else PROB_BITS
 
 
 class BitRappor:
@@ -22,9 +48,17 @@ class BitRappor:
         self.width = payload_bytes(k)
         self.p_num, self.q_num, self.f_num = realize(p), realize(q), realize(f)
         self.prr_words = 1 + mask_word_count(self.f_num)
-        irr_words = mask_word_count(self.p_num) + mask_word_count(self.q_num)
-        self.irr_bytes = irr_words * self.width
-        self._offsets = range(0, self.irr_bytes, self.width)
+        lowest = min(_lowest_digit(self.p_num), _lowest_digit(self.q_num))
+        #: (q digit, p digit) of the two thresholds, most significant first, down to
+        #: the last 1 digit of either (below it every undecided U is >= its threshold)
+        self._digits = [
+            ((self.q_num >> position) & 1, (self.p_num >> position) & 1)
+            for position in range(PROB_BITS - 1, lowest - 1, -1)
+        ]
+        # first read: every digit, or a little more than needed on average: log2(k) + 4
+        first = min(len(self._digits), k.bit_length() + 4)
+        self._first_bytes = first * self.width
+        self._offsets = range(0, self._first_bytes, self.width)
 
     def prr(self, bits: int, stream: HmacStream) -> int:
         """The permanent randomized response of ``bits``."""
@@ -33,11 +67,28 @@ class BitRappor:
         replace = bernoulli_mask(self.f_num, words, self.full)
         return (bits & ~replace) | (coin & replace)
 
+    def _words(self, fresh: FreshStream) -> Iterator[int]:
+        """Uniform ``k``-bit words from the CSPRNG: one read for most reports, then chunks."""
+        full, width = self.full, self.width
+        buffer, offsets = fresh.read(self._first_bytes), self._offsets
+        while True:
+            for offset in offsets:
+                yield int.from_bytes(buffer[offset : offset + width], "little") & full
+            buffer = fresh.read(IRR_MORE_WORDS * width)
+            offsets = range(0, IRR_MORE_WORDS * width, width)
+
     def irr(self, prr: int, fresh: FreshStream) -> int:
         """A fresh instantaneous randomized response of ``prr``."""
-        buffer = fresh.read(self.irr_bytes)
-        full, width = self.full, self.width
-        words = iter([int.from_bytes(buffer[o : o + width], "little") & full for o in self._offsets])
-        p_mask = bernoulli_mask(self.p_num, words, full)
-        q_mask = bernoulli_mask(self.q_num, words, full)
-        return (prr & q_mask) | (~prr & p_mask)
+        full = self.full
+        prr &= full
+        thresholds = (0, full & ~prr, prr, full)  # indexed by 2 * q digit + p digit
+        undecided, ones = full, 0
+        words = self._words(fresh)
+        for q_digit, p_digit in self._digits:
+            r = next(words)
+            t = thresholds[2 * q_digit + p_digit]
+            ones |= undecided & t & ~r  # U has a 0 where the threshold has a 1: U < N
+            undecided &= ~(t ^ r)  # equal digits: still undecided
+            if not undecided:
+                break
+        return ones

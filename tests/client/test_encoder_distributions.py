@@ -16,6 +16,8 @@ import random
 import pytest
 
 from veil.client.encoders import Encoder, make_encoder
+from veil.client.encoders.rappor import BitRappor
+from veil.client.randomness import FreshStream
 from veil.shared.bits import realized
 from veil.shared.hashing import bloom_indices
 from veil.shared.kinds import BooleanParams, CategoryParams, NumberParams, StringParams
@@ -243,3 +245,30 @@ def test_irr_is_fresh_for_every_report() -> None:
             differ[i] += ((a ^ b) >> i) & 1
     expected = [2 * q * (1 - q) if (prr >> i) & 1 else 2 * p * (1 - p) for i in range(params.k)]
     assert_bit_frequencies(differ, n, expected)
+
+
+@pytest.mark.parametrize(("k", "p", "q"), [(1, 0.1, 0.9), (13, 0.39, 0.61), (203, 0.1, 0.9)])
+def test_irr_sampler_is_exact_for_thresholds_with_many_binary_digits(k: int, p: float,
+                                                                     q: float) -> None:
+    """The digit-by-digit comparison gives each bit probability q (PRR 1) or p (PRR 0),
+    including when it needs more words than its first read (the rarely taken path)."""
+    rappor = BitRappor(k, p, q, 0.5)
+    prr = int("10" * k, 2) & rappor.full  # alternate ones and zeros (bit 0 is 0)
+    source = random.Random(40 + k).randbytes
+    reads: list[int] = []
+
+    def counted(n: int) -> bytes:
+        reads.append(n)
+        return source(n)
+
+    fresh_stream = FreshStream(counted)
+    n = 3000
+    counts = [0] * k
+    for _ in range(n):
+        bits = rappor.irr(prr, fresh_stream)
+        for i in range(k):
+            counts[i] += (bits >> i) & 1
+    expected = [realized(q) if (prr >> i) & 1 else realized(p) for i in range(k)]
+    assert_bit_frequencies(counts, n, expected)
+    if k > 8:
+        assert len(reads) > n  # some reports needed a second read

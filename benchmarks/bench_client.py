@@ -1,0 +1,113 @@
+"""Client SDK throughput: encoding a report, and ``Client.report()`` into the durable outbox.
+
+Prints reports per second on one core (best of ``--repeat`` runs). Encoding uses
+the production CSPRNG (``os.urandom``). Run it alone (other load skews it)::
+
+    flock /tmp/veil-bench.lock python benchmarks/bench_client.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from veil.client import Client, make_encoder
+from veil.shared.kinds import BooleanParams, CategoryParams, NumberParams, StringParams
+from veil.shared.registry import Metric, Registry
+
+OFFLINE_URL = "http://127.0.0.1:9"  # never contacted: the benchmark does not flush
+
+
+def rate(run: Callable[[int], None], count: int, repeat: int) -> float:
+    """Best reports per second over ``repeat`` runs of ``run(count)``."""
+    best = 0.0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run(count)
+        best = max(best, count / (time.perf_counter() - started))
+    return best
+
+
+def bench_string_encoding(count: int, repeat: int) -> None:
+    print("\nString encoding (Bloom + PRR + IRR), h=2, m=64, f=0.5, os.urandom noise")
+    print(f"{'k':>6} {'p':>5} {'q':>5} {'same value/s':>14} {'new value/s':>14}")
+    values = [f"site{i}.example" for i in range(count)]
+    for k in (16, 128, 1024):
+        for p, q in ((0.5, 0.75), (0.39, 0.61)):
+            metric = Metric("homepage", StringParams(k=k, h=2, m=64, p=p, q=q, f=0.5))
+            secret = os.urandom(32)
+
+            def same(n: int, metric: Metric = metric, secret: bytes = secret) -> None:
+                encode = make_encoder(metric, secret, 7).encode
+                for _ in range(n):
+                    encode("example.com")
+
+            def new(n: int, metric: Metric = metric, secret: bytes = secret) -> None:
+                encode = make_encoder(metric, secret, 7).encode
+                for value in values[:n]:
+                    encode(value)
+
+            print(f"{k:>6} {p:>5} {q:>5} {rate(same, count, repeat):>14,.0f} "
+                  f"{rate(new, count, repeat):>14,.0f}")
+
+
+def bench_other_kinds(count: int, repeat: int) -> None:
+    print("\nOther kinds (same value repeated; memoized response + fresh noise where any)")
+    kinds = [
+        ("category, 16 labels", CategoryParams(categories=tuple(f"c{i}" for i in range(16))), "c3"),
+        ("boolean", BooleanParams(), True),
+        ("number, laplace", NumberParams(low=0.0, high=100.0), 42.0),
+        ("number, 1bitmean", NumberParams(low=0.0, high=100.0, mechanism="1bitmean"), 42.0),
+    ]
+    for label, params, value in kinds:
+        encode = make_encoder(Metric("metric", params), os.urandom(32)).encode
+
+        def run(n: int, encode: Callable[[object], object] = encode, value: object = value) -> None:
+            for _ in range(n):
+                encode(value)
+
+        print(f"{label:<22} {rate(run, count, repeat):>12,.0f} reports/s")
+
+
+def bench_client_report(count: int, repeat: int) -> None:
+    print("\nClient.report() into the durable outbox (string k=128, h=2; one commit per report)")
+    registry = Registry([Metric("homepage", StringParams())])
+    cases = {
+        "one value repeated": lambda i: "example.com",
+        "100 values rotating": lambda i: f"site{i % 100}.example",
+        "a new value each time": lambda i: f"site{i}.example",
+    }
+    for label, value in cases.items():
+        best = 0.0
+        for _ in range(repeat):
+            with tempfile.TemporaryDirectory() as state:
+                client = Client(OFFLINE_URL, state, registry=registry)
+                started = time.perf_counter()
+                for i in range(count):
+                    client.report("homepage", value(i))
+                best = max(best, count / (time.perf_counter() - started))
+                client._closed = True  # skip the final upload: nothing listens
+                client._connection.close()
+        print(f"{label:<24} {best:>12,.0f} reports/s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reports", type=int, default=30_000, help="reports per timed run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best is kept)")
+    args = parser.parse_args(argv)
+    print(f"Python {platform.python_version()} on {platform.machine()}, "
+          f"{args.reports:,} reports per run, best of {args.repeat}")
+    bench_string_encoding(args.reports, args.repeat)
+    bench_other_kinds(args.reports // 3, args.repeat)
+    bench_client_report(args.reports // 2, args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
