@@ -15,10 +15,13 @@ The pipeline, with the variance of the mechanism known at every step:
    by its standard deviation so that the noise has unit variance (weighted least
    squares with the known weights). An optional *background* column (the same
    share in every bit) stands for the values that are not in the candidate list:
-   their Bloom bits land in effectively random places.
+   their Bloom bits land in effectively random places. Its share is left free
+   (it may come out slightly negative) so that estimates stay unbiased when the
+   list misses nothing.
 3. Selection: non-negative Lasso (scikit-learn, CSC input) on unit-norm columns
-   with the penalty at the one-sided Bonferroni quantile, so a candidate with no
-   signal enters only with probability about ``alpha / n_candidates``. It is
+   with the penalty at the z-score a lone string needs under the correction
+   (Bonferroni: ``alpha / n_candidates``), so a candidate with no signal enters
+   only with about that probability. It is
    solved on a working set (candidates whose marginal score passes half the
    threshold once the background is removed) and the working set grows until
    the Karush-Kuhn-Tucker conditions hold for every candidate, so the solution
@@ -201,14 +204,22 @@ class StringDecoder:
         equations = int(np.count_nonzero(weight))
         background = weight.copy() if self.background else None
 
-        z_select = critical_z(alpha, "bonferroni" if correction == "none" else correction, n_candidates)
-        if correction == "none":
-            z_select = critical_z(alpha, "none", 1)
-        selected = _lasso_select(design, norms, y, background, z_select)
+        # Penalty = the z a lone string needs under the correction: Bonferroni's
+        # alpha / n; for Benjamini-Hochberg (D + 1) alpha / n once D strings are
+        # found (its threshold for one more discovery), repeated until D settles.
+        discoveries = 0
+        for _ in range(_MAX_REFITS):
+            tests = 1 if correction == "none" else n_candidates
+            z_select = float(stats.norm.isf(alpha * (discoveries + 1) / tests))
+            selected = _lasso_select(design, norms, y, background, z_select)
+            columns, theta, cov, back, back_var = _refit(
+                design, y, background, selected, alpha, correction, n_candidates
+            )
+            if correction != "bh" or columns.size <= discoveries:
+                break
+            discoveries = columns.size
         self.lasso_selected_ = int(selected.size)
-        columns, theta, cov, back, back_var = _refit(
-            design, y, background, selected, alpha, correction, n_candidates
-        )
+        self.selection_z_ = z_select
 
         z = z_quantile(confidence)
         estimates = np.zeros(n_candidates)
@@ -301,6 +312,7 @@ class StringDecoder:
             "candidates": n_candidates,
             "candidates_unusable": int(np.count_nonzero(~usable)),
             "lasso_selected": self.lasso_selected_,
+            "selection_z": self.selection_z_,
             "detected": int(columns.size),
             "correction": correction,
             "alpha": alpha,

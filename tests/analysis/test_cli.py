@@ -1,0 +1,203 @@
+"""``veil decode`` and ``veil map`` end to end: google/rappor files, a live collector over
+HTTP, and the collector's SQLite file, for every kind of metric.
+
+Reports are encoded by the real client encoders (seeded noise so runs repeat),
+uploaded with ``requests`` to a real collector on 127.0.0.1, and decoded.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import secrets
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from veil.client.encoders import make_encoder
+from veil.server.analysis import (
+    build_map,
+    simulate_string_counts,
+    write_counts,
+    write_map,
+    write_params,
+)
+from veil.server.cli import main
+from veil.shared.kinds import StringParams
+from veil.shared.wire import make_batch, make_report
+
+RESULT_COLUMNS = [
+    "string", "estimate", "std_error", "proportion", "prop_std_error", "prop_low_95",
+    "prop_high_95", "p_value",
+]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_decode_google_rappor_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    params = StringParams(k=32, h=2, m=8)
+    names = ["alpha.example", "beta.example", "gamma.example"]
+    shares = np.array([0.6, 0.3, 0.1])
+    reports, ones = simulate_string_counts(
+        params, build_map(params, names), shares, 300_000, np.random.default_rng(41)
+    )
+    write_params(params, tmp_path / "params.csv")
+    write_counts(reports, ones, tmp_path / "counts.csv")
+    write_map(params, names + [f"decoy{i}.example" for i in range(40)], tmp_path / "map.csv")
+    out = tmp_path / "out"
+    code = main(["decode", "--params", str(tmp_path / "params.csv"), "--counts",
+                 str(tmp_path / "counts.csv"), "--map", str(tmp_path / "map.csv"), "--out", str(out)])
+    assert code == 0
+    assert "3 of 43 candidates detected" in capsys.readouterr().out
+    with open(out / "results.csv", newline="") as handle:
+        assert next(csv.reader(handle)) == RESULT_COLUMNS
+    rows = _read_csv(out / "results.csv")
+    assert [row["string"] for row in rows] == names
+    for row, share in zip(rows, shares, strict=True):
+        # within 4 stated standard errors of the truth
+        assert abs(float(row["proportion"]) - share) < 4 * float(row["prop_std_error"])
+        assert float(row["prop_low_95"]) <= float(row["proportion"]) <= float(row["prop_high_95"])
+        assert float(row["estimate"]) == pytest.approx(float(row["proportion"]) * 300_000, rel=0.01)
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("reports", "detected", "allocated_proportion", "missing_proportion",
+                "signal_explained_by_detected", "unexplained_variance", "noise_sd_per_bit_share",
+                "min_detectable_proportion", "epsilon_1", "epsilon_inf", "elapsed_seconds"):
+        assert key in summary
+    assert summary["reports"] == int(reports.sum())
+    assert summary["epsilon_inf"] == params.epsilon_inf
+    chart = (out / "estimates.png").read_bytes()
+    assert chart.startswith(PNG_MAGIC) and len(chart) > 5000
+
+
+def test_map_command_writes_google_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    params = StringParams(k=16, h=2, m=4)
+    write_params(params, tmp_path / "params.csv")
+    (tmp_path / "candidates.txt").write_text("apple\nbanana\n\napple\ncarrot\n", encoding="utf-8")
+    assert main(["map", "--params", str(tmp_path / "params.csv"),
+                 "--candidates", str(tmp_path / "candidates.txt")]) == 0
+    write_map(params, ["apple", "banana", "carrot"], tmp_path / "expected.csv")
+    assert capsys.readouterr().out == (tmp_path / "expected.csv").read_text()
+
+
+def test_decode_reports_dimension_mismatch_cleanly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_params(StringParams(k=16, h=2, m=4), tmp_path / "params.csv")
+    write_counts(np.array([5, 5]), np.ones((2, 16), dtype=int), tmp_path / "counts.csv")
+    (tmp_path / "c.txt").write_text("a\n")
+    code = main(["decode", "--params", str(tmp_path / "params.csv"), "--counts",
+                 str(tmp_path / "counts.csv"), "--candidates", str(tmp_path / "c.txt"),
+                 "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "counts.csv has 2 rows but" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# collected data: real encoders -> real collector -> veil decode --server / --db
+
+STRING_SHARES = {"example.com": 0.6, "veil.dev": 0.3, "news.example": 0.1}
+INSTALLATIONS = 3000
+
+
+def _values(metric: str, rng: random.Random) -> list:
+    if metric == "homepage":
+        names = list(STRING_SHARES)
+        return rng.choices(names, weights=list(STRING_SHARES.values()), k=INSTALLATIONS)
+    if metric == "browser":
+        return rng.choices(["firefox", "chrome", "safari", "other"], [0.2, 0.5, 0.2, 0.1],
+                           k=INSTALLATIONS)
+    if metric == "dark_mode":
+        return [rng.random() < 0.35 for _ in range(INSTALLATIONS)]
+    high = {"load_time": 10.0, "battery": 100.0, "latency": 1.0}[metric]
+    return [rng.uniform(0.2, 0.9) * high for _ in range(INSTALLATIONS)]
+
+
+def _upload(collector, metric: str, values: list, seed: int) -> None:
+    definition = collector.registry[metric]
+    reports = []
+    for i, value in enumerate(values):
+        encoder = make_encoder(definition, (seed * 100_000 + i).to_bytes(32, "big"), i,
+                               random.Random(seed * 100_000 + i).randbytes)
+        payload = encoder.encode(value)
+        reports.append(make_report(secrets.token_hex(16), metric, encoder.cohort, payload))
+    for start in range(0, len(reports), 1000):
+        batch = make_batch(secrets.token_hex(16), reports[start : start + 1000])
+        response = requests.post(collector.url + "/v1/reports", json=batch, timeout=30)
+        assert response.status_code == 200, response.text
+        assert response.json()["accepted"] == len(batch["reports"])
+
+
+def _truth(metric: str, values: list) -> dict[str, float]:
+    if metric == "homepage":
+        return {name: values.count(name) / len(values) for name in STRING_SHARES}
+    if metric == "browser":
+        return {name: values.count(name) / len(values) for name in ("firefox", "chrome", "safari", "other")}
+    if metric == "dark_mode":
+        share = sum(values) / len(values)
+        return {"true": share, "false": 1 - share}
+    return {"mean": sum(values) / len(values)}
+
+
+METRICS = ["homepage", "browser", "dark_mode", "load_time", "battery", "latency"]
+
+
+def test_decode_collected_data_over_http_and_from_the_database(
+    live_collector, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(42)
+    candidates = tmp_path / "candidates.txt"
+    candidates.write_text("\n".join([*STRING_SHARES, "other.example", "more.example"]) + "\n")
+    for number, metric in enumerate(METRICS):
+        values = _values(metric, rng)
+        _upload(live_collector, metric, values, seed=number + 1)
+        truth = _truth(metric, values)
+        extra = ["--candidates", str(candidates)] if metric == "homepage" else []
+        http_out, db_out = tmp_path / f"{metric}-http", tmp_path / f"{metric}-db"
+        assert main(["decode", "--server", live_collector.url, "--token", live_collector.token,
+                     "--metric", metric, "--out", str(http_out), *extra]) == 0
+        assert main(["decode", "--db", str(live_collector.db_path), "--metric", metric,
+                     "--out", str(db_out), *extra]) == 0
+        http_rows, db_rows = _read_csv(http_out / "results.csv"), _read_csv(db_out / "results.csv")
+        assert http_rows == db_rows
+        assert (db_out / "estimates.png").read_bytes().startswith(PNG_MAGIC)
+        summary = json.loads((db_out / "summary.json").read_text())
+        assert summary["reports"] == INSTALLATIONS
+        assert summary["metric"] == metric
+        label = "statistic" if metric in ("load_time", "battery", "latency") else "string"
+        assert http_rows, metric
+        for row in http_rows:
+            value = float(row["estimate"] if label == "statistic" else row["proportion"])
+            se = float(row["std_error"] if label == "statistic" else row["prop_std_error"])
+            # every reported estimate within 4 of its standard errors of the truth
+            assert abs(value - truth[row[label]]) < 4 * se, (metric, row, truth)
+    capsys.readouterr()
+
+
+def test_decode_errors_from_a_collector(
+    live_collector, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(tmp_path / "out")
+    assert main(["decode", "--server", live_collector.url, "--token", "wrong", "--metric",
+                 "browser", "--out", out]) == 2
+    assert "401" in capsys.readouterr().err
+    _upload(live_collector, "rare", ["x"] * 10, seed=9)
+    assert main(["decode", "--server", live_collector.url, "--token", live_collector.token,
+                 "--metric", "rare", "--out", out]) == 2
+    assert "too_few_reports" in capsys.readouterr().err
+    _upload(live_collector, "homepage", ["x"] * 10, seed=10)
+    assert main(["decode", "--db", str(live_collector.db_path), "--metric", "homepage",
+                 "--out", out]) == 2
+    assert "give the candidate strings" in capsys.readouterr().err
+    assert main(["decode", "--db", str(live_collector.db_path), "--metric", "nope",
+                 "--out", out]) == 2
+    assert "has no metric 'nope'" in capsys.readouterr().err
+    assert main(["decode", "--db", str(tmp_path / "missing.db"), "--metric", "homepage",
+                 "--out", out]) == 2
+    assert "no collector database" in capsys.readouterr().err
