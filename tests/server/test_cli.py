@@ -1,0 +1,129 @@
+"""The operator commands: veil serve (workers, errors), export, rebuild-aggregates, backup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from veil.server.storage import open_storage
+
+
+def veil(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "veil.server.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def children_of(parent: int) -> list[int]:
+    """Process ids whose parent is ``parent`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry))
+    return found
+
+
+def upload(collector, wire, metric: str, values: list) -> list[dict]:
+    sent = wire.reports(metric, values)
+    response = requests.post(collector.url + "/v1/reports", json=wire.batch(sent), timeout=30)
+    assert response.json()["accepted"] == len(sent)
+    return sent
+
+
+def test_export_writes_google_rappor_params_and_counts(collector, wire, tmp_path):
+    sent = upload(collector, wire, "homepage", ["a.example", "b.example"] * 10)
+    collector.stop()
+    out = tmp_path / "export"
+    result = veil("export", "--db", str(collector.db_path), "--metric", "homepage", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    params = collector.registry["homepage"].params
+    assert (out / "params.csv").read_text().splitlines() == [
+        "k,h,m,p,q,f", f"{params.k},{params.h},{params.m},{params.p},{params.q},{params.f}"]
+    rows = [list(map(int, line.split(","))) for line in (out / "counts.csv").read_text().splitlines()]
+    expected = wire.expected("homepage", sent)["cohorts"]
+    assert rows == [[entry["reports"], *entry["ones"]] for entry in expected]
+    assert all(len(row) == params.k + 1 for row in rows) and len(rows) == params.m
+
+
+def test_export_of_a_category_metric_and_refusals(collector, wire, tmp_path):
+    upload(collector, wire, "browser", ["chrome"] * 3)
+    upload(collector, wire, "rare", ["x"] * 3)
+    collector.stop()
+    db = str(collector.db_path)
+    out = tmp_path / "cat"
+    assert veil("export", "--db", db, "--metric", "browser", "--out", str(out)).returncode == 0
+    assert (out / "params.csv").read_text().splitlines()[1] == "4,1,1,0.5,0.75,0.5"
+    refused = veil("export", "--db", db, "--metric", "rare", "--out", str(tmp_path / "r"))
+    assert refused.returncode == 2 and "min_reports" in refused.stderr and "3" in refused.stderr
+    forced = veil("export", "--db", db, "--metric", "rare", "--out", str(tmp_path / "r"), "--force")
+    assert forced.returncode == 0, forced.stderr
+    boolean = veil("export", "--db", db, "--metric", "dark_mode", "--out", str(tmp_path / "b"))
+    assert boolean.returncode == 2 and "string and category" in boolean.stderr
+    missing = veil("export", "--db", str(tmp_path / "none.db"), "--metric", "x", "--out", "o")
+    assert missing.returncode == 2 and "no Veil database" in missing.stderr
+
+
+def test_rebuild_aggregates_and_backup_commands(collector, wire, tmp_path):
+    upload(collector, wire, "homepage", ["a", "b", "c"] * 5)
+    before = collector.counts("homepage")
+    rebuilt = veil("rebuild-aggregates", "--db", str(collector.db_path))  # beside the live server
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "15 reports" in rebuilt.stdout
+    assert collector.counts("homepage") == before
+    copy = tmp_path / "backup.db"
+    assert veil("backup", "--db", str(collector.db_path), "--out", str(copy)).returncode == 0
+    with open_storage(copy) as storage:
+        assert storage.counts("homepage") == before
+
+
+def test_serve_with_two_worker_processes(collector_factory, wire):
+    collector = collector_factory()
+    collector.stop()
+    collector.command = lambda original=collector.command: [*original(), "--workers", "2"]
+    collector.start()
+    sent = []
+    with requests.Session() as session:
+        for _ in range(10):
+            batch = wire.reports("homepage", ["w.example"] * 20)
+            assert session.post(collector.url + "/v1/reports", json=wire.batch(batch),
+                                timeout=30).json()["accepted"] == 20
+            sent += batch
+    assert collector.counts("homepage")["cohorts"] == wire.expected("homepage", sent)["cohorts"]
+    parent = collector.process.pid
+    workers = children_of(parent)
+    assert len(workers) == 2
+    assert collector.stop() == 0
+    time.sleep(0.2)
+    for pid in workers:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        raise AssertionError(f"worker {pid} still running after SIGTERM")
+
+
+def test_serve_refuses_bad_configuration(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('[metrics.x]\nkind = "string"\nk = 0\n')
+    result = veil("serve", "--config", str(config), "--db", str(tmp_path / "v.db"), "--port", "0")
+    assert result.returncode == 2
+    assert "metrics.x" in result.stderr and "Traceback" not in result.stderr
+    result = veil("serve", "--config", str(tmp_path / "missing.toml"), "--db", "v.db")
+    assert result.returncode == 2 and "cannot read registry file" in result.stderr
+
+
+def test_sigint_stops_serve_cleanly(collector):
+    collector.process.send_signal(signal.SIGINT)
+    assert collector.process.wait(15) == 0
+    collector.process.stdout.close()
+    collector.process = None

@@ -1,0 +1,80 @@
+"""Property-based fuzzing of POST /v1/reports: no input gives a 5xx or changes counts unless valid."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+SETTINGS = settings(max_examples=120, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+scalars = (st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
+           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20))
+json_values = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8),
+                                                                       children, max_size=4),
+    max_leaves=20,
+)
+hex_ids = st.binary(min_size=16, max_size=16).map(bytes.hex)
+metrics = st.sampled_from(["homepage", "browser", "dark_mode", "load_time", "battery", "latency",
+                           "rare", "unknown", ""])
+payloads = (st.binary(min_size=0, max_size=6).map(bytes.hex) | st.sampled_from([0, 1, 2, -1])
+            | st.floats(allow_nan=False, allow_infinity=False) | json_values)
+reports = st.fixed_dictionaries(
+    {"id": hex_ids | st.text(max_size=34), "metric": metrics, "payload": payloads},
+    optional={"cohort": st.integers(min_value=-2, max_value=6) | json_values,
+              "extra": json_values},
+)
+batches = st.fixed_dictionaries(
+    {"version": st.sampled_from([1, 1, 1, 2, "1", True]),
+     "batch_id": hex_ids | st.text(max_size=4),
+     "reports": st.lists(reports, min_size=0, max_size=8)},
+)
+
+
+def totals(db_path) -> tuple[int, int]:
+    """Raw stored reports, and the reports the aggregates account for."""
+    with sqlite3.connect(db_path) as conn:
+        raw = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
+        aggregated = conn.execute("SELECT coalesce(sum(reports), 0) FROM aggregates").fetchone()[0]
+    return raw, aggregated
+
+
+def check(collector, body: bytes) -> None:
+    before = totals(collector.db_path)
+    assert before[0] == before[1]
+    response = requests.post(collector.url + "/v1/reports", data=body,
+                             headers={"Content-Type": "application/json"}, timeout=30)
+    assert response.status_code < 500, response.text
+    after = totals(collector.db_path)
+    assert after[0] == after[1]
+    if response.status_code == 200:
+        receipt = response.json()
+        assert after[0] - before[0] == receipt["accepted"]
+    else:
+        assert set(response.json()["error"]) == {"code", "field", "message"}
+        assert after == before
+
+
+@SETTINGS
+@given(body=st.binary(max_size=300))
+def test_arbitrary_bytes(live_collector, body):
+    check(live_collector, body)
+
+
+@SETTINGS
+@given(value=json_values)
+def test_arbitrary_json(live_collector, value):
+    check(live_collector, json.dumps(value).encode())
+
+
+@SETTINGS
+@given(batch=batches, ensure_ascii=st.booleans())
+def test_batch_shaped_json(live_collector, batch, ensure_ascii):
+    check(live_collector, json.dumps(batch, ensure_ascii=ensure_ascii).encode("utf-8",
+                                                                              "surrogatepass"))

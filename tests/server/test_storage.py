@@ -1,0 +1,180 @@
+"""The SQLite store: schema versions and migration, aggregates equal the raw reports, policy."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+
+import pytest
+
+from veil.server.storage import (
+    SCHEMA_VERSION,
+    RegistryMismatchError,
+    StorageError,
+    TooFewReportsError,
+    open_storage,
+)
+from veil.shared.registry import Metric, Registry
+from veil.shared.wire import validate_batch
+
+DAYS = ["2026-11-01", "2026-11-02", "2026-11-03"]
+
+
+def valid(wire, reports):
+    return validate_batch(wire.batch(reports), wire.registry).reports
+
+
+@pytest.fixture
+def filled(tmp_path, wire):
+    """A store with reports of every kind spread over three days; returns (storage, sent by day)."""
+    storage = open_storage(tmp_path / "veil.db", wire.registry, create=True)
+    sent: dict[str, list[dict]] = {}
+    values = {"homepage": ["a.example", "b.example", "c.example"] * 7,
+              "browser": ["chrome", "other"] * 5, "dark_mode": [True, False, False],
+              "load_time": [1.0, 2.5, 9.75], "battery": [3.0, 97.0], "latency": [0.25, 0.75]}
+    for day in DAYS:
+        reports = [r for metric, vals in values.items() for r in wire.reports(metric, vals)]
+        result = storage.insert(valid(wire, reports), day)
+        assert (result.accepted, result.duplicates) == (len(reports), 0)
+        sent[day] = reports
+    yield storage, sent
+    storage.close()
+
+
+def test_new_file_has_current_schema_and_wal(tmp_path, wire):
+    with open_storage(tmp_path / "veil.db", wire.registry, create=True) as storage:
+        assert storage.schema_version == SCHEMA_VERSION
+    with sqlite3.connect(tmp_path / "veil.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_counts_by_day_range_equal_the_reports_of_those_days(filled, wire):
+    storage, sent = filled
+    for start, end, days in [(None, None, DAYS), ("2026-11-02", None, DAYS[1:]),
+                             (None, "2026-11-01", DAYS[:1]), ("2026-11-02", "2026-11-02", DAYS[1:2])]:
+        chosen = [r for day in days for r in sent[day]]
+        for metric in ("homepage", "browser", "dark_mode", "battery"):
+            document = storage.counts(wire.registry[metric], start, end)
+            assert (document["start"], document["end"]) == (start, end)
+            expected = wire.expected(metric, chosen)
+            assert document["reports"] == expected["reports"]
+            assert document["cohorts"] == expected["cohorts"]
+        got = storage.counts(wire.registry["load_time"], start, end)["cohorts"][0]
+        want = wire.expected("load_time", chosen)["cohorts"][0]
+        assert got["sum"] == pytest.approx(want["sum"], rel=1e-12)
+        assert got["sum_squares"] == pytest.approx(want["sum_squares"], rel=1e-12)
+
+
+def test_rebuild_aggregates_equals_incremental(filled, wire):
+    storage, _ = filled
+    before = {m: storage.counts(wire.registry[m], min_reports=0) for m in wire.registry}
+    assert storage.rebuild_aggregates() == storage.total_reports() == 3 * (21 + 10 + 3 + 3 + 2 + 2)
+    after = {m: storage.counts(wire.registry[m], min_reports=0) for m in wire.registry}
+    for metric in wire.registry:
+        for old, new in zip(before[metric]["cohorts"], after[metric]["cohorts"], strict=True):
+            assert old.keys() == new.keys()
+            for key in old:
+                # float sums may differ in the last bits: the order of additions changed
+                assert new[key] == (pytest.approx(old[key], rel=1e-12) if key.startswith("sum")
+                                    else old[key])
+
+
+def test_duplicates_are_not_counted_again(filled, wire):
+    storage, sent = filled
+    again = storage.insert(valid(wire, sent[DAYS[0]][:5]), DAYS[2])
+    assert (again.accepted, again.duplicates) == (0, 5)
+    assert storage.total_reports() == sum(len(v) for v in sent.values())
+
+
+def test_min_reports_is_enforced_with_an_override(filled, wire):
+    storage, _ = filled
+    metric = wire.registry["dark_mode"]
+    strict = dataclasses.replace(metric, min_reports=10)
+    with pytest.raises(TooFewReportsError) as info:
+        storage.counts(strict)
+    assert (info.value.reports, info.value.min_reports) == (9, 10)
+    assert "9" in str(info.value) and "10" in str(info.value)
+    assert storage.counts(strict, min_reports=0)["reports"] == 9
+    with pytest.raises(TooFewReportsError):
+        storage.counts(metric, "2027-01-01")
+
+
+def test_counts_refuse_parameters_that_differ_from_the_stored_ones(filled, wire):
+    storage, _ = filled
+    other = Metric.from_dict("homepage", {"kind": "string", "k": 32, "h": 3, "m": 4})
+    with pytest.raises(RegistryMismatchError, match="homepage"):
+        storage.counts(other)
+
+
+def test_registry_changes_on_metrics_with_data_are_refused(filled, tmp_path, wire):
+    storage, _ = filled
+    storage.close()
+    data = wire.registry.to_dict()
+    data["metrics"]["homepage"]["h"] = 3
+    with pytest.raises(RegistryMismatchError, match="homepage"):
+        open_storage(tmp_path / "veil.db", Registry.from_dict(data))
+    # description and min_reports may change; a dropped metric with data stays decodable
+    data = wire.registry.to_dict()
+    data["metrics"]["homepage"]["min_reports"] = 7
+    del data["metrics"]["browser"]
+    with open_storage(tmp_path / "veil.db", Registry.from_dict(data)) as reopened:
+        assert reopened.registry["homepage"].min_reports == 7
+        assert "browser" in reopened.registry
+    with open_storage(tmp_path / "veil.db") as plain:
+        assert plain.registry["homepage"].min_reports == 7
+        assert plain.counts("browser")["reports"] == 30
+
+
+def test_migrates_a_version_1_file(tmp_path, wire):
+    """Version 1 had raw reports only; opening it builds the aggregates from them."""
+    reports = [*wire.reports("homepage", ["a", "b", "a"] * 4), *wire.reports("dark_mode", [True] * 3)]
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("CREATE TABLE reports (id BLOB PRIMARY KEY, metric TEXT NOT NULL, day TEXT "
+                     "NOT NULL, cohort INTEGER NOT NULL, payload ANY) STRICT, WITHOUT ROWID")
+        conn.execute("INSERT INTO meta VALUES ('registry', ?)", (json.dumps(wire.registry.to_dict()),))
+        for r in reports:
+            payload = bytes.fromhex(r["payload"]) if r["metric"] == "homepage" else r["payload"]
+            conn.execute("INSERT INTO reports VALUES (?, ?, ?, ?, ?)",
+                         (bytes.fromhex(r["id"]), r["metric"], "2026-10-01", r.get("cohort", 0),
+                          payload))
+        conn.execute("PRAGMA user_version = 1")
+    with open_storage(path) as storage:
+        assert storage.schema_version == SCHEMA_VERSION
+        assert storage.counts("homepage")["cohorts"] == wire.expected("homepage", reports)["cohorts"]
+        assert storage.counts("dark_mode")["cohorts"] == wire.expected("dark_mode", reports)["cohorts"]
+
+
+def test_refuses_newer_foreign_and_missing_files(tmp_path, wire):
+    newer = tmp_path / "newer.db"
+    with sqlite3.connect(newer) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(StorageError, match="newer"):
+        open_storage(newer, wire.registry)
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(StorageError, match="not a Veil database"):
+        open_storage(foreign, wire.registry)
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite at all" * 100)
+    with pytest.raises(StorageError, match="not a usable SQLite database"):
+        open_storage(junk, wire.registry)
+    with pytest.raises(StorageError, match="no Veil database"):
+        open_storage(tmp_path / "missing.db")
+    with open_storage(tmp_path / "fresh.db", wire.registry, create=True) as storage, \
+            pytest.raises(StorageError, match="YYYY-MM-DD"):
+        storage.counts("homepage", "11/01/2026")
+
+
+def test_backup_is_a_consistent_copy(filled, tmp_path, wire):
+    storage, _ = filled
+    target = storage.backup(tmp_path / "copy.db")
+    with open_storage(target) as copy:
+        for metric in ("homepage", "dark_mode"):
+            assert copy.counts(metric) == storage.counts(metric)
+    with pytest.raises(StorageError, match="exists"):
+        storage.backup(target)
