@@ -26,6 +26,7 @@ derived from the installation secret, never as raw values.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import hmac
 import json
@@ -72,7 +73,7 @@ class Mechanism:
         single = min(self.epsilon_1, self.epsilon_inf)
         if (self.once and math.isinf(single)) or (self.repeated and math.isinf(self.epsilon_inf)):
             return math.inf
-        return Fraction(single) * self.once + Fraction(self.epsilon_inf) * self.repeated
+        return exact(single) * self.once + exact(self.epsilon_inf) * self.repeated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +84,12 @@ class Charge:
     digest: bytes
     previous: int
     total: float
+
+
+@functools.lru_cache(maxsize=256)
+def exact(epsilon: float) -> Fraction:
+    """The exact rational value of a float epsilon (cached: a handful of distinct values)."""
+    return Fraction(epsilon)
 
 
 def upward(value: Fraction | float) -> float:
@@ -131,7 +138,7 @@ class PrivacyLedger:
         key = hmac.new(secret, DOMAIN + b"\0ledger", hashlib.sha256).digest()
         self._mac = hmac.new(key, digestmod=hashlib.sha256)
         self._digests: dict[tuple[str, bytes], bytes] = {}
-        self._fingerprints: dict[int, tuple[Metric, str]] = {}
+        self._fingerprints: dict[int, tuple[Metric, str, str]] = {}
         #: keys known to be reported twice or more: later reports cost nothing more
         self._saturated: set[tuple[str, bytes]] = set()
 
@@ -151,12 +158,17 @@ class PrivacyLedger:
         """True when ``memo_key`` is known to have been reported twice: more reports are free."""
         return (self._fingerprint(metric), self.digest(metric.name, memo_key)) in self._saturated
 
-    def _fingerprint(self, metric: Metric) -> str:
+    def _identity(self, metric: Metric) -> tuple[Metric, str, str]:
+        """``(metric, fingerprint, parameters as JSON)``, computed once per metric object."""
         cached = self._fingerprints.get(id(metric))
         if cached is None or cached[0] is not metric:
-            cached = (metric, fingerprint(metric))
+            params = json.dumps(metric.params.to_dict(), sort_keys=True)
+            cached = (metric, fingerprint(metric), params)
             self._fingerprints[id(metric)] = cached
-        return cached[1]
+        return cached
+
+    def _fingerprint(self, metric: Metric) -> str:
+        return self._identity(metric)[1]
 
     def mechanisms(self) -> list[Mechanism]:
         """Every metric and parameter set this installation has reported under."""
@@ -201,8 +213,8 @@ class PrivacyLedger:
         self.connection.execute(
             "INSERT INTO mechanisms VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) "
             "DO UPDATE SET once_keys = excluded.once_keys, repeated_keys = excluded.repeated_keys",
-            (m.fingerprint, m.metric, json.dumps(metric.params.to_dict(), sort_keys=True),
-             m.epsilon_1, m.epsilon_inf, m.once, m.repeated),
+            (m.fingerprint, m.metric, self._identity(metric)[2], m.epsilon_1, m.epsilon_inf,
+             m.once, m.repeated),
         )
         self.connection.execute(
             "INSERT INTO ledger (digest, params, metric, reports) VALUES (?, ?, ?, 1) "
