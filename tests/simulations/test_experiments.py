@@ -91,3 +91,28 @@ def test_simulate_command_prints_rates(capsys) -> None:
 def test_bad_simulation_input_is_a_clean_error(capsys) -> None:
     assert main(["simulate", "--reports", "0"]) == 2
     assert "--reports" in capsys.readouterr().err
+
+
+def test_regression_matrix_scores_every_case() -> None:
+    """25 cases; the decoder controls the family-wise error at 0.05 per case (Bonferroni), so
+    over the 20 cases with absent candidates the false positives are about Poisson(<= 1):
+    more than 5 has probability below 1e-3. Loose privacy (epsilon_1 = 5) must find at least
+    as many true values as typical (epsilon_1 = 1) for every distribution."""
+    results = run_experiment("regression", quick=True)
+    assert len(results.rows) == 25
+    assert sum(row["false_pos"] for row in results.rows) <= 5
+    for row in results.rows:
+        assert 0 <= row["total_variation"] <= 1 and 0 <= row["allocated_mass"] <= 1.05
+        assert row["fn_rate"] >= 0.1 or row["config"] == "sharp"  # v..9 values are never candidates
+    by_case = {(r["distribution"], r["config"]): r for r in results.rows}
+    for distribution in {r["distribution"] for r in results.rows}:
+        assert by_case[distribution, "loose"]["detected"] >= by_case[distribution, "typical"]["detected"]
+
+
+def test_detection_grows_with_the_number_of_reports() -> None:
+    results = run_experiment("detection", quick=True)
+    for distribution in ("zipf1.5", "exp"):
+        rows = [r for r in results.rows if r["distribution"] == distribution]
+        assert rows[-1]["detected"] >= rows[0]["detected"]
+        assert rows[-1]["min_detectable_share"] < rows[0]["min_detectable_share"]
+    assert sum(r["false_pos"] for r in results.rows) <= 2
