@@ -272,7 +272,7 @@ class Client:
         return row[0] if row else 0
 
     @property
-    def cohort(self) -> int:
+    def cohort_seed(self) -> int:
         """The installation's random cohort seed (each string metric uses it modulo ``m``)."""
         return self._cohort_seed
 

@@ -272,3 +272,19 @@ def test_irr_sampler_is_exact_for_thresholds_with_many_binary_digits(k: int, p: 
     assert_bit_frequencies(counts, n, expected)
     if k > 8:
         assert len(reads) > n  # some reports needed a second read
+
+
+def test_laplace_reports_are_unbiased_off_the_grid() -> None:
+    """Off the grid the mean report is still the value: alpha rounding plus zero-mean noise.
+
+    Var(report) = noise_variance() + step^2 * t (1 - t), t the fractional grid position
+    (rounding up w.p. t); 4 standard errors sqrt(Var / n).
+    """
+    params = NumberParams(low=0.0, high=10.0, mechanism="laplace", epsilon=2.0, resolution=16)
+    metric = Metric("load_time", params)
+    fraction = 0.7
+    value = params.low + (6 + fraction) * params.step
+    n = 3000
+    reports = [make_encoder(metric, secret).encode(value) for secret in secrets_stream(50, n)]
+    variance = params.noise_variance() + params.step**2 * fraction * (1 - fraction)
+    assert abs(math.fsum(reports) / n - value) <= SIGMAS * math.sqrt(variance / n)

@@ -37,10 +37,10 @@ def test_secret_and_cohort_are_reused_and_differ_between_installations(
     tmp_path, test_registry, offline_url
 ):
     first = Client(offline_url, tmp_path / "one", registry=test_registry)
-    secret, cohort = (tmp_path / "one" / SECRET_FILE).read_bytes(), first.cohort
+    secret, cohort = (tmp_path / "one" / SECRET_FILE).read_bytes(), first.cohort_seed
     first.close(timeout=1)
     again = Client(offline_url, tmp_path / "one", registry=test_registry)
-    assert (tmp_path / "one" / SECRET_FILE).read_bytes() == secret and again.cohort == cohort
+    assert (tmp_path / "one" / SECRET_FILE).read_bytes() == secret and again.cohort_seed == cohort
     again.close(timeout=1)
     other = Client(offline_url, tmp_path / "two", registry=test_registry)
     assert (tmp_path / "two" / SECRET_FILE).read_bytes() != secret
