@@ -77,7 +77,9 @@ def simulate(path: Path) -> None:
     np.savez(path, reports=reports, ones=ones)
 
 
-def decode_once(counts_path: Path, size: int, true_count: int, background: bool) -> dict:
+def decode_once(
+    counts_path: Path, size: int, true_count: int, background: bool, correction: str
+) -> dict:
     """One decode in this process; returns timings, memory and accuracy."""
     from veil.server.analysis import StringDecoder, build_map
     from veil.shared.kinds import StringParams
@@ -88,7 +90,7 @@ def decode_once(counts_path: Path, size: int, true_count: int, background: bool)
     started = time.perf_counter()
     candidate_map = build_map(params, candidates, progress=False)
     mapped = time.perf_counter()
-    decoder = StringDecoder(params, background=background).fit(
+    decoder = StringDecoder(params, background=background, correction=correction).fit(
         data["reports"], data["ones"], candidates, candidate_map
     )
     finished = time.perf_counter()
@@ -111,6 +113,7 @@ def decode_once(counts_path: Path, size: int, true_count: int, background: bool)
     return {
         "candidates": size,
         "background": background,
+        "correction": correction,
         "map_seconds": mapped - started,
         "decode_seconds": finished - mapped,
         "total_seconds": finished - started,
@@ -131,17 +134,19 @@ def decode_once(counts_path: Path, size: int, true_count: int, background: bool)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--one", nargs=4, metavar=("COUNTS", "SIZE", "TRUE", "BACKGROUND"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS,
+                        metavar=("COUNTS", "SIZE", "TRUE", "BACKGROUND", "CORRECTION"))
     parser.add_argument("--sizes", type=int, nargs="*", help="only these candidate list sizes")
     args = parser.parse_args()
     if args.one:
-        path, size, true_count, background = args.one
-        print(json.dumps(decode_once(Path(path), int(size), int(true_count), background == "1")))
+        path, size, true_count, background, correction = args.one
+        print(json.dumps(
+            decode_once(Path(path), int(size), int(true_count), background == "1", correction)
+        ))
         return
 
-    runs = [(size, true_count, True) for size, true_count in SIZES]
-    runs.append((10_000, 5_000, False))
+    runs = [(size, true_count, True, "bonferroni") for size, true_count in SIZES]
+    runs += [(10_000, 5_000, False, "bonferroni"), (100_000, 10_000, True, "bh")]
     if args.sizes:
         runs = [run for run in runs if run[0] in args.sizes]
     with tempfile.TemporaryDirectory() as tmp:
@@ -151,27 +156,30 @@ def main() -> None:
         print(f"simulated {REPORTS:,} reports of {VALUES:,} values (Zipf {ZIPF}) in "
               f"{time.perf_counter() - started:.1f} s; k={K} h={H} m={M} p=0.5 q=0.75 f=0.5")
         results = []
-        for size, true_count, background in runs:
+        for size, true_count, background, correction in runs:
             out = subprocess.run(
                 [sys.executable, __file__, "--one", str(counts_path), str(size), str(true_count),
-                 "1" if background else "0"],
+                 "1" if background else "0", correction],
                 check=True, capture_output=True, text=True,
             )
             results.append(json.loads(out.stdout))
-    header = (f"{'candidates':>10} {'bg':>3} {'map s':>6} {'decode s':>8} {'total s':>7} "
+    header = (f"{'candidates':>10} {'test':>4} {'bg':>3} {'map s':>6} {'decode s':>8} {'total s':>7} "
               f"{'peak MiB':>8} {'found':>5} {'FP':>3} {'FN*':>7} {'FN all':>11} {'TVD':>6} "
               f"{'missing':>13} {'limit':>6}")
     print(header)
     print("-" * len(header))
     for r in results:
         print(
-            f"{r['candidates']:>10,} {'yes' if r['background'] else 'no':>3} "
+            f"{r['candidates']:>10,} {'BH' if r['correction'] == 'bh' else 'Bonf':>4} "
+            f"{'yes' if r['background'] else 'no':>3} "
             f"{r['map_seconds']:>6.2f} {r['decode_seconds']:>8.2f} {r['total_seconds']:>7.2f} "
             f"{r['peak_rss_mib']:>8.0f} {r['detected']:>5} {r['false_positives']:>3} "
             f"{r['false_negatives_detectable']:>3}/{r['detectable']:<3} "
             f"{r['false_negatives_all']:>5}/{r['true_candidates']:<5} {r['tvd']:>6.4f} "
             f"{_share(r['missing_share']):>6}/{r['true_missing_share']:.3f} {r['min_detectable']:>6.4f}"
         )
+    print("test = multiple-testing correction at 0.05 (Bonferroni or Benjamini-Hochberg); "
+          "bg = background column for values missing from the list.")
     print("FN* = missed true candidates with share above the stated detection limit (80% power); "
           "missing = estimated/true share of reports not attributed to detected strings; "
           "limit = smallest detectable share.")
