@@ -85,7 +85,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 def configure_demo(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil demo``."""
-    from veil.simulations.demo import DemoConfig
+    from veil.simulations.demo_config import DemoConfig
 
     defaults = DemoConfig()
     parser.add_argument("--out", type=Path, default=defaults.out,
@@ -108,7 +108,8 @@ def configure_demo(parser: argparse.ArgumentParser) -> None:
 
 def run_demo_command(args: argparse.Namespace) -> int:
     """Run the end-to-end demo."""
-    from veil.simulations.demo import DemoConfig, run_demo
+    from veil.simulations.demo import run_demo
+    from veil.simulations.demo_config import DemoConfig
 
     for name in ("installations", "workers"):
         if getattr(args, name) < 1:

@@ -43,8 +43,8 @@ import requests
 
 from veil.client import Client
 from veil.shared.errors import VeilError
-from veil.shared.kinds import BooleanParams, NumberParams, StringParams
-from veil.shared.registry import Metric, Registry
+from veil.shared.registry import Registry
+from veil.simulations.demo_config import DemoConfig
 from veil.simulations.populations import distribution_weights
 from veil.simulations.report import new_figure, progress
 
@@ -62,36 +62,6 @@ DECOYS = (
 )
 READ_TOKEN = "demo-read-token"
 SERVER_START_TIMEOUT = 30.0
-
-
-@dataclasses.dataclass(frozen=True)
-class DemoConfig:
-    """Sizes and parameters of one demo run."""
-
-    installations: int = 2000
-    sites_per_installation: int = 4
-    workers: int = 4
-    k: int = 64
-    h: int = 2
-    m: int = 16
-    p: float = 0.25
-    q: float = 0.75
-    f: float = 0.5
-    seed: int = 2026
-    out: Path = Path("veil-demo")
-    temp_root: Path | None = None
-
-    def registry(self) -> Registry:
-        """The metrics the simulated installations report."""
-        return Registry([
-            Metric("homepage", StringParams(k=self.k, h=self.h, m=self.m, p=self.p, q=self.q,
-                                            f=self.f),
-                   description="sites visited (4 distinct per installation)", min_reports=100),
-            Metric("dark_mode", BooleanParams(), description="dark mode enabled", min_reports=100),
-            Metric("session_minutes", NumberParams(low=0, high=120, mechanism="laplace",
-                                                   epsilon=1.0, resolution=120),
-                   description="length of the last session", min_reports=100),
-        ])
 
 
 @dataclasses.dataclass

@@ -14,6 +14,7 @@ import dataclasses
 import html
 import io
 import math
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ def progress(items: Iterable[T], description: str, total: int | None = None) -> 
     """Iterate with a tqdm progress bar on a terminal; silently otherwise (pipes, CI)."""
     from tqdm import tqdm
 
-    disable = not sys.stderr.isatty()
+    disable = not sys.stderr.isatty() or bool(os.environ.get("CI"))
     yield from tqdm(items, desc=description, total=total, disable=disable, leave=False)
 
 
