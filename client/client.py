@@ -143,15 +143,19 @@ class Client:
         self.state_dir: Path = prepare_directory(state_dir)
         self._secret = load_secret(self.state_dir)
         self.session = self._new_session()
-        self.registry: Registry = resolve_registry(
-            registry, self.url, self.state_dir, self.session, self.timeout
-        )
+        try:
+            self.registry: Registry = resolve_registry(
+                registry, self.url, self.state_dir, self.session, self.timeout
+            )
+            self._open_database(recover=True)
+        except BaseException:
+            self.session.close()
+            raise
+        self._cohort_seed = cohort_seed(self._connection)
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._closed = False
         self._abandoned: list[sqlite3.Connection] = []
-        self._open_database(recover=True)
-        self._cohort_seed = cohort_seed(self._connection)
         self._encoders: dict[str, Encoder[Any]] = {}
         self._wake = threading.Condition(threading.Lock())
         self._stop = threading.Event()
