@@ -50,6 +50,8 @@ def run_decode(args: argparse.Namespace) -> int:
     from veil.server.analysis.decode import decode_counts
     from veil.server.analysis.report import write_outputs
 
+    if args.top < 1:
+        raise ParameterError("top", f"--top must be at least 1; got {args.top}")
     sources = [bool(args.params or args.counts), bool(args.server), bool(args.db)]
     if sum(sources) != 1:
         raise ParameterError(
