@@ -261,3 +261,16 @@ def test_category_fast_path_mean_and_variance() -> None:
         standardized_counts(aggregate_categories(params, hist, rng)[1], mean, var) for _ in range(200)
     ])
     assert abs((z**2).mean() - 1) <= Z * math.sqrt(2 / z.size)
+
+
+def test_counts_equal_the_sum_of_report_bits_per_cohort() -> None:
+    params = StringParams(k=20, h=3, m=3)
+    table = bloom_table(params, ["a", "b", "c"])
+    rng = np.random.default_rng(8)
+    cohorts = rng.integers(0, 3, 5000)
+    reports = encode_strings(params, table, rng.integers(0, 3, 5000), cohorts, rng)
+    totals, ones = reports.counts(params.m)
+    bits = reports.bits()
+    for cohort in range(params.m):
+        assert totals[cohort] == (cohorts == cohort).sum()
+        assert (ones[cohort] == bits[cohorts == cohort].sum(axis=0)).all()
