@@ -13,10 +13,10 @@ from typing import Any
 
 _EXPORTS = {
     "StringDecoder": "veil.server.analysis.strings",
-    "StringFit": "veil.server.analysis.strings",
     "build_map": "veil.server.analysis.candidate_map",
     "read_candidates": "veil.server.analysis.candidate_map",
     "DecodeResult": "veil.server.analysis.results",
+    "write_outputs": "veil.server.analysis.report",
     "decode_counts": "veil.server.analysis.decode",
     "decode_category": "veil.server.analysis.closed_form",
     "decode_boolean": "veil.server.analysis.closed_form",

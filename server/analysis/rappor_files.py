@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -227,9 +226,3 @@ def read_rappor_files(
     document = counts_document(parsed, reports, ones, metric="rappor")
     return RapporFiles(parsed, document, reports, ones, candidates, candidate_map)
 
-
-def params_csv_text(params: StringParams) -> str:
-    """``params.csv`` as a string."""
-    buffer = io.StringIO()
-    write_params(params, buffer)
-    return buffer.getvalue()

@@ -11,6 +11,8 @@ import csv
 import json
 import random
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,14 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def _read_csv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
+
+
+def test_listing_the_commands_does_not_load_the_numeric_stack() -> None:
+    code = (
+        "import sys, veil.server.analysis, veil.server.analysis.cli; "
+        "assert not {'numpy', 'scipy', 'sklearn', 'matplotlib'} & set(sys.modules), sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_decode_google_rappor_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
