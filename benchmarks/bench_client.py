@@ -78,22 +78,23 @@ def bench_client_report(count: int, repeat: int) -> None:
     print("\nClient.report() into the durable outbox (string k=128, h=2; one commit per report)")
     registry = Registry([Metric("homepage", StringParams())])
     cases = {
-        "one value repeated": lambda i: "example.com",
-        "100 values rotating": lambda i: f"site{i % 100}.example",
-        "a new value each time": lambda i: f"site{i}.example",
+        "one value repeated": (lambda i: "example.com", None),
+        "100 values rotating": (lambda i: f"site{i % 100}.example", None),
+        "a new value each time": (lambda i: f"site{i}.example", None),
+        "new values, with a budget": (lambda i: f"site{i}.example", 1e9),
     }
-    for label, value in cases.items():
+    for label, (value, budget) in cases.items():
         best = 0.0
         for _ in range(repeat):
             with tempfile.TemporaryDirectory() as state:
-                client = Client(OFFLINE_URL, state, registry=registry)
+                client = Client(OFFLINE_URL, state, registry=registry, budget=budget)
                 started = time.perf_counter()
                 for i in range(count):
                     client.report("homepage", value(i))
                 best = max(best, count / (time.perf_counter() - started))
                 client._closed = True  # skip the final upload: nothing listens
                 client._connection.close()
-        print(f"{label:<24} {best:>12,.0f} reports/s")
+        print(f"{label:<26} {best:>12,.0f} reports/s")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,12 +78,17 @@ class Mechanism:
 
 @dataclasses.dataclass(frozen=True)
 class Charge:
-    """What one more report changes: the mechanism's new tallies and the resulting epsilons."""
+    """One more report of a memo key seen ``previous`` times (0 or 1) under ``metric``."""
 
-    updated: Mechanism
+    metric: Metric
+    fingerprint: str
     digest: bytes
     previous: int
-    total: float
+
+    @property
+    def delta(self) -> tuple[int, int]:
+        """Change of the mechanism's (once, repeated) key tallies."""
+        return (1, 0) if self.previous == 0 else (-1, 1)
 
 
 @functools.lru_cache(maxsize=256)
@@ -126,10 +131,10 @@ def fingerprint(metric: Metric) -> str:
 
 
 class PrivacyLedger:
-    """Prices each report from the memo-key tallies in the state database.
+    """Counts memo keys per metric in the state database and prices what they cost.
 
-    :meth:`charge` and :meth:`write` run inside the caller's write transaction
-    (``BEGIN IMMEDIATE``), together with the insert into the outbox.
+    :meth:`charge`, :meth:`total_after` and :meth:`write` run inside the caller's
+    write transaction (``BEGIN IMMEDIATE``), together with the insert into the outbox.
     """
 
     def __init__(self, connection: sqlite3.Connection, secret: bytes, budget: float | None) -> None:
@@ -181,7 +186,7 @@ class PrivacyLedger:
         ]
 
     def charge(self, metric: Metric, memo_key: bytes) -> Charge | None:
-        """Price one more report of ``memo_key``; ``None`` if it costs nothing more."""
+        """One more report of ``memo_key``; ``None`` if it costs nothing more (seen twice)."""
         fp = self._fingerprint(metric)
         digest = self.digest(metric.name, memo_key)
         if (fp, digest) in self._saturated:
@@ -193,39 +198,42 @@ class PrivacyLedger:
         if previous >= 2:
             self._saturated.add((fp, digest))
             return None
-        mechanisms = {m.fingerprint: m for m in self.mechanisms()}
-        current = mechanisms.get(fp) or Mechanism(
-            fp, metric.name, metric.params.epsilon_1, metric.params.epsilon_inf
-        )
-        if previous == 0:
-            updated = dataclasses.replace(current, once=current.once + 1)
-        else:
-            updated = dataclasses.replace(
-                current, once=current.once - 1, repeated=current.repeated + 1
-            )
-        mechanisms[fp] = updated
-        total = compose(per_metric(mechanisms.values()).values())
-        return Charge(updated, digest, previous, total)
+        return Charge(metric, fp, digest, previous)
 
-    def write(self, charge: Charge, metric: Metric) -> None:
-        """Store the charge (inside the caller's transaction, with the queued report)."""
-        m = charge.updated
+    def total_after(self, charge: Charge) -> float:
+        """The installation's total epsilon if ``charge`` were recorded (for the budget)."""
+        mechanisms = {m.fingerprint: m for m in self.mechanisms()}
+        params = charge.metric.params
+        current = mechanisms.get(charge.fingerprint) or Mechanism(
+            charge.fingerprint, charge.metric.name, params.epsilon_1, params.epsilon_inf
+        )
+        once, repeated = charge.delta
+        mechanisms[charge.fingerprint] = dataclasses.replace(
+            current, once=current.once + once, repeated=current.repeated + repeated
+        )
+        return compose(per_metric(mechanisms.values()).values())
+
+    def write(self, charge: Charge) -> None:
+        """Record the charge (inside the caller's transaction, with the queued report)."""
+        metric, fp = charge.metric, charge.fingerprint
+        once, repeated = charge.delta
         self.connection.execute(
             "INSERT INTO mechanisms VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) "
-            "DO UPDATE SET once_keys = excluded.once_keys, repeated_keys = excluded.repeated_keys",
-            (m.fingerprint, m.metric, self._identity(metric)[2], m.epsilon_1, m.epsilon_inf,
-             m.once, m.repeated),
+            "DO UPDATE SET once_keys = once_keys + excluded.once_keys, "
+            "repeated_keys = repeated_keys + excluded.repeated_keys",
+            (fp, metric.name, self._identity(metric)[2], metric.params.epsilon_1,
+             metric.params.epsilon_inf, once, repeated),
         )
         self.connection.execute(
             "INSERT INTO ledger (digest, params, metric, reports) VALUES (?, ?, ?, 1) "
             "ON CONFLICT (digest, params) DO UPDATE SET reports = 2",
-            (charge.digest, m.fingerprint, m.metric),
+            (charge.digest, fp, metric.name),
         )
 
     def committed(self, charge: Charge) -> None:
         """Note a charge whose transaction committed (saturated keys skip the lookup)."""
         if charge.previous >= 1:
-            self._saturated.add((charge.updated.fingerprint, charge.digest))
+            self._saturated.add((charge.fingerprint, charge.digest))
 
     def spent(self) -> PrivacySpent:
         """Per-metric and total worst-case epsilon so far."""

@@ -237,11 +237,13 @@ class Client:
                 try:
                     charge = self._ledger.charge(spec, key)
                     if charge is not None:
-                        if self.budget is not None and charge.total > self.budget:
-                            raise BudgetExceededError(
-                                spec.name, self._ledger.spent().total, charge.total, self.budget
-                            )
-                        self._ledger.write(charge, spec)
+                        if self.budget is not None:
+                            total = self._ledger.total_after(charge)
+                            if total > self.budget:
+                                raise BudgetExceededError(
+                                    spec.name, self._ledger.spent().total, total, self.budget
+                                )
+                        self._ledger.write(charge)
                     self._outbox.insert(body)
                     connection.execute("COMMIT")
                 except BaseException:
