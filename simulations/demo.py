@@ -170,13 +170,17 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         collector = Collector(workdir, registry)
         print(f"collector (veil serve, SQLite in {workdir}) on {collector.url}")
         upload_start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=config.workers) as pool:
+        pool = ThreadPoolExecutor(max_workers=config.workers)
+        try:
             futures = [
                 pool.submit(run_installation, collector.url, workdir / "installations" / f"{i:05d}",
                             truth.sites[i], truth.dark_mode[i], truth.minutes[i])
                 for i in range(config.installations)
             ]
             outcomes = [f.result() for f in progress(futures, "installations", len(futures))]
+        finally:
+            # on a failure, do not start the installations still waiting
+            pool.shutdown(wait=True, cancel_futures=True)
         upload_seconds = time.perf_counter() - upload_start
         accepted = sum(o["accepted"] for o in outcomes)
         print(f"{config.installations} installations used the real client: {accepted} reports "
