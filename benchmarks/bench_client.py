@@ -9,8 +9,10 @@ the production CSPRNG (``os.urandom``). Run it alone (other load skews it)::
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
+import socket
 import sys
 import tempfile
 import time
@@ -20,7 +22,12 @@ from veil.client import Client, make_encoder
 from veil.shared.kinds import BooleanParams, CategoryParams, NumberParams, StringParams
 from veil.shared.registry import Metric, Registry
 
-OFFLINE_URL = "http://127.0.0.1:9"  # never contacted: the benchmark does not flush
+
+def offline_url() -> str:
+    """A port on 127.0.0.1 where nothing listens: the final upload at close() is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
 
 
 def rate(run: Callable[[int], None], count: int, repeat: int) -> float:
@@ -87,13 +94,12 @@ def bench_client_report(count: int, repeat: int) -> None:
         best = 0.0
         for _ in range(repeat):
             with tempfile.TemporaryDirectory() as state:
-                client = Client(OFFLINE_URL, state, registry=registry, budget=budget)
+                client = Client(offline_url(), state, registry=registry, budget=budget)
                 started = time.perf_counter()
                 for i in range(count):
                     client.report("homepage", value(i))
                 best = max(best, count / (time.perf_counter() - started))
-                client._closed = True  # skip the final upload: nothing listens
-                client._connection.close()
+                client.close(timeout=1)
         print(f"{label:<26} {best:>12,.0f} reports/s")
 
 
@@ -102,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reports", type=int, default=30_000, help="reports per timed run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best is kept)")
     args = parser.parse_args(argv)
+    logging.getLogger("veil.client").setLevel(logging.ERROR)  # the refused final uploads
     print(f"Python {platform.python_version()} on {platform.machine()}, "
           f"{args.reports:,} reports per run, best of {args.repeat}")
     bench_string_encoding(args.reports, args.repeat)
