@@ -19,9 +19,13 @@ not reported) and the true shares of all 10,000 values; false positives
 (decoys reported); false negatives among true candidates whose share is above
 the decoder's stated detection limit (80% power), and among all true candidates.
 
+``--selection`` instead compares ways of selecting the candidates present on
+the same data (1,000 and 10,000 candidates; time of selection and refit).
+
 Run only under the shared lock:
 
     flock /tmp/veil-bench.lock .venv/bin/python benchmarks/bench_decode.py
+    flock /tmp/veil-bench.lock .venv/bin/python benchmarks/bench_decode.py --selection
 """
 
 from __future__ import annotations
@@ -132,12 +136,76 @@ def decode_once(
     }
 
 
+def compare_selection() -> None:
+    """Selection methods on the benchmark data: Lasso, NNLS over all, marginal scores."""
+    from scipy import optimize, stats
+
+    from veil.server.analysis import build_map, simulate_string_counts
+    from veil.server.analysis.strings import _lasso_select, _refit, bit_estimates
+    from veil.shared.kinds import StringParams
+
+    params = StringParams(k=K, h=H, m=M)
+    reports, ones = simulate_string_counts(
+        params, build_map(params, true_values()), true_shares(), REPORTS,
+        np.random.default_rng(SEED),
+    )
+    shares = true_shares()
+    index = {value: i for i, value in enumerate(true_values())}
+    share, variance = bit_estimates(params, reports, ones)
+    weight = np.where(np.isfinite(variance), 1 / np.sqrt(variance), 0.0).ravel()
+    y = share.ravel() * weight
+    print(f"{'candidates':>10} {'selection':<28} {'selected':>8} {'found':>5} {'FP':>3} "
+          f"{'TVD':>6} {'seconds':>7}")
+    for size, true_count in SIZES[:2]:
+        candidates = candidate_list(size, true_count)
+        design = build_map(params, candidates)
+        design.data = design.data * weight[design.indices]
+        norms = np.sqrt(np.asarray(design.multiply(design).sum(axis=0)).ravel())
+        z = stats.norm.isf(0.05 / size)
+        methods = ["lasso + background", "nnls over all + background",
+                   "marginal score + background", "lasso, no background"]
+        for method in methods:
+            if method.startswith("nnls") and size > 1_000:
+                continue  # a dense (m*k) x candidates matrix: 650 MB at 10,000
+            background = None if "no background" in method else weight
+            started = time.perf_counter()
+            if method.startswith("lasso"):
+                selected = _lasso_select(design, norms, y, background, z)
+            elif method.startswith("nnls"):
+                dense = np.column_stack([design.toarray(), weight])
+                solution, _ = optimize.nnls(dense, y, maxiter=20_000)
+                selected = np.flatnonzero(solution[:-1] > 0)
+            else:
+                residual = y - weight * (weight @ y) / (weight @ weight)
+                selected = np.flatnonzero(design.T @ residual > z * np.maximum(norms, 1e-300))
+            columns, theta, *_ = _refit(design, y, background, selected, 0.05, "bonferroni", size)
+            seconds = time.perf_counter() - started
+            estimate = np.zeros(VALUES)
+            decoy_mass = 0.0
+            false_positives = 0
+            for column, value in zip(columns, theta, strict=True):
+                position = index.get(candidates[column])
+                if position is None:
+                    false_positives += 1
+                    decoy_mass += value
+                else:
+                    estimate[position] = value
+            tvd = 0.5 * (np.abs(estimate - shares).sum() + decoy_mass)
+            print(f"{size:>10,} {method:<28} {selected.size:>8} {columns.size:>5} "
+                  f"{false_positives:>3} {tvd:>6.4f} {seconds:>7.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS,
                         metavar=("COUNTS", "SIZE", "TRUE", "BACKGROUND", "CORRECTION"))
     parser.add_argument("--sizes", type=int, nargs="*", help="only these candidate list sizes")
+    parser.add_argument("--selection", action="store_true",
+                        help="compare selection methods instead")
     args = parser.parse_args()
+    if args.selection:
+        compare_selection()
+        return
     if args.one:
         path, size, true_count, background, correction = args.one
         print(json.dumps(
