@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from veil.client import (
@@ -140,3 +142,16 @@ def test_every_error_class_is_a_veil_error():
     for error in (BudgetExceededError, ClientClosedError, RegistryUnavailableError, StateError,
                   UnknownMetricError, ParameterError):
         assert issubclass(error, VeilError)
+
+
+def test_huge_integers_are_clipped_like_other_numbers(client):
+    client.report("load_time", 10**400)
+    client.report("load_time", -(10**400))
+    assert client.pending == 2
+
+
+def test_any_real_number_type_is_accepted(client):
+    client.report("load_time", Fraction(7, 2))
+    client.report("load_time", np.float32(2.5))
+    client.report("load_time", np.int64(3))
+    assert client.pending == 3
