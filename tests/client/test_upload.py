@@ -8,11 +8,13 @@ the suite's shared conftest.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import shutil
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -312,3 +314,33 @@ def test_backoff_is_full_jitter_capped() -> None:
         delays = [policy.delay(retry) for _ in range(200)]
         assert all(0.0 <= d <= bound for d in delays)
         assert max(delays) > bound / 2  # spread over the interval, not a constant
+
+
+def test_a_stalled_collector_times_out_and_the_resend_counts_once(live_collector, tmp_path,
+                                                                   caplog):
+    """A collector slower than the client's timeout: the client retries, the collector later
+    stores the first copy and acknowledges the resends as duplicates, and nothing counts twice.
+
+    The stall is real: the test holds the collector's writer lock (``<db>.lock``, an
+    exclusive ``flock``) for a second, so every upload waits inside the collector.
+    """
+    client = Client(live_collector.url, tmp_path / "state", timeout=0.3, max_retries=10,
+                    backoff_base=0.05, backoff_cap=0.2)
+    for index in range(10):
+        client.report("homepage", f"site{index}.example")
+    lock_path = live_collector.db_path.with_name(live_collector.db_path.name + ".lock")
+    descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    release = threading.Timer(1.0, lambda: fcntl.flock(descriptor, fcntl.LOCK_UN))
+    release.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="veil.client"):
+            result = client.flush()
+    finally:
+        release.join()
+        os.close(descriptor)
+    assert "Timeout" in caplog.text and "retrying" in caplog.text
+    assert result.ok, result.error
+    assert result.accepted + result.duplicates == 10 and result.remaining == 0
+    assert live_collector.counts("homepage")["reports"] == 10
+    client.close()
