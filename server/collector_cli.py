@@ -130,18 +130,23 @@ def _run_serve(args: argparse.Namespace) -> int:
     try:
         if args.workers == 1:
             _serve_socket(config, sock, args.threads)
+            code = 0
         else:
-            _supervise(config, sock, args.threads, args.workers)
+            code = _supervise(config, sock, args.threads, args.workers)
     finally:
         sock.close()
     print("veil serve: stopped", flush=True)
-    return 0
+    return code
 
 
-def _supervise(config: dict[str, Any], sock: socket.socket, threads: int, workers: int) -> None:
-    """Fork ``workers`` server processes sharing ``sock``; stop all when one ends or on SIGTERM."""
+def _supervise(config: dict[str, Any], sock: socket.socket, threads: int, workers: int) -> int:
+    """Fork ``workers`` server processes sharing ``sock``; stop all when one ends or on SIGTERM.
+
+    Returns 0 after SIGTERM/SIGINT, 1 if a worker ended on its own (see its stderr).
+    """
     parent = os.getpid()
     children: list[int] = []
+    code = 0
 
     def stop(signum: int, frame: object) -> None:
         raise _Stop
@@ -159,7 +164,9 @@ def _supervise(config: dict[str, Any], sock: socket.socket, threads: int, worker
                 finally:
                     os._exit(code)
             children.append(pid)
-        os.wait()
+        pid, status = os.wait()
+        print(f"veil serve: worker {pid} exited (status {status}); stopping", file=sys.stderr)
+        code = 1
     except (_Stop, KeyboardInterrupt):
         pass
     finally:
@@ -170,6 +177,7 @@ def _supervise(config: dict[str, Any], sock: socket.socket, threads: int, worker
         for pid in children:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+    return code
 
 
 def _configure_export(parser: argparse.ArgumentParser) -> None:

@@ -127,3 +127,17 @@ def test_sigint_stops_serve_cleanly(collector):
     assert collector.process.wait(15) == 0
     collector.process.stdout.close()
     collector.process = None
+
+
+def test_a_dead_worker_stops_the_whole_server(collector_factory):
+    collector = collector_factory()
+    collector.stop()
+    collector.command = lambda original=collector.command: [*original(), "--workers", "2"]
+    collector.start()
+    first, second = children_of(collector.process.pid)
+    os.kill(first, signal.SIGKILL)
+    assert collector.process.wait(15) == 1
+    collector.process.stdout.close()
+    collector.process = None
+    time.sleep(0.2)
+    assert second not in children_of(os.getpid()) and not Path(f"/proc/{second}").exists()
