@@ -1,9 +1,9 @@
 """Client SDK throughput: encoding a report, and ``Client.report()`` into the durable outbox.
 
 Prints reports per second on one core (best of ``--repeat`` runs). Encoding uses
-the production CSPRNG (``os.urandom``). Run it alone (other load skews it)::
+the production CSPRNG (``os.urandom``). Run it on an otherwise idle machine::
 
-    flock /tmp/veil-bench.lock python benchmarks/bench_client.py
+    python benchmarks/bench_client.py --repeat 5
 """
 
 from __future__ import annotations
