@@ -22,6 +22,9 @@ from veil.shared.registry import Registry
 
 log = logging.getLogger("veil.client")
 
+#: with a cached registry to fall back on, start-up waits at most this long for the collector
+CACHED_FETCH_TIMEOUT = 2.0
+
 
 def resolve_registry(
     registry: Registry | str | os.PathLike[str] | None,
@@ -42,6 +45,8 @@ def resolve_registry(
             f"collector); got {type(registry).__name__}",
         )
     cache = directory / REGISTRY_CACHE_FILE
+    if cache.exists():
+        timeout = min(timeout, CACHED_FETCH_TIMEOUT)
     try:
         fetched = fetch_registry(url, session, timeout)
     except VeilError as problem:

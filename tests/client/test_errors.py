@@ -7,6 +7,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from veil.client import (
     BudgetExceededError,
@@ -155,3 +157,23 @@ def test_any_real_number_type_is_accepted(client):
     client.report("load_time", np.float32(2.5))
     client.report("load_time", np.int64(3))
     assert client.pending == 3
+
+
+def test_any_text_is_queued_or_refused_cleanly(tmp_path, test_registry, offline_url):
+    """Arbitrary strings (lone surrogates, NULs, huge ones) never crash report()."""
+    client = Client(offline_url, tmp_path / "state", registry=test_registry)
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(st.text(max_size=300) | st.text(alphabet=st.characters(), min_size=1000, max_size=3000))
+    def check(value: str) -> None:
+        before = client.pending
+        try:
+            client.report("homepage", value)
+        except ParameterError as error:
+            assert error.field == "value"
+            assert client.pending == before
+        else:
+            assert client.pending == before + 1
+
+    check()
+    client.close(timeout=1)
