@@ -43,10 +43,25 @@ def binomial_tolerance(n: int, probability: float) -> float:
 
 
 def assert_bit_frequencies(counts: list[int], n: int, expected: list[float]) -> None:
+    """Each bit's count, and the pooled count of the bits sharing one probability.
+
+    Bits are independent given the encoder's input, so a pool of ``b`` bits is a
+    binomial count of ``b n`` trials: the pooled check sees shifts ``sqrt(b)``
+    times smaller than the per-bit one.
+    """
+    pools: dict[float, list[int]] = {}
     for bit, (count, probability) in enumerate(zip(counts, expected, strict=True)):
         tolerance = binomial_tolerance(n, probability)
         assert abs(count - n * probability) <= tolerance, (
             f"bit {bit}: {count} ones in {n}, expected {n * probability:.1f} ± {tolerance:.1f}"
+        )
+        pools.setdefault(probability, []).append(count)
+    for probability, pool in pools.items():
+        trials = n * len(pool)
+        tolerance = binomial_tolerance(trials, probability)
+        assert abs(sum(pool) - trials * probability) <= tolerance, (
+            f"{len(pool)} bits with probability {probability}: {sum(pool)} ones in {trials}, "
+            f"expected {trials * probability:.1f} ± {tolerance:.1f}"
         )
 
 
