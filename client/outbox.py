@@ -77,13 +77,6 @@ class Outbox:
         (count,) = self.connection.execute("SELECT COUNT(*) FROM outbox").fetchone()
         return count
 
-    def ready(self) -> int:
-        """Reports waiting for an upload."""
-        (count,) = self.connection.execute(
-            "SELECT COUNT(*) FROM outbox WHERE state = ?", (READY,)
-        ).fetchone()
-        return count
-
     def _many(self, sql: str, rows: list[tuple[int, ...]]) -> None:
         connection = self.connection
         connection.execute("BEGIN IMMEDIATE")
