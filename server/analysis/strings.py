@@ -212,8 +212,8 @@ class StringDecoder:
             tests = 1 if correction == "none" else n_candidates
             z_select = float(stats.norm.isf(alpha * (discoveries + 1) / tests))
             selected = _lasso_select(design, norms, y, background, z_select)
-            columns, theta, cov, back, back_var = _refit(
-                design, y, background, selected, alpha, correction, n_candidates
+            columns, theta, cov, back, back_var = _refit_with_additions(
+                design, norms, y, background, selected, z_select, alpha, correction, n_candidates
             )
             if correction != "bh" or columns.size <= discoveries:
                 break
@@ -400,6 +400,44 @@ def _lasso_select(
         working = np.union1d(working, violators)
     coef = model.coef_[: working.size]
     return working[coef > 0]
+
+
+def _refit_with_additions(
+    design: sp.csc_matrix,
+    norms: np.ndarray,
+    y: np.ndarray,
+    background: np.ndarray | None,
+    selected: np.ndarray,
+    z_select: float,
+    alpha: float,
+    correction: str,
+    n_candidates: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
+    """:func:`_refit`, then add candidates whose score on the refit's residual passes
+    ``z_select`` and refit again (each candidate is added at most once).
+
+    The Lasso shrinks the strings it keeps, so a string whose bits overlap theirs
+    can stay below the penalty; once the kept strings are refitted without
+    shrinkage, its score shows.
+    """
+    tried = np.zeros(design.shape[1], dtype=bool)
+    tried[selected] = True
+    usable = norms > 0
+    safe_norms = np.where(usable, norms, 1.0)
+    for _ in range(_MAX_REFITS):
+        columns, theta, cov, back, back_var = _refit(
+            design, y, background, selected, alpha, correction, n_candidates
+        )
+        residual = y - (design[:, columns] @ theta if columns.size else 0.0)
+        if background is not None:
+            residual = residual - back * background
+        score = (design.T @ residual) / safe_norms
+        new = np.flatnonzero(usable & ~tried & (score > z_select))
+        if new.size == 0:
+            break
+        tried[new] = True
+        selected = np.union1d(columns, new)
+    return columns, theta, cov, back, back_var
 
 
 def _refit(
