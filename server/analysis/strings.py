@@ -271,8 +271,13 @@ class StringDecoder:
             "detected": float(row_reports @ strings_share),
             "missing": float(back * row_reports.sum()),
         }
+        # a lone string's standard error: 1 / its whitened column's norm once the
+        # background column is partialled out
+        lone = norms**2
+        if background is not None:
+            lone = lone - (design.T @ background) ** 2 / float(background @ background)
         self.summary_ = self._summary(
-            reports, norms, y, weight, fitted, columns, theta, back, back_var, bit_mass,
+            reports, np.sqrt(np.clip(lone, 0.0, None)), y, weight, fitted, columns, theta, back, back_var, bit_mass,
             equations, n_candidates, alpha, correction, confidence, started,
         )
         self.result_ = DecodeResult("string", FREQUENCY_COLUMNS, table, self.summary_)
@@ -299,7 +304,6 @@ class StringDecoder:
         missing = back * params.k / bits_per_value if self.background else None
         missing_se = np.sqrt(back_var) * params.k / bits_per_value if self.background else None
         usable = norms > 0
-        # a lone candidate's standard error is 1 / ||whitened column||
         typical_se = float(np.median(1.0 / norms[usable])) if usable.any() else float("inf")
         z_detect = critical_z(alpha, correction, n_candidates) + float(stats.norm.isf(1 - DETECTION_POWER))
         noise_sd = float(np.median(1.0 / weight[weight > 0]))

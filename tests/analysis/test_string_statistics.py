@@ -160,3 +160,25 @@ def test_benjamini_hochberg_finds_more_weak_strings_than_bonferroni() -> None:
     # and with 20 strings at z of about 3.5 to 4.5 clearly more on average
     assert np.all(bh >= bonferroni)
     assert bh.mean() > bonferroni.mean() + 2, (bh.mean(), bonferroni.mean())
+
+
+def test_a_string_at_the_stated_detection_limit_is_found_80_percent_of_the_time() -> None:
+    candidates = ["big", "target"] + [f"decoy-{i}" for i in range(98)]
+    candidate_map = build_map(PARAMS, candidates)
+    rng = np.random.default_rng(15)
+    reports, ones = simulate_string_counts(
+        PARAMS, candidate_map[:, :2], np.array([0.5, 0.5]), REPORTS, rng
+    )
+    limit = StringDecoder(PARAMS).fit(reports, ones, candidates, candidate_map).summary_[
+        "min_detectable_proportion"
+    ]
+    unlisted = [f"unlisted-{i}" for i in range(500)]
+    true_map = build_map(PARAMS, ["big", "target", *unlisted])
+    shares = np.concatenate([[0.4, limit], np.full(500, (0.6 - limit) / 500)])
+    runs = 300
+    found = 0
+    for _ in range(runs):
+        reports, ones = simulate_string_counts(PARAMS, true_map, shares, REPORTS, rng)
+        found += StringDecoder(PARAMS).fit(reports, ones, candidates, candidate_map).detected_[1]
+    # detections ~ Binomial(runs, 0.8): within 3 binomial sds sqrt(runs * 0.8 * 0.2)
+    assert abs(found - 0.8 * runs) <= 3 * np.sqrt(runs * 0.8 * 0.2), found / runs
