@@ -2,8 +2,9 @@
 
 Every epsilon returned here is rounded up by a relative 1e-12, so a stated
 cost is never below the true one (a few floating-point logarithms and sums can
-be off by several units in the last place; 1e-12 covers that with room). Functions return ``math.inf`` where a mechanism gives no bound
-(for example RAPPOR with ``f = 0`` has no longitudinal protection).
+be off by several units in the last place; 1e-12 covers that with room).
+Functions return ``math.inf`` where a mechanism gives no bound (for example
+RAPPOR with ``f = 0`` has no longitudinal protection).
 """
 
 from __future__ import annotations
@@ -110,8 +111,14 @@ def group_privacy(epsilon: float, distance: int) -> float:
 
 
 def sequential(epsilons: Iterable[float]) -> float:
-    """Sequential composition: mechanisms on the same person's data add up."""
-    return round_up(math.fsum(epsilons))
+    """Sequential composition: mechanisms on the same person's data add up.
+
+    ``math.fsum`` is correctly rounded, so a single term is returned unchanged
+    and only a sum of several is rounded up.
+    """
+    values = list(epsilons)
+    total = math.fsum(values)
+    return total if len(values) <= 1 else round_up(total)
 
 
 def parallel(epsilons: Iterable[float]) -> float:
