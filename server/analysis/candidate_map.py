@@ -85,19 +85,20 @@ def build_map(
 def read_candidates(path: str | Path) -> list[str]:
     """Candidate strings from a UTF-8 text file, one per line.
 
-    Line endings are stripped (nothing else: spaces are part of a value); blank
-    lines are skipped and repeated candidates kept once, in first-seen order.
+    Line endings (LF or CRLF) are stripped, nothing else: spaces and other
+    characters are part of a value. Blank lines are skipped and repeated
+    candidates kept once, in first-seen order.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise ParameterError("candidates", f"cannot read candidates file {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ParameterError(
             "candidates", f"candidates file {path} is not UTF-8 (byte {exc.start})"
         ) from None
-    lines = text.splitlines()
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
     unique = list(dict.fromkeys(line for line in lines if line))
     if not unique:
         raise ParameterError("candidates", f"candidates file {path} lists no candidate strings")

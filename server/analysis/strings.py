@@ -178,6 +178,8 @@ class StringDecoder:
         confidence = check_level(self.confidence, "confidence")
         params = self.params
         reports, ones = _check_inputs(params, reports, ones, source)
+        if isinstance(candidates, str | bytes):
+            raise ParameterError("candidates", "give a list of candidate strings, not one string")
         candidates = [str(c) for c in candidates]
         if not candidates:
             raise ParameterError("candidates", "give at least one candidate string")

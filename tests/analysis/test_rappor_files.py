@@ -181,3 +181,17 @@ def test_build_map_is_binary_with_h_or_fewer_ones_per_cohort() -> None:
             expected = set(bloom_indices(candidate.encode(), cohort, params.k, params.h))
             block = matrix[cohort * params.k : (cohort + 1) * params.k, s].nonzero()[0]
             assert set(block) == expected
+
+
+def test_candidates_file_keeps_values_verbatim(tmp_path: Path) -> None:
+    from veil.server.analysis import read_candidates
+
+    path = tmp_path / "candidates.txt"
+    path.write_bytes(" padded \r\nform\x0cfeed\nline\u2028sep\ncarriage\rreturn\n\n padded \r\n".encode())
+    assert read_candidates(path) == [" padded ", "form\x0cfeed", "line\u2028sep", "carriage\rreturn"]
+    path.write_bytes(b"\n\n")
+    with pytest.raises(ParameterError, match="lists no candidate strings"):
+        read_candidates(path)
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(ParameterError, match="not UTF-8"):
+        read_candidates(path)
