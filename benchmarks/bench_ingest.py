@@ -10,7 +10,7 @@
 
 Run it alone on the machine (it measures the machine)::
 
-    python benchmarks/bench_ingest.py [--batches 300] [--workers 2] [--threads 4] [--uploaders 4]
+    python benchmarks/bench_ingest.py [--batches 300] [--workers 2] [--threads 2] [--uploaders 4]
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--batch", type=int, default=1000, help="reports per batch")
-    parser.add_argument("--threads", type=int, default=4, help="veil serve worker threads")
+    parser.add_argument("--threads", type=int, default=2, help="veil serve threads per worker")
     parser.add_argument("--workers", type=int, default=2, help="veil serve worker processes")
     parser.add_argument("--uploaders", type=int, default=4, help="concurrent uploader threads")
     parser.add_argument("--stored", type=int, default=1_000_000)

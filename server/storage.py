@@ -56,6 +56,8 @@ from veil.shared.wire import Report
 SCHEMA_VERSION = 2
 #: how long a write waits for another process's write transaction (milliseconds)
 BUSY_TIMEOUT_MS = 30_000
+#: page size of new files (bytes)
+PAGE_SIZE = 4096
 #: page cache per connection (KiB): random 16-byte ids touch pages all over the id B-tree
 CACHE_KIB = 64 * 1024
 #: WAL pages before an automatic checkpoint (~40 MiB): random-id inserts dirty many pages,
@@ -293,6 +295,7 @@ class SQLiteStorage:
                 timeout=BUSY_TIMEOUT_MS / 1000,
             )
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
