@@ -137,7 +137,8 @@ class StringDecoder:
     After :meth:`fit`: ``result_`` (a :class:`DecodeResult` of detected
     strings), ``summary_``, and per candidate ``estimates_``, ``std_errors_``,
     ``proportions_``, ``p_values_``, ``adjusted_p_values_``, ``detected_``;
-    per cohort and bit ``bit_shares_`` and ``bit_variances_``.
+    per cohort and bit ``bit_shares_`` and ``bit_variances_`` (shares of the
+    cohort's reports) and ``bit_counts_`` and ``bit_count_variances_`` (counts).
     """
 
     def __init__(
@@ -198,6 +199,12 @@ class StringDecoder:
 
         share, variance = bit_estimates(params, reports, ones)
         self.bit_shares_, self.bit_variances_ = share, variance
+        # t_ij = (c_ij - p* N_j) / (q* - p*): unbiased counts of reports with each bit set
+        cohort_reports = reports.astype(float)[:, None]
+        self.bit_counts_ = share * cohort_reports
+        self.bit_count_variances_ = np.where(
+            cohort_reports > 0, variance * cohort_reports**2, 0.0
+        )
         weight = np.where(np.isfinite(variance), 1.0 / np.sqrt(variance), 0.0).ravel()
         y = share.ravel() * weight
         design = candidate_map.copy()

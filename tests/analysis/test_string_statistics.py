@@ -182,3 +182,46 @@ def test_a_string_at_the_stated_detection_limit_is_found_80_percent_of_the_time(
         found += StringDecoder(PARAMS).fit(reports, ones, candidates, candidate_map).detected_[1]
     # detections ~ Binomial(runs, 0.8): within 3 binomial sds sqrt(runs * 0.8 * 0.2)
     assert abs(found - 0.8 * runs) <= 3 * np.sqrt(runs * 0.8 * 0.2), found / runs
+
+
+def test_bit_count_estimates_are_unbiased_with_the_stated_variance() -> None:
+    """t_ij = (c_ij - p* N_j) / (q* - p*) against the true set-bit counts, over repeated draws."""
+    from veil.server.analysis.strings import bit_estimates
+    from veil.server.analysis.synthetic import true_bit_counts
+
+    params = StringParams(k=8, h=2, m=2)
+    true_map = build_map(params, ["a", "b"])
+    p_star, q_star = params.effective_probs
+    spread = q_star - p_star
+    reports = np.array([5000, 3000])
+    values = np.array([[3000, 2000], [1000, 2000]])
+    truth = true_bit_counts(true_map, values, params.k)
+    rng = np.random.default_rng(16)
+    runs = 4000
+    estimates = np.zeros((runs, 2, 8))
+    variances = np.zeros_like(estimates)
+    for run in range(runs):
+        ones = rng.binomial(truth, q_star) + rng.binomial(reports[:, None] - truth, p_star)
+        share, variance = bit_estimates(params, reports, ones)
+        estimates[run] = share * reports[:, None]
+        variances[run] = variance * reports[:, None] ** 2
+    decoder = StringDecoder(params).fit(reports, ones, ["a", "b"], true_map)
+    np.testing.assert_allclose(decoder.bit_counts_, estimates[-1])
+    np.testing.assert_allclose(decoder.bit_count_variances_, variances[-1])
+    # mean of the runs within 4 standard errors of the mean
+    error = estimates.mean(axis=0) - truth
+    assert np.all(np.abs(error) < 4 * estimates.std(axis=0, ddof=1) / np.sqrt(runs))
+    # with the values fixed, the variance is the sum of two binomial variances (chi-square check)
+    exact = (truth * q_star * (1 - q_star) + (reports[:, None] - truth) * p_star * (1 - p_star))
+    exact = exact / spread**2
+    dof = runs - 1
+    ratio = estimates.var(axis=0, ddof=1) / exact
+    assert np.all(ratio > stats.chi2.ppf(1e-4, dof) / dof)
+    assert np.all(ratio < stats.chi2.isf(1e-4, dof) / dof)
+    # the stated variance N rho (1 - rho) / (q* - p*)^2 is that of reports drawn from the
+    # population: the binomial part plus the draw of the values, N pi (1 - pi) (law of total
+    # variance). rho is estimated from the counts: its sd sqrt(rho (1 - rho) / N) < 0.01 moves
+    # rho (1 - rho) by < 0.5%; 1% also covers the (c + 1/2) / (N + 1) smoothing
+    share = truth / reports[:, None]
+    population = exact + reports[:, None] * share * (1 - share)
+    np.testing.assert_allclose(variances.mean(axis=0), population, rtol=0.01)
