@@ -203,7 +203,8 @@ class StringDecoder:
         cohort_reports = reports.astype(float)[:, None]
         self.bit_counts_ = share * cohort_reports
         self.bit_count_variances_ = np.where(
-            cohort_reports > 0, variance * cohort_reports**2, 0.0
+            cohort_reports > 0, np.where(np.isfinite(variance), variance, 0.0) * cohort_reports**2,
+            0.0,
         )
         weight = np.where(np.isfinite(variance), 1.0 / np.sqrt(variance), 0.0).ravel()
         y = share.ravel() * weight
