@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import hmac
 import json
+import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,8 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     )
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(sqlite3.OperationalError, _storage_unavailable)
+    app.register_error_handler(StorageError, _storage_unavailable)
     app.register_blueprint(api)
     return app
 
@@ -115,6 +118,15 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 def _api_error(exc: ApiError) -> Response:
     return _json(exc.to_dict(), exc.status_code, exc.headers)
+
+
+def _storage_unavailable(exc: Exception) -> Response:
+    """The database cannot take the request now (disk full, I/O error, closing): 503, retry."""
+    current_app.logger.error("storage unavailable: %s", exc)
+    body = {"error": {"code": "unavailable", "field": None,
+                      "message": "the collector cannot store or read reports right now; "
+                                 "retry later (nothing from this request was stored)"}}
+    return _json(body, 503, {"Retry-After": "5"})
 
 
 _HTTP_CODES = {

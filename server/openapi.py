@@ -137,6 +137,7 @@ def openapi_document(max_body: int, max_reports: int) -> dict[str, Any]:
                     "401": _error("upload token required or wrong"),
                     "413": _error(f"body larger than {max_body} bytes"),
                     "415": _error("Content-Type is not application/json (UTF-8)"),
+                    "503": _error("database unavailable; retry after Retry-After seconds"),
                 },
             }},
             "/v1/metrics/{name}/counts": {"get": {
@@ -158,6 +159,7 @@ def openapi_document(max_body: int, max_reports: int) -> dict[str, Any]:
                     "403": _error("no read token configured on the collector"),
                     "404": _error("unknown metric"),
                     "409": _error("fewer reports than the metric's min_reports (too_few_reports)"),
+                    "503": _error("database unavailable; retry after Retry-After seconds"),
                 },
             }},
         },

@@ -265,7 +265,7 @@ class SQLiteStorage:
     """Reports and aggregates in one SQLite file (WAL, ``synchronous=FULL``).
 
     Thread-safe: writes are serialized on one connection under a lock, reads use
-    one connection per thread (WAL readers never block the writer).
+    pooled connections (WAL readers never block the writer).
     """
 
     def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False):
@@ -275,8 +275,7 @@ class SQLiteStorage:
                 f"no Veil database at {self.path}; start the collector with this --db first"
             )
         self._write_lock = threading.Lock()
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._idle_readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
         self._metrics_cache: dict[str, tuple[Metric, str]] = {}
@@ -325,16 +324,23 @@ class SQLiteStorage:
             self._writer.close()
             raise StorageError(f"cannot open the write lock file {lock_path}: {exc.strerror}") from None
 
-    def _reader(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        """A read connection from a small pool (as many as concurrent readers, reused)."""
+        with self._readers_lock:
             if self._closed:
                 raise StorageError("the storage is closed")
+            conn = self._idle_readers.pop() if self._idle_readers else None
+        if conn is None:
             conn = self._connect()
-            self._local.conn = conn
+        try:
+            yield conn
+        finally:
             with self._readers_lock:
-                self._readers.append(conn)
-        return conn
+                if self._closed:
+                    conn.close()
+                else:
+                    self._idle_readers.append(conn)
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -367,9 +373,9 @@ class SQLiteStorage:
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
         with self._readers_lock:
-            for conn in self._readers:
+            for conn in self._idle_readers:
                 conn.close()
-            self._readers.clear()
+            self._idle_readers.clear()
 
     def __enter__(self) -> SQLiteStorage:
         return self
@@ -380,7 +386,8 @@ class SQLiteStorage:
     def ping(self) -> None:
         """Raise :class:`StorageError` unless a trivial query succeeds."""
         try:
-            self._reader().execute("SELECT 1 FROM meta LIMIT 1").fetchall()
+            with self._reader() as conn:
+                conn.execute("SELECT 1 FROM meta LIMIT 1").fetchall()
         except sqlite3.Error as exc:
             raise StorageError(f"database {self.path} is not answering: {exc}") from None
 
@@ -597,7 +604,8 @@ class SQLiteStorage:
         if target.exists():
             raise StorageError(f"{target} exists; choose a new file for the backup")
         try:
-            self._reader().execute("VACUUM INTO ?", (str(target),))
+            with self._reader() as conn:
+                conn.execute("VACUUM INTO ?", (str(target),))
         except sqlite3.Error as exc:
             raise StorageError(f"cannot write the backup to {target}: {exc}") from None
         return target
@@ -606,18 +614,18 @@ class SQLiteStorage:
 
     def total_reports(self, metric: str | None = None) -> int:
         """Number of stored raw reports (for one metric or all)."""
-        conn = self._reader()
-        if metric is None:
-            return int(conn.execute("SELECT count(*) FROM reports").fetchone()[0])
-        return int(
-            conn.execute("SELECT count(*) FROM reports WHERE metric = ?", (metric,)).fetchone()[0]
-        )
+        with self._reader() as conn:
+            if metric is None:
+                return int(conn.execute("SELECT count(*) FROM reports").fetchone()[0])
+            return int(conn.execute(
+                "SELECT count(*) FROM reports WHERE metric = ?", (metric,)).fetchone()[0])
 
     def days(self, metric: str) -> list[str]:
         """The days on which ``metric`` received reports, oldest first."""
-        rows = self._reader().execute(
-            "SELECT DISTINCT day FROM aggregates WHERE metric = ? ORDER BY day", (metric,)
-        )
+        with self._reader() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT day FROM aggregates WHERE metric = ? ORDER BY day", (metric,)
+            ).fetchall()
         return [row[0] for row in rows]
 
     def counts(
@@ -645,9 +653,9 @@ class SQLiteStorage:
             "SELECT cohort, reports, bit_counts, ones, sum, sum_squares FROM aggregates "
             "WHERE metric = ? AND day >= ? AND day <= ?"
         )
-        rows = self._reader().execute(
-            sql, (metric.name, start_text or "", end_text or "9999-12-31")
-        ).fetchall()
+        with self._reader() as conn:
+            rows = conn.execute(sql, (metric.name, start_text or "", end_text or "9999-12-31")
+                                ).fetchall()
         cohorts = metric.params.cohorts
         reports = np.zeros(cohorts, dtype=np.int64)
         cohort_ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))

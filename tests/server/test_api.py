@@ -231,3 +231,31 @@ def test_nothing_about_the_client_is_stored(collector, wire):
         data = path.read_bytes()
         assert agent.encode() not in data, path.name
         assert b"127.0.0.1" not in data, path.name
+
+
+def test_unavailable_storage_is_503_with_retry_after(tmp_path, wire):
+    """A collector whose database is gone answers 503 (clients retry), never a traceback."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from veil.server.app import EXTENSION, create_app
+
+    app = create_app({"REGISTRY": wire.registry, "DATABASE": tmp_path / "v.db",
+                      "READ_TOKENS": ["t"]})
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        app.extensions[EXTENSION].storage.close()
+        batch = wire.batch(wire.reports("dark_mode", [True]))
+        response = requests.post(url + "/v1/reports", json=batch, timeout=10)
+        assert response.status_code == 503 and response.headers["Retry-After"] == "5"
+        assert error_of(response)["code"] == "unavailable"
+        ready = requests.get(url + "/readyz", timeout=10)
+        assert ready.status_code == 503 and error_of(ready)["code"] == "unavailable"
+    finally:
+        server.shutdown()
+        thread.join(10)
+        server.server_close()
