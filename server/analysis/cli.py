@@ -39,7 +39,8 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--no-background", action="store_true",
-        help="do not model values missing from the candidate list (google/rappor's model)",
+        help="do not model values missing from the candidate list (they then inflate the "
+        "estimates of listed strings that share their bits)",
     )
     parser.add_argument("--top", type=int, default=30, help="rows in the chart (default: 30)")
 
