@@ -22,10 +22,10 @@ the decoder's stated detection limit (80% power), and among all true candidates.
 ``--selection`` instead compares ways of selecting the candidates present on
 the same data (1,000 and 10,000 candidates; time of selection and refit).
 
-Run only under the shared lock:
+Run (on a quiet machine: the figures are timings):
 
-    flock /tmp/veil-bench.lock .venv/bin/python benchmarks/bench_decode.py
-    flock /tmp/veil-bench.lock .venv/bin/python benchmarks/bench_decode.py --selection
+    python benchmarks/bench_decode.py
+    python benchmarks/bench_decode.py --selection
 """
 
 from __future__ import annotations
