@@ -12,9 +12,10 @@ import time. Configuration keys:
 ``MAX_REPORTS_PER_BATCH`` largest batch (default 5,000 reports)
 
 Errors are JSON ``{"error": {"code", "field", "message"}}``. Request bodies are
-parsed strictly (UTF-8 only, no NaN/Infinity, no duplicate keys, bounded
-nesting: the parser's recursion limit; integers: Python's 4,300-digit limit), so malformed input is a 4xx, never a 5xx. The app
-stores and logs no client address or user agent.
+parsed strictly: UTF-8 only, no NaN or Infinity, no duplicate keys, nesting
+bounded by the parser's recursion limit and integers by Python's 4,300-digit
+limit, so malformed input is a 4xx, never a 5xx. An unusable database gives 503
+with ``Retry-After``. The app stores and logs no client address or user agent.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ DEFAULTS: dict[str, Any] = {
     "UPLOAD_TOKEN": None,
     "MAX_CONTENT_LENGTH": 8 * 1024 * 1024,
     "MAX_REPORTS_PER_BATCH": 5000,
-    "JSON_SORT_KEYS": False,
 }
 EXTENSION = "veil"
 

@@ -282,8 +282,12 @@ class SQLiteStorage:
         self._registry = Registry([], version=1)
         self._writer = self._connect()
         self._lock_fd = self._open_lock_file()
-        self._migrate()
-        self._registry = self._attach(registry)
+        try:
+            self._migrate()
+            self._registry = self._attach(registry)
+        except BaseException:
+            self.close()
+            raise
 
     # -- connections -------------------------------------------------------------
 
@@ -293,10 +297,14 @@ class SQLiteStorage:
                 self.path, isolation_level=None, check_same_thread=False,
                 timeout=BUSY_TIMEOUT_MS / 1000,
             )
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the database {self.path}: {exc}") from None
+        try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         except sqlite3.DatabaseError as exc:
+            conn.close()
             raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
         if mode.lower() != "wal":
             conn.close()
