@@ -251,6 +251,18 @@ def collector(collector_factory: Callable[..., CollectorHandle]) -> CollectorHan
     return collector_factory()
 
 
+def _quiet_handler() -> type:
+    from werkzeug.serving import WSGIRequestHandler
+
+    class QuietHandler(WSGIRequestHandler):
+        """Werkzeug's handler without its access log (which would record client addresses)."""
+
+        def log_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    return QuietHandler
+
+
 @pytest.fixture
 def live_collector(tmp_path: Path) -> Iterator[CollectorHandle]:
     """The collector app served in-process by a threaded werkzeug server on 127.0.0.1."""
@@ -261,7 +273,7 @@ def live_collector(tmp_path: Path) -> Iterator[CollectorHandle]:
     handle = CollectorHandle(tmp_path, TEST_REGISTRY)
     app = create_app({"REGISTRY": TEST_REGISTRY, "DATABASE": handle.db_path,
                       "READ_TOKENS": [handle.token]})
-    server = make_server("127.0.0.1", 0, app, threaded=True)
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_quiet_handler())
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               name="live-collector", daemon=True)
     thread.start()

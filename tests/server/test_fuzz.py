@@ -30,6 +30,9 @@ reports = st.fixed_dictionaries(
     optional={"cohort": st.integers(min_value=-2, max_value=6) | json_values,
               "extra": json_values},
 )
+#: reports that can never be valid: an unknown metric, or a field no report has
+invalid_reports = (reports.map(lambda r: {**r, "metric": "no-such-metric"})
+                   | reports.map(lambda r: {**r, "origin": "device"}))
 batches = st.fixed_dictionaries(
     {"version": st.sampled_from([1, 1, 1, 2, "1", True]),
      "batch_id": hex_ids | st.text(max_size=4),
@@ -78,3 +81,32 @@ def test_arbitrary_json(live_collector, value):
 def test_batch_shaped_json(live_collector, batch, ensure_ascii):
     check(live_collector, json.dumps(batch, ensure_ascii=ensure_ascii).encode("utf-8",
                                                                               "surrogatepass"))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_valid_reports_mixed_with_junk_are_counted_exactly_once(live_collector, wire, data):
+    """Genuine reports (some resent) among junk: accepted = the genuine ones not seen before."""
+    pool = getattr(live_collector, "fuzz_pool", None)
+    if pool is None:
+        pool = [*wire.reports("homepage", ["a", "b", "c"] * 4),
+                *wire.reports("dark_mode", [True, False] * 3),
+                *wire.reports("load_time", [1.0, 9.0])]
+        live_collector.fuzz_pool = pool
+        live_collector.fuzz_seen = set()
+    genuine = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=6))
+    junk = data.draw(st.lists(invalid_reports, max_size=4))
+    mixed = data.draw(st.permutations([*genuine, *junk]))
+    batch = wire.batch(mixed)
+    response = requests.post(live_collector.url + "/v1/reports", json=batch, timeout=30)
+    assert response.status_code == 200, response.text
+    receipt = response.json()
+    fresh = {r["id"] for r in genuine} - live_collector.fuzz_seen
+    live_collector.fuzz_seen |= fresh
+    assert receipt["accepted"] == len(fresh)
+    assert receipt["rejected"] == len(junk)
+    assert receipt["accepted"] + receipt["duplicates"] == len(genuine)
+    stored = [r for r in pool if r["id"] in live_collector.fuzz_seen]
+    for metric in ("homepage", "dark_mode"):
+        if any(r["metric"] == metric for r in stored):
+            assert live_collector.counts(metric)["cohorts"] == wire.expected(metric, stored)["cohorts"]
