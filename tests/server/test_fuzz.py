@@ -110,3 +110,20 @@ def test_valid_reports_mixed_with_junk_are_counted_exactly_once(live_collector, 
     for metric in ("homepage", "dark_mode"):
         if any(r["metric"] == metric for r in stored):
             assert live_collector.counts(metric)["cohorts"] == wire.expected(metric, stored)["cohorts"]
+
+
+@SETTINGS
+@given(name=st.text(min_size=1, max_size=20).filter(lambda s: "/" not in s and s not in ".."),
+       query=st.dictionaries(st.sampled_from(["start", "end", "format", "x"]), st.text(max_size=12),
+                             max_size=3),
+       token=st.one_of(st.none(), st.text(max_size=20).filter(
+           lambda t: "\r" not in t and "\n" not in t)))
+def test_counts_endpoint_never_fails_on_odd_names_queries_or_tokens(live_collector, name, query,
+                                                                    token):
+    headers = live_collector.headers() if token is None else {
+        "Authorization": ("Bearer " + token).encode("utf-8", "surrogatepass")}
+    response = requests.get(f"{live_collector.url}/v1/metrics/{requests.utils.quote(name, safe='')}"
+                            "/counts", params=query, headers=headers, timeout=30)
+    assert response.status_code < 500, response.text
+    if response.status_code != 200:
+        assert set(response.json()["error"]) == {"code", "field", "message"}
