@@ -3,7 +3,8 @@
 1. Ingestion: a ``veil serve`` process on 127.0.0.1 with a string metric (k=128,
    h=2, m=64); request bodies of ``--batch`` reports each are built and
    serialized before timing; ``--uploaders`` threads post them over keep-alive
-   connections. Prints sustained reports/s and per-batch latency percentiles.
+   connections, optionally into a database already holding ``--prefill``
+   reports. Prints sustained reports/s and per-batch latency percentiles.
 2. Counts: a database holding ``--stored`` reports of one metric spread over 30
    days (filled directly through the storage layer), then the time to build the
    counts document, in-process and over HTTP.
@@ -74,14 +75,31 @@ def start_server(workdir: Path, threads: int, workers: int) -> tuple[subprocess.
     return process, line.rsplit(" ", 1)[1].strip()
 
 
-def bench_ingest(batches: int, batch_size: int, threads: int, workers: int, uploaders: int
-                 ) -> None:
+def prefill(path: Path, stored: int, days: int = 30) -> float:
+    """Store ``stored`` random reports over ``days`` days through the storage layer; seconds."""
+    begin = time.perf_counter()
+    with open_storage(path, REGISTRY, create=True) as storage:
+        first = dt.date(2026, 10, 1)
+        chunk = 20_000
+        for offset in range(0, stored, chunk):
+            day = first + dt.timedelta(days=(offset * days) // max(stored, 1))
+            reports = [Report(os.urandom(16).hex(), "homepage", i % 64,
+                              os.urandom(K_BYTES).hex(), None)
+                       for i in range(min(chunk, stored - offset))]
+            storage.insert(reports, day)
+    return time.perf_counter() - begin
+
+
+def bench_ingest(batches: int, batch_size: int, threads: int, workers: int, uploaders: int,
+                 stored_before: int) -> None:
     """Sustained ingestion through HTTP; every batch must be fully accepted."""
     bodies = [json.dumps(make_batch(os.urandom(16).hex(), random_reports(batch_size))).encode()
               for _ in range(batches)]
     warmup = [json.dumps(make_batch(os.urandom(16).hex(), random_reports(batch_size))).encode()
               for _ in range(uploaders * 2)]
     with tempfile.TemporaryDirectory() as tmp:
+        if stored_before:
+            prefill(Path(tmp) / "veil.db", stored_before)
         process, url = start_server(Path(tmp), threads, workers)
         try:
             latencies: list[float] = []
@@ -124,10 +142,11 @@ def bench_ingest(batches: int, batch_size: int, threads: int, workers: int, uplo
             process.wait(30)
             process.stdout.close()
     total = batches * batch_size
-    assert stored["reports"] == total + len(warmup) * batch_size, stored["reports"]
+    assert stored["reports"] == stored_before + total + len(warmup) * batch_size, stored["reports"]
     lat = sorted(latencies)
-    print(f"ingest: {total:,} reports in {batches} batches of {batch_size} (k=128), "
-          f"server workers={workers} x threads={threads}, uploader threads={uploaders}")
+    print(f"ingest: {total:,} reports in {batches} batches of {batch_size} (k=128) into a "
+          f"database already holding {stored_before:,}, server workers={workers} x "
+          f"threads={threads}, uploader threads={uploaders}")
     print(f"  sustained: {total / wall:,.0f} reports/s ({batches / wall:.1f} batches/s, "
           f"wall {wall:.2f} s)")
     print(f"  batch latency ms: p50 {1000 * percentile(lat, 0.5):.1f}  "
@@ -139,17 +158,7 @@ def bench_counts(stored: int, repeats: int) -> None:
     """Counts for a metric with ``stored`` reports over 30 days, in-process and over HTTP."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "veil.db"
-        begin = time.perf_counter()
-        with open_storage(path, REGISTRY, create=True) as storage:
-            first = dt.date(2026, 10, 1)
-            chunk = 20_000
-            for offset in range(0, stored, chunk):
-                day = first + dt.timedelta(days=(offset * 30) // stored)
-                reports = [Report(os.urandom(16).hex(), "homepage", i % 64,
-                                  os.urandom(K_BYTES).hex(), None)
-                           for i in range(min(chunk, stored - offset))]
-                storage.insert(reports, day)
-        fill = time.perf_counter() - begin
+        fill = prefill(path, stored)
         with open_storage(path) as storage:
             metric = storage.registry["homepage"]
             times = []
@@ -200,12 +209,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="veil serve threads per worker")
     parser.add_argument("--workers", type=int, default=2, help="veil serve worker processes")
     parser.add_argument("--uploaders", type=int, default=4, help="concurrent uploader threads")
+    parser.add_argument("--prefill", type=int, default=0,
+                        help="reports stored before the ingestion run (a database in use)")
     parser.add_argument("--stored", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--skip-counts", action="store_true")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
-    bench_ingest(args.batches, args.batch, args.threads, args.workers, args.uploaders)
+    bench_ingest(args.batches, args.batch, args.threads, args.workers, args.uploaders,
+                 args.prefill)
     if not args.skip_counts:
         bench_counts(args.stored, args.repeats)
 
