@@ -253,6 +253,20 @@ MIGRATIONS = {1: _migrate_1_to_2}
 _INSERT_REPORT = (
     "INSERT OR IGNORE INTO reports (id, metric, day, cohort, payload) VALUES (?, ?, ?, ?, ?)"
 )
+# One statement inserts a whole group of reports: the ids (and bit payloads) travel as
+# one concatenated blob cut with substr(), the cohorts (and 0/1 payloads) as a JSON array
+# walked by json_each, so SQLite runs the loop in C. executemany instead re-acquires the
+# GIL for every row, and while other request threads run Python that stalls the writer,
+# which holds the lock every writer waits on.
+_INSERT_BITS = (
+    "INSERT OR IGNORE INTO reports (id, metric, day, cohort, payload) "
+    "SELECT substr(?1, key * 16 + 1, 16), ?2, ?3, value, substr(?4, key * ?5 + 1, ?5) "
+    "FROM json_each(?6)"
+)
+_INSERT_ONES = (
+    "INSERT OR IGNORE INTO reports (id, metric, day, cohort, payload) "
+    "SELECT substr(?1, key * 16 + 1, 16), ?2, ?3, value ->> 0, value ->> 1 FROM json_each(?4)"
+)
 _UPSERT = """INSERT INTO aggregates (metric, day, cohort, reports, bit_counts, ones, sum, sum_squares)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (metric, day, cohort) DO UPDATE SET
@@ -531,22 +545,49 @@ class SQLiteStorage:
         for row in rows:
             first.setdefault(row[0], row)  # a repeated id within the call is a duplicate
         unique = list(first.values())
+        # aggregate before taking the write lock, for the common case that every id is new:
+        # the lock serializes all writers, so only database work should happen under it
+        aggregates = self._aggregate_rows(unique)
         with self._write() as conn:
-            # common case first: no id stored before, so one INSERT OR IGNORE stores them all;
-            # otherwise undo it and insert exactly the rows whose id is new
+            # one INSERT OR IGNORE stores them all; if some id was stored before, undo it
+            # and insert exactly the rows whose id is new
             conn.execute("SAVEPOINT insert_reports")
             before = conn.total_changes
-            conn.executemany(_INSERT_REPORT, unique)
+            self._insert_rows(conn, unique)
             if conn.total_changes - before == len(unique):
                 fresh = unique
             else:
                 conn.execute("ROLLBACK TO insert_reports")
                 fresh = self._fresh_rows(conn, unique)
-                conn.executemany(_INSERT_REPORT, fresh)
+                self._insert_rows(conn, fresh)
+                aggregates = self._aggregate_rows(fresh)
             conn.execute("RELEASE insert_reports")
             if fresh:
-                conn.executemany(_UPSERT, self._aggregate_rows(fresh))
+                conn.executemany(_UPSERT, aggregates)
         return InsertResult(len(fresh), len(rows) - len(fresh))
+
+    def _insert_rows(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
+        """Insert ``(id, metric, day, cohort, payload)`` rows, one statement per metric and day.
+
+        Float payloads keep ``executemany``, so that the stored values are the
+        exact doubles received (JSON text would be re-parsed by SQLite).
+        """
+        groups: dict[tuple[str, str], list[tuple]] = {}
+        for row in rows:
+            groups.setdefault((row[1], row[2]), []).append(row)
+        for (name, day), group in groups.items():
+            kind = self._metric(name)[1]
+            ids = b"".join(row[0] for row in group)
+            if kind == "bits":
+                width = len(group[0][4])  # validation fixed every payload's length for the metric
+                cohorts = json.dumps([row[3] for row in group])
+                payloads = b"".join(row[4] for row in group)
+                conn.execute(_INSERT_BITS, (ids, name, day, payloads, width, cohorts))
+            elif kind == "ones":
+                pairs = json.dumps([(row[3], row[4]) for row in group])
+                conn.execute(_INSERT_ONES, (ids, name, day, pairs))
+            else:
+                conn.executemany(_INSERT_REPORT, group)
 
     @staticmethod
     def _fresh_rows(conn: sqlite3.Connection, rows: list[tuple]) -> list[tuple]:

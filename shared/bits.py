@@ -76,29 +76,40 @@ def bits_to_hex(bits: int, k: int) -> str:
     return bits.to_bytes(payload_bytes(k), "little").hex()
 
 
+HEX_DIGITS = "0123456789abcdef"
+
+
 def hex_to_bits(payload: object, k: int, field: str = "payload") -> int:
     """Parse and check a wire payload of ``k`` bits; raise :class:`WireFormatError`."""
+    if (
+        type(payload) is str
+        and len(payload) == 2 * payload_bytes(k)
+        and not payload.strip(HEX_DIGITS)
+    ):
+        bits = int.from_bytes(bytes.fromhex(payload), "little")
+        if not bits >> k:
+            return bits
+    raise _payload_error(payload, k, field)
+
+
+def _payload_error(payload: object, k: int, field: str) -> WireFormatError:
+    """The error that says what is wrong with a payload :func:`hex_to_bits` refused."""
     width = 2 * payload_bytes(k)
     if not isinstance(payload, str):
-        raise WireFormatError(
+        return WireFormatError(
             field, f"must be a string of {width} lowercase hex digits ({k} bits)", "wrong_type"
         )
     if len(payload) != width:
-        raise WireFormatError(
+        return WireFormatError(
             field,
             f"must be {width} hex digits for k={k} bits; got {len(payload)} characters",
             "wrong_length",
         )
-    try:
-        raw = bytes.fromhex(payload)
-    except ValueError:
-        raw = None
-    if raw is None or payload != payload.lower() or not payload.isascii():
-        raise WireFormatError(field, "must contain only lowercase hex digits 0-9a-f", "bad_hex")
-    bits = int.from_bytes(raw, "little")
-    if bits >> k:
-        raise WireFormatError(field, f"sets bits at or above k={k}; pad bits must be zero", "pad_bits")
-    return bits
+    if payload.strip(HEX_DIGITS):
+        return WireFormatError(field, "must contain only lowercase hex digits 0-9a-f", "bad_hex")
+    return WireFormatError(
+        field, f"sets bits at or above k={k}; pad bits must be zero", "pad_bits"
+    )
 
 
 def bit_list(bits: int, k: int) -> list[int]:

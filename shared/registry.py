@@ -128,6 +128,13 @@ class Registry(Mapping[str, Metric]):
             known = ", ".join(sorted(self._metrics)) or "none"
             raise KeyError(f"unknown metric {name!r}; this registry has: {known}") from None
 
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._metrics
+
+    def get(self, name: object, default: Any = None) -> Any:  # type: ignore[override]
+        """The metric called ``name``, or ``default`` (a fast lookup for hot paths)."""
+        return self._metrics.get(name, default) if isinstance(name, str) else default
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._metrics)
 

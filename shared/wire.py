@@ -19,22 +19,25 @@ them). Client and collector call the same :func:`validate_batch`.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
+from veil.shared.bits import HEX_DIGITS
 from veil.shared.errors import WireFormatError
 from veil.shared.registry import Registry
 
 WIRE_VERSION = 1
-HEX_ID = re.compile(r"^[0-9a-f]{32}$")
 REPORT_KEYS = frozenset({"id", "metric", "cohort", "payload"})
+REQUIRED_KEYS = frozenset({"id", "metric", "payload"})
 BATCH_KEYS = frozenset({"version", "batch_id", "reports"})
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Report:
-    """A validated report: wire fields plus the parsed payload ``value``."""
+class Report(NamedTuple):
+    """A validated report: wire fields plus the parsed payload ``value``.
+
+    A named tuple rather than a dataclass: the collector builds one per report
+    it receives, and tuples are the cheapest immutable records to build.
+    """
 
     id: str
     metric: str
@@ -88,8 +91,12 @@ def make_batch(batch_id: str, reports: Iterable[Mapping[str, Any]]) -> dict[str,
     return {"version": WIRE_VERSION, "batch_id": batch_id, "reports": list(reports)}
 
 
+def _is_id(value: Any) -> bool:
+    return type(value) is str and len(value) == 32 and not value.strip(HEX_DIGITS)
+
+
 def _check_id(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not HEX_ID.match(value):
+    if not _is_id(value):
         raise WireFormatError(
             field, "must be 32 lowercase hex digits (16 random bytes)", "bad_id"
         )
@@ -97,32 +104,38 @@ def _check_id(value: Any, field: str) -> str:
 
 
 def validate_report(obj: Any, registry: Registry, field: str = "report") -> Report:
-    """Check one report against its metric; raise :class:`WireFormatError` naming the field."""
-    if not isinstance(obj, Mapping):
+    """Check one report against its metric; raise :class:`WireFormatError` naming the field.
+
+    This runs once per report the collector receives, so the common case (a
+    dict with the known keys) takes only cheap checks.
+    """
+    if type(obj) is not dict and not isinstance(obj, Mapping):
         raise WireFormatError(field, "must be a JSON object", "wrong_type")
-    unknown = sorted(set(obj) - REPORT_KEYS, key=str)
-    if unknown:
-        raise WireFormatError(
-            f"{field}.{unknown[0]}",
-            f"is not a report field (allowed: {', '.join(sorted(REPORT_KEYS))})",
-            "unknown_field",
-        )
-    for key in ("id", "metric", "payload"):
-        if key not in obj:
-            raise WireFormatError(f"{field}.{key}", "is required", "missing")
+    keys = obj.keys()
+    if not REQUIRED_KEYS <= keys <= REPORT_KEYS:
+        unknown = sorted(set(obj) - REPORT_KEYS, key=str)
+        if unknown:
+            raise WireFormatError(
+                f"{field}.{unknown[0]}",
+                f"is not a report field (allowed: {', '.join(sorted(REPORT_KEYS))})",
+                "unknown_field",
+            )
+        missing = next(key for key in ("id", "metric", "payload") if key not in obj)
+        raise WireFormatError(f"{field}.{missing}", "is required", "missing")
     report_id = _check_id(obj["id"], f"{field}.id")
     name = obj["metric"]
-    if not isinstance(name, str) or name not in registry:
+    metric = registry.get(name)
+    if metric is None:
         shown = name if isinstance(name, str) and len(name) <= 64 else "(invalid)"
         raise WireFormatError(
             f"{field}.metric",
             f"unknown metric {shown!r}; fetch the registry (GET /v1/metrics) for valid names",
             "unknown_metric",
         )
-    params = registry[name].params
+    params = metric.params
     if params.has_cohorts:
         cohort = obj.get("cohort")
-        if isinstance(cohort, bool) or not isinstance(cohort, int) or not 0 <= cohort < params.cohorts:
+        if type(cohort) is not int or not 0 <= cohort < params.cohorts:
             raise WireFormatError(
                 f"{field}.cohort",
                 f"must be an integer in [0, {params.cohorts - 1}] for metric {name!r}",
@@ -135,8 +148,8 @@ def validate_report(obj: Any, registry: Registry, field: str = "report") -> Repo
                 "unknown_field",
             )
         cohort = 0
-    value = params.parse_payload(obj["payload"], f"{field}.payload")
-    return Report(id=report_id, metric=name, cohort=cohort, payload=obj["payload"], value=value)
+    payload = obj["payload"]
+    return Report(report_id, name, cohort, payload, params.parse_payload(payload, f"{field}.payload"))
 
 
 def validate_batch(
@@ -155,7 +168,7 @@ def validate_batch(
             str(unknown[0]), "is not a batch field (allowed: batch_id, reports, version)", "unknown_field"
         )
     version = obj.get("version")
-    if version != WIRE_VERSION or isinstance(version, bool):
+    if type(version) is not int or version != WIRE_VERSION:
         raise WireFormatError(
             "version", f"must be {WIRE_VERSION}; this collector speaks wire version {WIRE_VERSION}",
             "unsupported_version",
@@ -178,6 +191,6 @@ def validate_batch(
             valid.append(validate_report(item, registry, f"reports[{index}]"))
         except WireFormatError as exc:
             raw_id = item.get("id") if isinstance(item, Mapping) else None
-            report_id = raw_id if isinstance(raw_id, str) and HEX_ID.match(raw_id) else None
+            report_id = raw_id if _is_id(raw_id) else None
             errors.append(ReportError(index, exc.field, exc.code, exc.message, report_id))
     return BatchValidation(batch_id=batch_id, reports=valid, errors=errors)
