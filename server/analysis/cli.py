@@ -25,6 +25,10 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
     live.add_argument("--metric", help="metric name (with --server or --db)")
     live.add_argument("--start", help="first day, YYYY-MM-DD (UTC, inclusive)")
     live.add_argument("--end", help="last day, YYYY-MM-DD (UTC, inclusive)")
+    live.add_argument(
+        "--force", action="store_true",
+        help="with --db: decode even with fewer reports than the metric's min_reports",
+    )
     parser.add_argument(
         "--candidates", help="candidate strings, one per line (string metrics; instead of --map)"
     )
@@ -83,7 +87,7 @@ def run_decode(args: argparse.Namespace) -> int:
             document = fetch_counts(args.server, args.token, args.metric, args.start, args.end)
             source = f"{args.server} metric {args.metric}"
         else:
-            document = db_counts(args.db, args.metric, args.start, args.end)
+            document = db_counts(args.db, args.metric, args.start, args.end, force=args.force)
             source = f"{args.db} metric {args.metric}"
         if args.map:
             raise ParameterError("map", "--map goes with --params/--counts; use --candidates")

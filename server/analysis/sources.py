@@ -51,9 +51,18 @@ def fetch_counts(
 
 
 def db_counts(
-    path: str, metric: str, start: str | None = None, end: str | None = None
+    path: str,
+    metric: str,
+    start: str | None = None,
+    end: str | None = None,
+    *,
+    force: bool = False,
 ) -> dict[str, Any]:
-    """The counts document for ``metric`` from a collector's SQLite file."""
+    """The counts document for ``metric`` from a collector's SQLite file.
+
+    Like the collector, refuses fewer reports than the metric's ``min_reports``
+    unless ``force`` (the operator's explicit override).
+    """
     from pathlib import Path
 
     from veil.server.storage import open_storage
@@ -65,6 +74,6 @@ def db_counts(
         if metric not in storage.registry:
             known = ", ".join(sorted(storage.registry)) or "none"
             raise ParameterError("metric", f"{path} has no metric {metric!r}; it has: {known}")
-        return storage.counts(metric, start, end)
+        return storage.counts(metric, start, end, min_reports=0 if force else None)
     finally:
         storage.close()

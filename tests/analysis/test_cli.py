@@ -201,6 +201,16 @@ def test_decode_errors_from_a_collector(
     assert main(["decode", "--server", live_collector.url, "--token", live_collector.token,
                  "--metric", "rare", "--out", out]) == 2
     assert "too_few_reports" in capsys.readouterr().err
+    # a local database file honours min_reports too, unless the operator forces it
+    candidates = tmp_path / "candidates.txt"
+    candidates.write_text("x\ny\n", encoding="utf-8")
+    rare = ["decode", "--db", str(live_collector.db_path), "--metric", "rare",
+            "--candidates", str(candidates), "--out", out]
+    assert main(rare) == 2
+    assert "at least 50" in capsys.readouterr().err
+    assert main([*rare, "--force"]) == 0
+    assert json.loads((Path(out) / "summary.json").read_text())["reports"] == 10
+    capsys.readouterr()
     _upload(live_collector, "homepage", ["x"] * 10, seed=10)
     assert main(["decode", "--db", str(live_collector.db_path), "--metric", "homepage",
                  "--out", out]) == 2
