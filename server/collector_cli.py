@@ -246,12 +246,12 @@ def _run_backup(args: argparse.Namespace) -> int:
 
 
 COMMANDS = [
-    ("serve", "Run the collector (HTTP API) under the waitress WSGI server.",
+    ("serve", "run the collector (HTTP API) under the waitress WSGI server",
      _configure_serve, _run_serve),
-    ("export", "Write google/rappor params.csv and counts.csv for a metric.",
+    ("export", "write google/rappor params.csv and counts.csv for a metric",
      _configure_export, _run_export),
-    ("rebuild-aggregates", "Recompute every aggregate from the stored raw reports.",
+    ("rebuild-aggregates", "recompute every aggregate from the stored raw reports",
      _configure_db, _run_rebuild),
-    ("backup", "Copy the database consistently while the collector runs (VACUUM INTO).",
+    ("backup", "copy the database consistently while the collector runs (VACUUM INTO)",
      _configure_backup, _run_backup),
 ]
