@@ -144,6 +144,27 @@ class Storage(Protocol):
         ...
 
 
+#: SQL, its parameters, and whether they are a sequence of rows for ``executemany``
+_Statement = tuple[str, Any, bool]
+
+
+def _run(conn: sqlite3.Connection, statements: list[_Statement]) -> None:
+    """Execute statements prepared by :meth:`SQLiteStorage._insert_statements`."""
+    for sql, parameters, many in statements:
+        if many:
+            conn.executemany(sql, parameters)
+        else:
+            conn.execute(sql, parameters)
+
+
+def _group_by_metric_day(rows: Iterable[tuple]) -> dict[tuple[str, str], list[tuple]]:
+    """``(id, metric, day, cohort, payload)`` rows grouped by ``(metric, day)``."""
+    groups: dict[tuple[str, str], list[tuple]] = {}
+    for row in rows:
+        groups.setdefault((row[1], row[2]), []).append(row)
+    return groups
+
+
 def stat_kind(metric: Metric) -> str:
     """Which sufficient statistics a metric keeps: ``bits``, ``ones`` or ``moments``."""
     kind = metric.kind
@@ -545,36 +566,37 @@ class SQLiteStorage:
         for row in rows:
             first.setdefault(row[0], row)  # a repeated id within the call is a duplicate
         unique = list(first.values())
-        # aggregate before taking the write lock, for the common case that every id is new:
-        # the lock serializes all writers, so only database work should happen under it
-        aggregates = self._aggregate_rows(unique)
+        # prepare every statement before taking the write lock, for the common case that
+        # every id is new: the lock serializes all writers, so only SQLite runs under it
+        groups = _group_by_metric_day(unique)
+        statements = self._insert_statements(groups)
+        aggregates = self._aggregate_groups(groups)
         with self._write() as conn:
-            # one INSERT OR IGNORE stores them all; if some id was stored before, undo it
-            # and insert exactly the rows whose id is new
+            # one INSERT OR IGNORE per group stores them all; if some id was stored
+            # before, undo it and insert exactly the rows whose id is new
             conn.execute("SAVEPOINT insert_reports")
             before = conn.total_changes
-            self._insert_rows(conn, unique)
+            _run(conn, statements)
             if conn.total_changes - before == len(unique):
                 fresh = unique
             else:
                 conn.execute("ROLLBACK TO insert_reports")
                 fresh = self._fresh_rows(conn, unique)
-                self._insert_rows(conn, fresh)
-                aggregates = self._aggregate_rows(fresh)
+                fresh_groups = _group_by_metric_day(fresh)
+                _run(conn, self._insert_statements(fresh_groups))
+                aggregates = self._aggregate_groups(fresh_groups)
             conn.execute("RELEASE insert_reports")
             if fresh:
                 conn.executemany(_UPSERT, aggregates)
         return InsertResult(len(fresh), len(rows) - len(fresh))
 
-    def _insert_rows(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
-        """Insert ``(id, metric, day, cohort, payload)`` rows, one statement per metric and day.
+    def _insert_statements(self, groups: dict[tuple[str, str], list[tuple]]) -> list[_Statement]:
+        """Statements that insert grouped ``(id, metric, day, cohort, payload)`` rows, one per group.
 
         Float payloads keep ``executemany``, so that the stored values are the
         exact doubles received (JSON text would be re-parsed by SQLite).
         """
-        groups: dict[tuple[str, str], list[tuple]] = {}
-        for row in rows:
-            groups.setdefault((row[1], row[2]), []).append(row)
+        statements: list[_Statement] = []
         for (name, day), group in groups.items():
             kind = self._metric(name)[1]
             ids = b"".join(row[0] for row in group)
@@ -582,12 +604,13 @@ class SQLiteStorage:
                 width = len(group[0][4])  # validation fixed every payload's length for the metric
                 cohorts = json.dumps([row[3] for row in group])
                 payloads = b"".join(row[4] for row in group)
-                conn.execute(_INSERT_BITS, (ids, name, day, payloads, width, cohorts))
+                statements.append((_INSERT_BITS, (ids, name, day, payloads, width, cohorts), False))
             elif kind == "ones":
                 pairs = json.dumps([(row[3], row[4]) for row in group])
-                conn.execute(_INSERT_ONES, (ids, name, day, pairs))
+                statements.append((_INSERT_ONES, (ids, name, day, pairs), False))
             else:
-                conn.executemany(_INSERT_REPORT, group)
+                statements.append((_INSERT_REPORT, group, True))
+        return statements
 
     @staticmethod
     def _fresh_rows(conn: sqlite3.Connection, rows: list[tuple]) -> list[tuple]:
@@ -604,11 +627,12 @@ class SQLiteStorage:
 
     def _aggregate_rows(self, rows: Iterable[tuple]) -> list[tuple]:
         """Upsert rows ``(metric, day, cohort, reports, bit_counts, ones, sum, sum_squares)``."""
-        by_metric: dict[tuple[str, str], list[tuple]] = {}
-        for row in rows:
-            by_metric.setdefault((row[1], row[2]), []).append(row)
+        return self._aggregate_groups(_group_by_metric_day(rows))
+
+    def _aggregate_groups(self, groups: dict[tuple[str, str], list[tuple]]) -> list[tuple]:
+        """:meth:`_aggregate_rows` for rows already grouped by metric and day."""
         out: list[tuple] = []
-        for (name, day), group in by_metric.items():
+        for (name, day), group in groups.items():
             metric, kind = self._metric(name)
             cohorts = np.fromiter((row[3] for row in group), dtype=np.int64, count=len(group))
             if kind == "bits":
