@@ -19,7 +19,7 @@ as the string decoder.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,7 +28,9 @@ from veil.server.analysis.results import FREQUENCY_COLUMNS, NUMBER_COLUMNS, Deco
 from veil.server.analysis.stats import check_level, one_sided_p_values, z_quantile
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError
-from veil.shared.kinds import BooleanParams, CategoryParams, NumberParams
+from veil.shared.kinds import BooleanParams, CategoryParams, MechanismParams, NumberParams
+
+P = TypeVar("P", bound=MechanismParams)
 
 
 def _require_reports(counts: CountsArrays, minimum: int = 1) -> int:
@@ -41,6 +43,18 @@ def _require_reports(counts: CountsArrays, minimum: int = 1) -> int:
             f"need at least {minimum} to estimate",
         )
     return total
+
+
+def _start(
+    counts: CountsArrays, confidence: float, params_type: type[P], decoder: str
+) -> tuple[float, float, P]:
+    """Start time, checked confidence level and parameters of a closed-form decode."""
+    started = time.perf_counter()
+    confidence = check_level(confidence, "confidence")
+    params = counts.params
+    if not isinstance(params, params_type):
+        raise ParameterError("params", f"{decoder} needs {params_type.__name__}")
+    return started, confidence, params
 
 
 def _base_summary(counts: CountsArrays, started: float, confidence: float) -> dict[str, Any]:
@@ -80,11 +94,7 @@ def _share_rows(
 
 def decode_category(counts: CountsArrays, confidence: float = 0.95) -> DecodeResult:
     """Share of reports in each category, with standard errors and intervals."""
-    started = time.perf_counter()
-    confidence = check_level(confidence, "confidence")
-    params = counts.params
-    if not isinstance(params, CategoryParams):
-        raise ParameterError("params", "decode_category needs CategoryParams")
+    started, confidence, params = _start(counts, confidence, CategoryParams, "decode_category")
     total = _require_reports(counts)
     p_star, q_star = params.effective_probs
     spread = q_star - p_star
@@ -112,11 +122,7 @@ def decode_category(counts: CountsArrays, confidence: float = 0.95) -> DecodeRes
 
 def decode_boolean(counts: CountsArrays, confidence: float = 0.95) -> DecodeResult:
     """Share of true answers (and of false ones), Warner's estimator."""
-    started = time.perf_counter()
-    confidence = check_level(confidence, "confidence")
-    params = counts.params
-    if not isinstance(params, BooleanParams):
-        raise ParameterError("params", "decode_boolean needs BooleanParams")
+    started, confidence, params = _start(counts, confidence, BooleanParams, "decode_boolean")
     total = _require_reports(counts)
     yes_if_false, yes_if_true = params.yes_probs
     spread = yes_if_true - yes_if_false
@@ -134,14 +140,9 @@ def decode_boolean(counts: CountsArrays, confidence: float = 0.95) -> DecodeResu
 
 def decode_number(counts: CountsArrays, confidence: float = 0.95) -> DecodeResult:
     """Mean of the (clipped, grid-rounded) values, with standard error and interval."""
-    started = time.perf_counter()
-    confidence = check_level(confidence, "confidence")
-    params = counts.params
-    if not isinstance(params, NumberParams):
-        raise ParameterError("params", "decode_number needs NumberParams")
+    started, confidence, params = _start(counts, confidence, NumberParams, "decode_number")
     z = z_quantile(confidence)
     width = params.high - params.low
-    summary = _base_summary(counts, started, confidence)
     if params.mechanism == "1bitmean":
         total = _require_reports(counts)
         low_num, high_num = params.one_bit_numerator(0), params.one_bit_numerator(params.resolution)
@@ -150,16 +151,14 @@ def decode_number(counts: CountsArrays, confidence: float = 0.95) -> DecodeResul
         position = (share - low_num / PROB_ONE) / spread
         mean = params.low + width * position
         se = width * float(np.sqrt(share * (1 - share) / total)) / spread
-        summary.update({"one_share": share, "noise_variance": None})
+        details = {"one_share": share, "noise_variance": None}
     else:
         total = _require_reports(counts, 2)
         sum_, sum_sq = float(counts.sums[0]), float(counts.sum_squares[0])
         mean = sum_ / total
         variance = max(sum_sq - sum_ * mean, 0.0) / (total - 1)
         se = float(np.sqrt(variance / total))
-        summary.update(
-            {"report_variance": variance, "noise_variance": params.noise_variance()}
-        )
+        details = {"report_variance": variance, "noise_variance": params.noise_variance()}
     row = {
         "statistic": "mean",
         "estimate": float(mean),
@@ -167,5 +166,7 @@ def decode_number(counts: CountsArrays, confidence: float = 0.95) -> DecodeResul
         "low_95": float(max(mean - z * se, params.low)),
         "high_95": float(min(mean + z * se, params.high)),
     }
+    summary = _base_summary(counts, started, confidence)
+    summary.update(details)
     summary.update({"mechanism": params.mechanism, "low": params.low, "high": params.high})
     return DecodeResult("number", NUMBER_COLUMNS, [row], summary)
