@@ -159,13 +159,19 @@ def test_one_bit_mean_epsilon_holds_exactly(epsilon):
     assert params.epsilon_1 == pytest.approx(epsilon, rel=1e-6)
 
 
-def test_discrete_laplace_epsilon_is_the_nominal_one():
-    # P(z) ~ exp(-epsilon |z| / resolution); neighbouring grid points differ by at
-    # most `resolution` steps, so the worst ratio is exp(epsilon): exactly epsilon.
-    params = NumberParams(low=0, high=1, epsilon=0.7, resolution=10)
-    worst = params.epsilon * params.resolution / params.resolution
-    assert params.epsilon_1 >= worst
-    assert params.epsilon_1 - worst < 1e-12
+@pytest.mark.parametrize(("epsilon", "resolution"), [(0.7, 10), (2.0, 64), (0.1, 3)])
+def test_discrete_laplace_epsilon_holds_exactly(epsilon, resolution):
+    # The encoder adds integer noise with P(z) ~ exp(-|z| / laplace_scale) to a grid
+    # point in 0..resolution. The worst pair of inputs is the two ends of the grid;
+    # both output laws have the same normalizer, so the log-likelihood ratio of an
+    # output y is (|y - resolution| - |y|) / laplace_scale. Both sides, as above.
+    params = NumberParams(low=0, high=1, epsilon=epsilon, resolution=resolution)
+    outputs = range(-3 * resolution, 4 * resolution + 1)
+    true_eps = max(
+        abs(abs(y - resolution) - abs(y)) / params.laplace_scale for y in outputs
+    )
+    assert params.epsilon_1 >= true_eps
+    assert params.epsilon_1 - true_eps < 1e-9
 
 
 def test_effective_probs_formula():
