@@ -1,9 +1,12 @@
 """Durable storage of randomized reports and their per-cohort sufficient statistics.
 
-The collector keeps two things in one SQLite file:
+The collector keeps three things in one SQLite file:
 
 * ``reports``: every accepted randomized report (16-byte id, metric, UTC day of
-  receipt, cohort, payload), so aggregates can always be rebuilt and audited;
+  receipt, cohort, payload) in arrival order, so aggregates can always be
+  rebuilt and audited;
+* ``report_ids``: the id of every accepted report, the set that recognizes a
+  retried or replayed report as a duplicate;
 * ``aggregates``: per ``(metric, day, cohort)`` sufficient statistics, updated in
   the same transaction as the raw insert, so reading counts touches one row per
   day and cohort whatever the number of reports.
@@ -53,7 +56,7 @@ from veil.shared.registry import Metric, Registry
 from veil.shared.wire import Report
 
 #: schema version written to ``PRAGMA user_version``; see :data:`MIGRATIONS`
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: how long a write waits for another process's write transaction (milliseconds)
 BUSY_TIMEOUT_MS = 30_000
 #: page size of new files (bytes). Random report ids put nearly every insert of a batch on a
@@ -234,16 +237,22 @@ def bit_counts_by_group(payloads: Sequence[bytes], groups: np.ndarray, k: int) -
     return sorted_groups[starts], sums
 
 
-_SCHEMA_V1 = (
-    """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS reports (
-        id BLOB PRIMARY KEY,
-        metric TEXT NOT NULL,
-        day TEXT NOT NULL,
-        cohort INTEGER NOT NULL,
-        payload ANY
-    ) STRICT, WITHOUT ROWID""",
-)
+_META = """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"""
+
+# Raw reports are an append-only log (a rowid table: a batch fills a few consecutive pages),
+# and their ids a separate narrow set that answers "seen before?". Random ids land on random
+# pages of whichever B-tree is keyed by them, and every page a transaction dirties is written
+# to the WAL whole; keying only the 16-byte ids (about 45 to a page) instead of whole reports
+# cuts the bytes written and the time under the write lock by about a third.
+_REPORTS = """CREATE TABLE IF NOT EXISTS reports (
+    id BLOB NOT NULL,
+    metric TEXT NOT NULL,
+    day TEXT NOT NULL,
+    cohort INTEGER NOT NULL,
+    payload ANY
+) STRICT"""
+
+_REPORT_IDS = """CREATE TABLE IF NOT EXISTS report_ids (id BLOB PRIMARY KEY) STRICT, WITHOUT ROWID"""
 
 _AGGREGATES = """CREATE TABLE IF NOT EXISTS aggregates (
     metric TEXT NOT NULL,
@@ -268,24 +277,44 @@ def _migrate_1_to_2(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
     storage._rebuild_in(conn)
 
 
-#: ``from_version -> step``: each step upgrades a file by one version inside one transaction
-MIGRATIONS = {1: _migrate_1_to_2}
+def _migrate_2_to_3(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
+    """Version 2 kept raw reports in a table keyed by id; version 3 appends them to a
+    rowid table and keeps their ids in ``report_ids``."""
+    conn.execute("ALTER TABLE reports RENAME TO reports_v2")
+    conn.execute(_REPORTS)
+    conn.execute(_REPORT_IDS)
+    conn.execute("INSERT INTO report_ids (id) SELECT id FROM reports_v2")
+    conn.execute(
+        "INSERT INTO reports (id, metric, day, cohort, payload) "
+        "SELECT id, metric, day, cohort, payload FROM reports_v2 ORDER BY day, metric"
+    )
+    conn.execute("DROP TABLE reports_v2")
 
-_INSERT_REPORT = (
-    "INSERT OR IGNORE INTO reports (id, metric, day, cohort, payload) VALUES (?, ?, ?, ?, ?)"
+
+#: ``from_version -> step``: each step upgrades a file by one version inside one transaction
+MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+
+# Every id of an insert call goes into ``report_ids`` with one statement: the ids travel
+# as one concatenated blob that SQLite cuts with substr() in a loop of its own.
+_INSERT_IDS = (
+    "WITH RECURSIVE offsets(i) AS "
+    "(SELECT 0 UNION ALL SELECT i + 16 FROM offsets WHERE i + 16 < length(?1)) "
+    "INSERT INTO report_ids (id) SELECT substr(?1, i + 1, 16) FROM offsets WHERE i < length(?1)"
 )
-# One statement inserts a whole group of reports: the ids (and bit payloads) travel as
+_INSERT_IDS_OR_IGNORE = _INSERT_IDS.replace("INSERT INTO", "INSERT OR IGNORE INTO")
+_INSERT_REPORT = "INSERT INTO reports (id, metric, day, cohort, payload) VALUES (?, ?, ?, ?, ?)"
+# One statement appends a whole group of reports: the ids (and bit payloads) travel as
 # one concatenated blob cut with substr(), the cohorts (and 0/1 payloads) as a JSON array
 # walked by json_each, so SQLite runs the loop in C. executemany instead re-acquires the
 # GIL for every row, and while other request threads run Python that stalls the writer,
 # which holds the lock every writer waits on.
 _INSERT_BITS = (
-    "INSERT OR IGNORE INTO reports (id, metric, day, cohort, payload) "
+    "INSERT INTO reports (id, metric, day, cohort, payload) "
     "SELECT substr(?1, key * 16 + 1, 16), ?2, ?3, value, substr(?4, key * ?5 + 1, ?5) "
     "FROM json_each(?6)"
 )
 _INSERT_ONES = (
-    "INSERT OR IGNORE INTO reports (id, metric, day, cohort, payload) "
+    "INSERT INTO reports (id, metric, day, cohort, payload) "
     "SELECT substr(?1, key * 16 + 1, 16), ?2, ?3, value ->> 0, value ->> 1 FROM json_each(?4)"
 )
 _UPSERT = """INSERT INTO aggregates (metric, day, cohort, reports, bit_counts, ones, sum, sum_squares)
@@ -455,7 +484,7 @@ class SQLiteStorage:
                 tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
                 if tables:
                     raise StorageError(f"{self.path} is an SQLite file but not a Veil database")
-                for statement in (*_SCHEMA_V1, _AGGREGATES):
+                for statement in (_META, _REPORTS, _REPORT_IDS, _AGGREGATES):
                     conn.execute(statement)
                 version = SCHEMA_VERSION
             while version < SCHEMA_VERSION:
@@ -568,25 +597,28 @@ class SQLiteStorage:
         unique = list(first.values())
         # prepare every statement before taking the write lock, for the common case that
         # every id is new: the lock serializes all writers, so only SQLite runs under it
+        ids = b"".join(first)
         groups = _group_by_metric_day(unique)
         statements = self._insert_statements(groups)
         aggregates = self._aggregate_groups(groups)
         with self._write() as conn:
-            # one INSERT OR IGNORE per group stores them all; if some id was stored
-            # before, undo it and insert exactly the rows whose id is new
-            conn.execute("SAVEPOINT insert_reports")
+            # one INSERT OR IGNORE stores every id; if some id was stored before, undo it
+            # and insert exactly the ids (and reports) that are new
+            conn.execute("SAVEPOINT insert_ids")
             before = conn.total_changes
-            _run(conn, statements)
+            conn.execute(_INSERT_IDS_OR_IGNORE, (ids,))
             if conn.total_changes - before == len(unique):
                 fresh = unique
             else:
-                conn.execute("ROLLBACK TO insert_reports")
+                conn.execute("ROLLBACK TO insert_ids")
                 fresh = self._fresh_rows(conn, unique)
-                fresh_groups = _group_by_metric_day(fresh)
-                _run(conn, self._insert_statements(fresh_groups))
-                aggregates = self._aggregate_groups(fresh_groups)
-            conn.execute("RELEASE insert_reports")
+                groups = _group_by_metric_day(fresh)
+                statements = self._insert_statements(groups)
+                aggregates = self._aggregate_groups(groups)
+                conn.execute(_INSERT_IDS, (b"".join(row[0] for row in fresh),))
+            conn.execute("RELEASE insert_ids")
             if fresh:
+                _run(conn, statements)
                 conn.executemany(_UPSERT, aggregates)
         return InsertResult(len(fresh), len(rows) - len(fresh))
 
@@ -621,7 +653,7 @@ class SQLiteStorage:
             chunk = ids[offset : offset + ID_CHUNK]
             marks = ",".join("?" * len(chunk))
             stored.update(
-                r[0] for r in conn.execute(f"SELECT id FROM reports WHERE id IN ({marks})", chunk)
+                r[0] for r in conn.execute(f"SELECT id FROM report_ids WHERE id IN ({marks})", chunk)
             )
         return [row for row in rows if row[0] not in stored]
 

@@ -148,6 +148,32 @@ def test_migrates_a_version_1_file(tmp_path, wire):
         assert storage.counts("dark_mode")["cohorts"] == wire.expected("dark_mode", reports)["cohorts"]
 
 
+def test_migrates_a_version_2_file(tmp_path, wire, filled):
+    """Version 2 keyed raw reports by id; opening it moves the ids to their own set and keeps
+    every report, aggregate and duplicate check."""
+    storage, sent = filled
+    before = {m: storage.counts(m) for m in ("homepage", "dark_mode", "load_time")}
+    storage.close()
+    path = tmp_path / "veil.db"
+    with sqlite3.connect(path) as conn:  # turn the file back into the version 2 layout
+        conn.execute("CREATE TABLE reports_v2 (id BLOB PRIMARY KEY, metric TEXT NOT NULL, day TEXT "
+                     "NOT NULL, cohort INTEGER NOT NULL, payload ANY) STRICT, WITHOUT ROWID")
+        conn.execute("INSERT INTO reports_v2 SELECT id, metric, day, cohort, payload FROM reports")
+        conn.execute("DROP TABLE reports")
+        conn.execute("DROP TABLE report_ids")
+        conn.execute("ALTER TABLE reports_v2 RENAME TO reports")
+        conn.execute("PRAGMA user_version = 2")
+    with open_storage(path) as migrated:
+        assert migrated.schema_version == SCHEMA_VERSION
+        assert {m: migrated.counts(m) for m in before} == before
+        stored = sum(len(reports) for reports in sent.values())
+        assert migrated.total_reports() == stored
+        resent = sent[DAYS[0]][:5]
+        assert migrated.insert(valid(wire, resent), DAYS[0]).duplicates == 5
+        assert migrated.rebuild_aggregates() == stored
+        assert {m: migrated.counts(m) for m in before} == before
+
+
 def test_refuses_newer_foreign_and_missing_files(tmp_path, wire):
     newer = tmp_path / "newer.db"
     with sqlite3.connect(newer) as conn:
