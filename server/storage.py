@@ -111,6 +111,23 @@ class InsertResult:
     duplicates: int
 
 
+@dataclasses.dataclass(eq=False)
+class _Pending:
+    """One :meth:`SQLiteStorage.insert` call waiting for a write transaction.
+
+    ``unique`` holds the call's ``(id, metric, day, cohort, payload)`` rows with
+    distinct ids; ``statements`` and ``aggregates`` store them all, prepared
+    before the write lock for the common case that every id is new.
+    """
+
+    unique: list[tuple]
+    statements: list[_Statement]
+    aggregates: list[tuple]
+    accepted: int = 0
+    done: bool = False
+    error: BaseException | None = None
+
+
 class Storage(Protocol):
     """What the collector needs from a storage backend."""
 
@@ -341,6 +358,8 @@ class SQLiteStorage:
                 f"no Veil database at {self.path}; start the collector with this --db first"
             )
         self._write_lock = threading.Lock()
+        self._queue: list[_Pending] = []
+        self._queue_lock = threading.Lock()
         self._idle_readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
@@ -419,23 +438,28 @@ class SQLiteStorage:
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: lock, ``BEGIN IMMEDIATE``, commit or roll back."""
-        with self._write_lock:
-            if self._closed:
-                raise StorageError("the storage is closed")
-            conn = self._writer
-            if self._lock_fd is not None:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        with self._write_lock, self._transaction() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """:meth:`_write` for a caller that already holds ``_write_lock``."""
+        if self._closed:
+            raise StorageError("the storage is closed")
+        conn = self._writer
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            finally:
-                if self._lock_fd is not None:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            if self._lock_fd is not None:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         """Close every connection (idempotent)."""
@@ -595,32 +619,73 @@ class SQLiteStorage:
         for row in rows:
             first.setdefault(row[0], row)  # a repeated id within the call is a duplicate
         unique = list(first.values())
-        # prepare every statement before taking the write lock, for the common case that
-        # every id is new: the lock serializes all writers, so only SQLite runs under it
-        ids = b"".join(first)
         groups = _group_by_metric_day(unique)
-        statements = self._insert_statements(groups)
-        aggregates = self._aggregate_groups(groups)
-        with self._write() as conn:
-            # one INSERT OR IGNORE stores every id; if some id was stored before, undo it
-            # and insert exactly the ids (and reports) that are new
-            conn.execute("SAVEPOINT insert_ids")
-            before = conn.total_changes
-            conn.execute(_INSERT_IDS_OR_IGNORE, (ids,))
-            if conn.total_changes - before == len(unique):
-                fresh = unique
-            else:
-                conn.execute("ROLLBACK TO insert_ids")
-                fresh = self._fresh_rows(conn, unique)
+        pending = _Pending(unique, self._insert_statements(groups), self._aggregate_groups(groups))
+        self._commit(pending)
+        return InsertResult(pending.accepted, len(rows) - pending.accepted)
+
+    def _commit(self, pending: _Pending) -> None:
+        """Store ``pending`` in a write transaction, together with any other calls waiting.
+
+        Group commit: whichever thread gets the write lock stores every insert queued
+        meanwhile in one transaction. Rows that land on the same pages (the id set's
+        inner pages, the appended reports, one aggregate row per cohort) are then
+        written to the WAL once per group rather than once per call, and the commit's
+        fsync is shared. The calls of a group succeed or fail together, and each
+        returns only after the commit.
+        """
+        with self._queue_lock:
+            self._queue.append(pending)
+        with self._write_lock:
+            if not pending.done:  # no earlier holder of the lock took it: lead a group
+                group: list[_Pending] = []
+                try:
+                    with self._transaction() as conn:
+                        # take the queue once the transaction has begun, so the group also
+                        # holds every call that arrived while waiting for other processes
+                        group = self._take_queue()
+                        self._store(conn, group)
+                except BaseException as exc:
+                    group = group or self._take_queue()
+                    for other in group:
+                        other.error = exc
+                    raise
+                finally:
+                    for other in group:
+                        other.done = True
+        if pending.error is not None:
+            raise StorageError(f"the write transaction failed: {pending.error}") from pending.error
+
+    def _take_queue(self) -> list[_Pending]:
+        with self._queue_lock:
+            group, self._queue = self._queue, []
+        return group
+
+    def _store(self, conn: sqlite3.Connection, group: list[_Pending]) -> None:
+        """Insert the reports of ``group`` whose ids are new, and update the aggregates."""
+        # one INSERT OR IGNORE stores every id; if some id was stored before (or twice
+        # in the group), undo it and insert exactly the ids (and reports) that are new
+        conn.execute("SAVEPOINT insert_ids")
+        before = conn.total_changes
+        ids = b"".join(row[0] for pending in group for row in pending.unique)
+        conn.execute(_INSERT_IDS_OR_IGNORE, (ids,))
+        if conn.total_changes - before == len(ids) // 16:
+            for pending in group:
+                pending.accepted = len(pending.unique)
+        else:
+            conn.execute("ROLLBACK TO insert_ids")
+            for pending in group:  # in order, so that a later call sees an earlier one's ids
+                fresh = self._fresh_rows(conn, pending.unique)
+                if fresh:
+                    conn.execute(_INSERT_IDS, (b"".join(row[0] for row in fresh),))
                 groups = _group_by_metric_day(fresh)
-                statements = self._insert_statements(groups)
-                aggregates = self._aggregate_groups(groups)
-                conn.execute(_INSERT_IDS, (b"".join(row[0] for row in fresh),))
-            conn.execute("RELEASE insert_ids")
-            if fresh:
-                _run(conn, statements)
-                conn.executemany(_UPSERT, aggregates)
-        return InsertResult(len(fresh), len(rows) - len(fresh))
+                pending.statements = self._insert_statements(groups)
+                pending.aggregates = self._aggregate_groups(groups)
+                pending.accepted = len(fresh)
+        conn.execute("RELEASE insert_ids")
+        for pending in group:
+            _run(conn, pending.statements)
+        conn.executemany(_UPSERT, [row for pending in group for row in pending.aggregates])
 
     def _insert_statements(self, groups: dict[tuple[str, str], list[tuple]]) -> list[_Statement]:
         """Statements that insert grouped ``(id, metric, day, cohort, payload)`` rows, one per group.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import threading
+import time
 
 import pytest
 
@@ -86,6 +88,62 @@ def test_duplicates_are_not_counted_again(filled, wire):
     again = storage.insert(valid(wire, sent[DAYS[0]][:5]), DAYS[2])
     assert (again.accepted, again.duplicates) == (0, 5)
     assert storage.total_reports() == sum(len(v) for v in sent.values())
+
+
+def _queue_while_locked(storage, batches, day):
+    """Start one insert thread per batch while the write lock is held, so that they all
+    queue (in batch order) and the first to get the lock commits them as one group;
+    returns each call's result or exception."""
+    outcomes: list = [None] * len(batches)
+
+    def insert(index, reports):
+        try:
+            outcomes[index] = storage.insert(reports, day)
+        except Exception as exc:  # the outcome under test
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=insert, args=(i, b)) for i, b in enumerate(batches)]
+    with storage._write_lock:
+        for queued, thread in enumerate(threads, start=1):
+            thread.start()  # and wait until it is queued, so the queue is in batch order
+            deadline = time.monotonic() + 30
+            while len(storage._queue) < queued and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert len(storage._queue) == queued
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def test_a_group_commit_counts_each_id_once(filled, wire):
+    """Calls committed together that share ids (retries racing the original, replays of stored
+    reports) accept each new id exactly once, in queue order."""
+    storage, sent = filled
+    before = storage.counts("homepage")["reports"]
+    fresh = valid(wire, wire.reports("homepage", [f"site{i}.example" for i in range(12)]))
+    stored = valid(wire, [r for r in sent[DAYS[0]] if r["metric"] == "homepage"][:3])
+    batches = [fresh[:6], fresh[3:9] + stored, fresh[6:], fresh[:6]]
+    outcomes = _queue_while_locked(storage, batches, DAYS[2])
+    assert [(o.accepted, o.duplicates) for o in outcomes] == [(6, 0), (3, 6), (3, 3), (0, 6)]
+    assert storage.counts("homepage")["reports"] == before + 12
+    assert storage.rebuild_aggregates() == storage.total_reports()
+    assert storage.counts("homepage")["reports"] == before + 12
+
+
+def test_a_failed_group_commit_fails_every_call_and_stores_nothing(filled, wire, tmp_path):
+    storage, _ = filled
+    before = storage.total_reports()
+    with sqlite3.connect(tmp_path / "veil.db") as other:  # the next transaction cannot insert
+        other.execute("ALTER TABLE reports RENAME TO reports_elsewhere")
+    batches = [valid(wire, wire.reports("dark_mode", [True, False])) for _ in range(3)]
+    outcomes = _queue_while_locked(storage, batches, DAYS[2])
+    assert all(isinstance(o, sqlite3.Error | StorageError) for o in outcomes), outcomes
+    with sqlite3.connect(tmp_path / "veil.db") as other:
+        assert other.execute("SELECT count(*) FROM report_ids").fetchone()[0] == before
+        other.execute("ALTER TABLE reports_elsewhere RENAME TO reports")
+    assert storage.total_reports() == before
+    retried = [storage.insert(batch, DAYS[2]) for batch in batches]
+    assert [(r.accepted, r.duplicates) for r in retried] == [(2, 0)] * 3
 
 
 def test_min_reports_is_enforced_with_an_override(filled, wire):
