@@ -757,7 +757,9 @@ class SQLiteStorage:
 
     def _rebuild_in(self, conn: sqlite3.Connection) -> int:
         conn.execute("DELETE FROM aggregates")
-        cursor = conn.execute("SELECT id, metric, day, cohort, payload FROM reports ORDER BY metric, day")
+        # no ORDER BY: upserts add up in any order, and arrival order already groups days,
+        # where sorting a large table would need a temporary copy of it
+        cursor = conn.execute("SELECT id, metric, day, cohort, payload FROM reports")
         total = 0
         while True:
             chunk = cursor.fetchmany(50_000)
