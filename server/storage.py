@@ -116,11 +116,13 @@ class _Pending:
     """One :meth:`SQLiteStorage.insert` call waiting for a write transaction.
 
     ``unique`` holds the call's ``(id, metric, day, cohort, payload)`` rows with
-    distinct ids; ``statements`` and ``aggregates`` store them all, prepared
-    before the write lock for the common case that every id is new.
+    distinct ids, and ``ids`` their ids joined; ``statements`` and ``aggregates``
+    store them all, prepared before the write lock for the common case that
+    every id is new.
     """
 
     unique: list[tuple]
+    ids: bytes
     statements: list[_Statement]
     aggregates: list[tuple]
     accepted: int = 0
@@ -620,7 +622,8 @@ class SQLiteStorage:
             first.setdefault(row[0], row)  # a repeated id within the call is a duplicate
         unique = list(first.values())
         groups = _group_by_metric_day(unique)
-        pending = _Pending(unique, self._insert_statements(groups), self._aggregate_groups(groups))
+        pending = _Pending(unique, b"".join(first), self._insert_statements(groups),
+                           self._aggregate_groups(groups))
         self._commit(pending)
         return InsertResult(pending.accepted, len(rows) - pending.accepted)
 
@@ -667,7 +670,7 @@ class SQLiteStorage:
         # in the group), undo it and insert exactly the ids (and reports) that are new
         conn.execute("SAVEPOINT insert_ids")
         before = conn.total_changes
-        ids = b"".join(row[0] for pending in group for row in pending.unique)
+        ids = b"".join(pending.ids for pending in group)
         conn.execute(_INSERT_IDS_OR_IGNORE, (ids,))
         if conn.total_changes - before == len(ids) // 16:
             for pending in group:
