@@ -24,7 +24,9 @@ only after that. Writes from many threads go through one writer connection
 guarded by a lock; across processes (several ``veil serve`` workers, or
 ``veil rebuild-aggregates`` beside a running server) writers take an exclusive
 ``flock`` on ``<db>.lock`` and then ``BEGIN IMMEDIATE`` (with a busy timeout),
-so they queue instead of failing.
+so they queue instead of failing. Inserts that queue behind the lock are
+committed together by whichever gets it first (group commit, see
+:meth:`SQLiteStorage._commit`).
 
 This module imports NumPy but never Flask: the analysis reads counts with
 ``open_storage(path).counts(metric)`` and no HTTP.
