@@ -1,12 +1,14 @@
 """Durable storage of randomized reports and their per-cohort sufficient statistics.
 
-The collector keeps three things in one SQLite file:
+The collector keeps these in one SQLite file:
 
 * ``reports``: every accepted randomized report (16-byte id, metric, UTC day of
   receipt, cohort, payload) in arrival order, so aggregates can always be
   rebuilt and audited;
-* ``report_ids``: the id of every accepted report, the set that recognizes a
-  retried or replayed report as a duplicate;
+* the id of every accepted report, the set that recognizes a retried or
+  replayed report as a duplicate, in two tables: ``recent_ids``, where new ids
+  are appended, and ``report_ids``, the sorted index they are merged into in
+  bulk (see :meth:`SQLiteStorage._merge_recent_ids`);
 * ``aggregates``: per ``(metric, day, cohort)`` sufficient statistics, updated in
   the same transaction as the raw insert, so reading counts touches one row per
   day and cohort whatever the number of reports.
@@ -38,6 +40,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -58,7 +61,7 @@ from veil.shared.registry import Metric, Registry
 from veil.shared.wire import Report
 
 #: schema version written to ``PRAGMA user_version``; see :data:`MIGRATIONS`
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: how long a write waits for another process's write transaction (milliseconds)
 BUSY_TIMEOUT_MS = 30_000
 #: page size of new files (bytes). Random report ids put nearly every insert of a batch on a
@@ -73,10 +76,14 @@ WAL_CHECKPOINT_PAGES = (40 << 20) // PAGE_SIZE
 #: memory-mapped reads: when another process commits, a mapped page costs nothing to re-read,
 #: where a private page cache would be dropped and refilled by copying
 MMAP_BYTES = 1 << 30
-#: ids per ``SELECT ... IN (...)`` when looking for already stored reports
-ID_CHUNK = 500
+#: ids appended to ``recent_ids`` before they are merged into ``report_ids``. Each worker
+#: process keeps a copy of them in memory (about 100 bytes an id, 13 MiB at this limit); a
+#: larger limit merges less often (fewer index pages written per id) in longer pauses
+RECENT_IDS_LIMIT = 131_072
 
 DAY_FORMAT = "%Y-%m-%d"
+
+logger = logging.getLogger(__name__)
 
 
 class StorageError(VeilError):
@@ -118,12 +125,13 @@ class _Pending:
     """One :meth:`SQLiteStorage.insert` call waiting for a write transaction.
 
     ``unique`` holds the call's ``(id, metric, day, cohort, payload)`` rows with
-    distinct ids, and ``ids`` their ids joined; ``statements`` and ``aggregates``
-    store them all, prepared before the write lock for the common case that
-    every id is new.
+    distinct ids, ``id_list`` their ids and ``ids`` the ids joined; ``statements``
+    and ``aggregates`` store them all, prepared before the write lock for the
+    common case that every id is new.
     """
 
     unique: list[tuple]
+    id_list: list[bytes]
     ids: bytes
     statements: list[_Statement]
     aggregates: list[tuple]
@@ -275,6 +283,15 @@ _REPORTS = """CREATE TABLE IF NOT EXISTS reports (
 
 _REPORT_IDS = """CREATE TABLE IF NOT EXISTS report_ids (id BLOB PRIMARY KEY) STRICT, WITHOUT ROWID"""
 
+# Ids of new reports are appended here (a batch fills a few consecutive pages) and merged
+# into ``report_ids`` in bulk, sorted, once there are ``RECENT_IDS_LIMIT`` of them: inserted
+# one batch at a time, 1,000 random ids land on about 1,000 different pages of the index,
+# each written whole to the WAL; merged sorted, a page takes all of its new ids at once.
+# ``ids_generation`` in ``meta`` counts the merges, so a process holding the table's rows in
+# memory sees that it was emptied.
+_RECENT_IDS = """CREATE TABLE IF NOT EXISTS recent_ids (id BLOB NOT NULL) STRICT"""
+_IDS_GENERATION = "INSERT OR IGNORE INTO meta (key, value) VALUES ('ids_generation', '0')"
+
 _AGGREGATES = """CREATE TABLE IF NOT EXISTS aggregates (
     metric TEXT NOT NULL,
     day TEXT NOT NULL,
@@ -312,17 +329,31 @@ def _migrate_2_to_3(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
     conn.execute("DROP TABLE reports_v2")
 
 
-#: ``from_version -> step``: each step upgrades a file by one version inside one transaction
-MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+def _migrate_3_to_4(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
+    """Version 3 inserted each id into ``report_ids`` directly; version 4 appends new ids to
+    ``recent_ids`` and merges them into ``report_ids`` in bulk."""
+    conn.execute(_RECENT_IDS)
+    conn.execute(_IDS_GENERATION)
 
-# Every id of an insert call goes into ``report_ids`` with one statement: the ids travel
-# as one concatenated blob that SQLite cuts with substr() in a loop of its own.
-_INSERT_IDS = (
+
+#: ``from_version -> step``: each step upgrades a file by one version inside one transaction
+MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
+
+# The ids of a group travel as one concatenated blob that SQLite cuts with substr() in a
+# loop of its own: one statement looks them all up, one appends the new ones.
+_ID_OFFSETS = (
     "WITH RECURSIVE offsets(i) AS "
     "(SELECT 0 UNION ALL SELECT i + 16 FROM offsets WHERE i + 16 < length(?1)) "
-    "INSERT INTO report_ids (id) SELECT substr(?1, i + 1, 16) FROM offsets WHERE i < length(?1)"
 )
-_INSERT_IDS_OR_IGNORE = _INSERT_IDS.replace("INSERT INTO", "INSERT OR IGNORE INTO")
+_INDEXED_IDS = (
+    _ID_OFFSETS + "SELECT report_ids.id FROM offsets "
+    "JOIN report_ids ON report_ids.id = substr(?1, offsets.i + 1, 16)"
+)
+_APPEND_IDS = (
+    _ID_OFFSETS
+    + "INSERT INTO recent_ids (id) SELECT substr(?1, i + 1, 16) FROM offsets WHERE i < length(?1)"
+)
+_MERGE_IDS = "INSERT OR IGNORE INTO report_ids (id) SELECT id FROM recent_ids ORDER BY id"
 _INSERT_REPORT = "INSERT INTO reports (id, metric, day, cohort, payload) VALUES (?, ?, ?, ?, ?)"
 # One statement appends a whole group of reports: the ids (and bit payloads) travel as
 # one concatenated blob cut with substr(), the cohorts (and 0/1 payloads) as a JSON array
@@ -355,12 +386,22 @@ class SQLiteStorage:
     pooled connections (WAL readers never block the writer).
     """
 
-    def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False):
+    def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False,
+                 recent_ids_limit: int = RECENT_IDS_LIMIT):
         self.path = Path(path)
         if not create and not self.path.exists():
             raise StorageError(
                 f"no Veil database at {self.path}; start the collector with this --db first"
             )
+        if isinstance(recent_ids_limit, bool) or not isinstance(recent_ids_limit, int) \
+                or recent_ids_limit < 1:
+            raise StorageError(f"recent_ids_limit must be a positive integer; got {recent_ids_limit!r}")
+        self._recent_limit = recent_ids_limit
+        # this process's copy of ``recent_ids``: the ids, the last rowid read, and the
+        # ``ids_generation`` they belong to (None: read the table again)
+        self._recent: set[bytes] = set()
+        self._recent_rowid = 0
+        self._recent_generation: int | None = None
         self._write_lock = threading.Lock()
         self._queue: list[_Pending] = []
         self._queue_lock = threading.Lock()
@@ -512,7 +553,8 @@ class SQLiteStorage:
                 tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
                 if tables:
                     raise StorageError(f"{self.path} is an SQLite file but not a Veil database")
-                for statement in (_META, _REPORTS, _REPORT_IDS, _AGGREGATES):
+                for statement in (_META, _REPORTS, _REPORT_IDS, _RECENT_IDS, _IDS_GENERATION,
+                                  _AGGREGATES):
                     conn.execute(statement)
                 version = SCHEMA_VERSION
             while version < SCHEMA_VERSION:
@@ -624,7 +666,7 @@ class SQLiteStorage:
             first.setdefault(row[0], row)  # a repeated id within the call is a duplicate
         unique = list(first.values())
         groups = _group_by_metric_day(unique)
-        pending = _Pending(unique, b"".join(first), self._insert_statements(groups),
+        pending = _Pending(unique, list(first), b"".join(first), self._insert_statements(groups),
                            self._aggregate_groups(groups))
         self._commit(pending)
         return InsertResult(pending.accepted, len(rows) - pending.accepted)
@@ -633,11 +675,11 @@ class SQLiteStorage:
         """Store ``pending`` in a write transaction, together with any other calls waiting.
 
         Group commit: whichever thread gets the write lock stores every insert queued
-        meanwhile in one transaction. Rows that land on the same pages (the id set's
-        inner pages, the appended reports, one aggregate row per cohort) are then
-        written to the WAL once per group rather than once per call, and the commit's
-        fsync is shared. The calls of a group succeed or fail together, and each
-        returns only after the commit.
+        meanwhile in one transaction. Rows that land on the same pages (the appended
+        ids and reports, one aggregate row per cohort) are then written to the WAL
+        once per group rather than once per call, and the commit's fsync is shared.
+        The calls of a group succeed or fail together, and each returns only after
+        the commit.
         """
         with self._queue_lock:
             self._queue.append(pending)
@@ -649,8 +691,12 @@ class SQLiteStorage:
                         # take the queue once the transaction has begun, so the group also
                         # holds every call that arrived while waiting for other processes
                         group = self._take_queue()
-                        self._store(conn, group)
+                        new_ids, last_rowid = self._store(conn, group)
+                    # committed: only now may this process's copy of recent_ids hold them
+                    self._recent.update(new_ids)
+                    self._recent_rowid = last_rowid
                 except BaseException as exc:
+                    self._recent_generation = None
                     group = group or self._take_queue()
                     for other in group:
                         other.error = exc
@@ -658,6 +704,8 @@ class SQLiteStorage:
                 finally:
                     for other in group:
                         other.done = True
+                if len(self._recent) >= self._recent_limit:
+                    self._merge_recent_ids()
         if pending.error is not None:
             raise StorageError(f"the write transaction failed: {pending.error}") from pending.error
 
@@ -666,31 +714,90 @@ class SQLiteStorage:
             group, self._queue = self._queue, []
         return group
 
-    def _store(self, conn: sqlite3.Connection, group: list[_Pending]) -> None:
-        """Insert the reports of ``group`` whose ids are new, and update the aggregates."""
-        # one INSERT OR IGNORE stores every id; if some id was stored before (or twice
-        # in the group), undo it and insert exactly the ids (and reports) that are new
-        conn.execute("SAVEPOINT insert_ids")
-        before = conn.total_changes
-        ids = b"".join(pending.ids for pending in group)
-        conn.execute(_INSERT_IDS_OR_IGNORE, (ids,))
-        if conn.total_changes - before == len(ids) // 16:
+    def _sync_recent_ids(self, conn: sqlite3.Connection) -> None:
+        """Bring this process's copy of ``recent_ids`` up to date, inside a write transaction.
+
+        Other processes only append to the table between merges, so reading the
+        rows after the last one seen is enough; a merge (a new ``ids_generation``)
+        empties it, and the copy starts over.
+        """
+        row = conn.execute("SELECT value FROM meta WHERE key = 'ids_generation'").fetchone()
+        if row is None:
+            raise StorageError(f"{self.path} lacks its ids_generation entry in meta: the file is "
+                               "damaged; restore it from a backup")
+        generation = int(row[0])
+        if generation != self._recent_generation:
+            self._recent = set()
+            self._recent_rowid = 0
+            self._recent_generation = generation
+        # one row (hex of every new id joined) rather than a row per id: each row stepped
+        # releases and retakes the GIL, which request threads of this process also want
+        last, joined = conn.execute(
+            "SELECT max(rowid), group_concat(hex(id), '') FROM recent_ids WHERE rowid > ?",
+            (self._recent_rowid,),
+        ).fetchone()
+        if last is not None:
+            new = bytes.fromhex(joined)
+            self._recent.update([new[i : i + 16] for i in range(0, len(new), 16)])
+            self._recent_rowid = last
+
+    def _store(self, conn: sqlite3.Connection, group: list[_Pending]) -> tuple[list[bytes], int]:
+        """Insert the reports of ``group`` whose ids are new, and update the aggregates.
+
+        An id is new unless it is in ``recent_ids`` (this process's copy, brought up
+        to date first), in the ``report_ids`` index, or earlier in the group. Returns
+        the new ids and the last rowid of ``recent_ids`` once they are appended.
+        """
+        self._sync_recent_ids(conn)
+        group_ids = [report_id for pending in group for report_id in pending.id_list]
+        known = self._recent.intersection(group_ids)
+        known.update(row[0] for row in conn.execute(
+            _INDEXED_IDS, (b"".join(pending.ids for pending in group),)))
+        if known or (len(group) > 1 and len(set(group_ids)) < len(group_ids)):
+            # some ids were stored before or repeat an earlier call of the group: store
+            # exactly the new rows, each call in order, so a later call sees an earlier one's
+            new_ids: list[bytes] = []
             for pending in group:
-                pending.accepted = len(pending.unique)
-        else:
-            conn.execute("ROLLBACK TO insert_ids")
-            for pending in group:  # in order, so that a later call sees an earlier one's ids
-                fresh = self._fresh_rows(conn, pending.unique)
-                if fresh:
-                    conn.execute(_INSERT_IDS, (b"".join(row[0] for row in fresh),))
+                fresh = [row for row in pending.unique if row[0] not in known]
+                known.update(row[0] for row in fresh)
+                new_ids.extend(row[0] for row in fresh)
                 groups = _group_by_metric_day(fresh)
                 pending.statements = self._insert_statements(groups)
                 pending.aggregates = self._aggregate_groups(groups)
                 pending.accepted = len(fresh)
-        conn.execute("RELEASE insert_ids")
+        else:
+            new_ids = group_ids
+            for pending in group:
+                pending.accepted = len(pending.unique)
+        if new_ids:
+            conn.execute(_APPEND_IDS, (b"".join(new_ids),))
         for pending in group:
             _run(conn, pending.statements)
         conn.executemany(_UPSERT, [row for pending in group for row in pending.aggregates])
+        last_rowid = conn.execute("SELECT coalesce(max(rowid), 0) FROM recent_ids").fetchone()[0]
+        return new_ids, last_rowid
+
+    def _merge_recent_ids(self) -> None:
+        """Move the ids of ``recent_ids`` into the ``report_ids`` index, in one transaction.
+
+        Sorted, the merge writes each index page once for all the ids it gains. The
+        caller holds the write lock and its reports are already committed: a failed
+        merge is logged and tried again after a later commit, and loses nothing
+        (the ids stay in ``recent_ids``).
+        """
+        try:
+            with self._transaction() as conn:
+                self._sync_recent_ids(conn)
+                if len(self._recent) < self._recent_limit:
+                    return  # another process merged first
+                conn.execute(_MERGE_IDS)
+                conn.execute("DELETE FROM recent_ids")
+                conn.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) "
+                             "WHERE key = 'ids_generation'")
+        except (sqlite3.Error, StorageError) as exc:
+            logger.warning("merging recent report ids into the index failed (will retry): %s", exc)
+        finally:
+            self._recent_generation = None
 
     def _insert_statements(self, groups: dict[tuple[str, str], list[tuple]]) -> list[_Statement]:
         """Statements that insert grouped ``(id, metric, day, cohort, payload)`` rows, one per group.
@@ -713,19 +820,6 @@ class SQLiteStorage:
             else:
                 statements.append((_INSERT_REPORT, group, True))
         return statements
-
-    @staticmethod
-    def _fresh_rows(conn: sqlite3.Connection, rows: list[tuple]) -> list[tuple]:
-        """Rows whose id is not stored yet (``rows`` have distinct ids)."""
-        ids = [row[0] for row in rows]
-        stored: set[bytes] = set()
-        for offset in range(0, len(ids), ID_CHUNK):
-            chunk = ids[offset : offset + ID_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            stored.update(
-                r[0] for r in conn.execute(f"SELECT id FROM report_ids WHERE id IN ({marks})", chunk)
-            )
-        return [row for row in rows if row[0] not in stored]
 
     def _aggregate_rows(self, rows: Iterable[tuple]) -> list[tuple]:
         """Upsert rows ``(metric, day, cohort, reports, bit_counts, ones, sum, sum_squares)``."""
@@ -874,15 +968,18 @@ class SQLiteStorage:
 
 
 def open_storage(
-    path: str | Path, registry: Registry | None = None, *, create: bool = False
+    path: str | Path, registry: Registry | None = None, *, create: bool = False,
+    recent_ids_limit: int = RECENT_IDS_LIMIT,
 ) -> SQLiteStorage:
     """Open the SQLite store at ``path``.
 
     With ``registry``, record it in the file (refusing incompatible parameter
     changes); without, use the registry stored by the collector. ``create``
     allows making a new file (the collector does; readers should not).
+    ``recent_ids_limit`` is how many new report ids wait in ``recent_ids``
+    before a merge into the ``report_ids`` index.
     """
-    return SQLiteStorage(path, registry, create=create)
+    return SQLiteStorage(path, registry, create=create, recent_ids_limit=recent_ids_limit)
 
 
 def counts_to_rows(document: dict[str, Any]) -> list[list[int]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import sqlite3
 import threading
 import time
@@ -90,6 +91,12 @@ def test_duplicates_are_not_counted_again(filled, wire):
     assert storage.total_reports() == sum(len(v) for v in sent.values())
 
 
+def _stored_ids(conn):
+    """Number of report ids stored, merged into the index or not."""
+    return conn.execute(
+        "SELECT (SELECT count(*) FROM report_ids) + (SELECT count(*) FROM recent_ids)").fetchone()[0]
+
+
 def _queue_while_locked(storage, batches, day):
     """Start one insert thread per batch while the write lock is held, so that they all
     queue (in batch order) and the first to get the lock commits them as one group;
@@ -126,6 +133,12 @@ def test_a_group_commit_counts_each_id_once(filled, wire):
     outcomes = _queue_while_locked(storage, batches, DAYS[2])
     assert [(o.accepted, o.duplicates) for o in outcomes] == [(6, 0), (3, 6), (3, 3), (0, 6)]
     assert storage.counts("homepage")["reports"] == before + 12
+    # calls that repeat each other's ids when none of them was stored before
+    more = valid(wire, wire.reports("homepage", [f"more{i}.example" for i in range(4)]))
+    outcomes = _queue_while_locked(storage, [more[:3], more[1:]], DAYS[2])
+    assert [(o.accepted, o.duplicates) for o in outcomes] == [(3, 0), (1, 2)]
+    before += 4
+    assert storage.counts("homepage")["reports"] == before + 12
     assert storage.rebuild_aggregates() == storage.total_reports()
     assert storage.counts("homepage")["reports"] == before + 12
 
@@ -142,11 +155,82 @@ def test_a_failed_group_commit_fails_every_call_and_stores_nothing(filled, wire,
     assert kinds == ["OperationalError", "StorageError", "StorageError"], outcomes
     assert all("no such table" in str(o) for o in outcomes), outcomes
     with sqlite3.connect(tmp_path / "veil.db") as other:
-        assert other.execute("SELECT count(*) FROM report_ids").fetchone()[0] == before
+        assert _stored_ids(other) == before
         other.execute("ALTER TABLE reports_elsewhere RENAME TO reports")
     assert storage.total_reports() == before
     retried = [storage.insert(batch, DAYS[2]) for batch in batches]
     assert [(r.accepted, r.duplicates) for r in retried] == [(2, 0)] * 3
+
+
+def _id_tables(path):
+    with sqlite3.connect(path) as conn:
+        indexed = {row[0] for row in conn.execute("SELECT id FROM report_ids")}
+        recent = [row[0] for row in conn.execute("SELECT id FROM recent_ids")]
+    return indexed, recent
+
+
+def test_a_merge_by_another_process_keeps_every_id_a_duplicate(tmp_path, wire):
+    """Two stores on one file stand for two worker processes, each with its own copy of
+    recent_ids: when one merges them into the index, the other's copy must not go stale."""
+    path = tmp_path / "veil.db"
+    first = open_storage(path, wire.registry, create=True, recent_ids_limit=6)
+    second = open_storage(path, recent_ids_limit=6)
+    try:
+        a = valid(wire, wire.reports("homepage", [f"a{i}" for i in range(5)]))
+        b = valid(wire, wire.reports("homepage", ["b0", "b1"]))
+        assert first.insert(a, DAYS[0]).accepted == 5
+        assert _id_tables(path) == (set(), [bytes.fromhex(r.id) for r in a])
+        assert second.insert(b, DAYS[0]).accepted == 2  # 7 recent ids >= 6: merged
+        indexed, recent = _id_tables(path)
+        assert (len(indexed), recent) == (7, [])
+        # new ids after the merge reuse the emptied table's rowids, which the first store
+        # had already read up to: it must start over, not read on from where it was
+        c = valid(wire, wire.reports("homepage", ["c0", "c1"]))
+        assert second.insert(c, DAYS[1]).accepted == 2
+        for store in (first, second):
+            again = store.insert([*c, *a, *b], DAYS[1])
+            assert (again.accepted, again.duplicates) == (0, 9)
+        d = valid(wire, wire.reports("homepage", ["d0"]))
+        assert first.insert([*d, *a[:2]], DAYS[1]).accepted == 1
+        assert second.insert(d, DAYS[1]).duplicates == 1
+        assert first.counts("homepage", min_reports=0) == wire_counts(wire, [*a, *b, *c, *d])
+    finally:
+        first.close()
+        second.close()
+
+
+def wire_counts(wire, reports):
+    """The counts document a store must give for ``reports`` of ``homepage``, all days."""
+    expected = wire.expected("homepage", [r.to_wire() for r in reports])
+    return {"metric": "homepage", "kind": "string", "params": wire.registry["homepage"].to_dict(),
+            "start": None, "end": None, **expected}
+
+
+def test_interleaved_stores_and_merges_accept_each_id_once(tmp_path, wire):
+    """Random calls on two stores sharing a file (repeats within a call, replays of merged and
+    unmerged ids, merges every few calls) accept exactly the ids no earlier call stored."""
+    rng = random.Random(20261122)
+    pool = valid(wire, wire.reports("homepage", [f"site{i}" for i in range(60)]))
+    path = tmp_path / "veil.db"
+    stores = [open_storage(path, wire.registry, create=True, recent_ids_limit=7),
+              open_storage(path, recent_ids_limit=7)]
+    stored: dict[str, object] = {}
+    try:
+        for _ in range(80):
+            call = rng.sample(pool, rng.randint(1, 9))
+            call += rng.choices(call, k=rng.randint(0, 2))  # repeats within the call
+            new = {r.id for r in call} - stored.keys()
+            result = rng.choice(stores).insert(call, rng.choice(DAYS))
+            assert (result.accepted, result.duplicates) == (len(new), len(call) - len(new))
+            stored.update((r.id, r) for r in call if r.id in new)
+        indexed, recent = _id_tables(path)
+        assert len(indexed) > 40, "the limit of 7 should have merged most ids into the index"
+        assert len(recent) == len(set(recent)) and not indexed & set(recent)
+        assert {i.hex() for i in indexed | set(recent)} == stored.keys()
+        assert stores[1].counts("homepage", min_reports=0) == wire_counts(wire, stored.values())
+    finally:
+        for store in stores:
+            store.close()
 
 
 def test_min_reports_is_enforced_with_an_override(filled, wire):
@@ -233,6 +317,28 @@ def test_migrates_a_version_2_file(tmp_path, wire, filled):
         assert migrated.insert(valid(wire, resent), DAYS[0]).duplicates == 5
         assert migrated.rebuild_aggregates() == stored
         assert {m: migrated.counts(m) for m in before} == before
+
+
+def test_migrates_a_version_3_file(tmp_path, wire, filled):
+    """Version 3 put every id straight into report_ids; opening it adds recent_ids, and ids
+    stored before stay duplicates."""
+    storage, sent = filled
+    storage.close()
+    path = tmp_path / "veil.db"
+    with sqlite3.connect(path) as conn:  # turn the file back into the version 3 layout
+        conn.execute("INSERT INTO report_ids SELECT id FROM recent_ids")
+        conn.execute("DROP TABLE recent_ids")
+        conn.execute("DELETE FROM meta WHERE key = 'ids_generation'")
+        conn.execute("PRAGMA user_version = 3")
+    with open_storage(path) as migrated:
+        assert migrated.schema_version == SCHEMA_VERSION
+        resent = valid(wire, sent[DAYS[1]])
+        assert migrated.insert(resent, DAYS[2]).duplicates == len(resent)
+        new = valid(wire, wire.reports("dark_mode", [True, False]))
+        assert migrated.insert([*new, *new], DAYS[2]).accepted == 2
+    indexed, recent = _id_tables(path)
+    assert len(indexed) == sum(len(reports) for reports in sent.values())
+    assert recent == [bytes.fromhex(r.id) for r in new]
 
 
 def test_refuses_newer_foreign_and_missing_files(tmp_path, wire):
