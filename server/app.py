@@ -10,6 +10,7 @@ import time. Configuration keys:
 ``UPLOAD_TOKEN``          bearer token required to upload (default: uploads are open)
 ``MAX_CONTENT_LENGTH``    largest request body in bytes (default 8 MiB; larger gives 413)
 ``MAX_REPORTS_PER_BATCH`` largest batch (default 5,000 reports)
+``RECENT_IDS_LIMIT``      new report ids kept before a merge into the id index (default 131,072)
 
 Errors are JSON ``{"error": {"code", "field", "message"}}``. Request bodies are
 parsed strictly: UTF-8 only, no NaN or Infinity, no duplicate keys, nesting
@@ -32,7 +33,13 @@ from flask import Blueprint, Flask, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
 from veil.server.openapi import openapi_document
-from veil.server.storage import SQLiteStorage, StorageError, TooFewReportsError, counts_to_rows
+from veil.server.storage import (
+    RECENT_IDS_LIMIT,
+    SQLiteStorage,
+    StorageError,
+    TooFewReportsError,
+    counts_to_rows,
+)
 from veil.shared.errors import VeilError, WireFormatError
 from veil.shared.registry import Registry
 from veil.shared.wire import validate_batch
@@ -42,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "UPLOAD_TOKEN": None,
     "MAX_CONTENT_LENGTH": 8 * 1024 * 1024,
     "MAX_REPORTS_PER_BATCH": 5000,
+    "RECENT_IDS_LIMIT": RECENT_IDS_LIMIT,
 }
 EXTENSION = "veil"
 
@@ -94,7 +102,8 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     max_reports = app.config["MAX_REPORTS_PER_BATCH"]
     if isinstance(max_reports, bool) or not isinstance(max_reports, int) or max_reports < 1:
         raise VeilError(f"MAX_REPORTS_PER_BATCH must be a positive integer; got {max_reports!r}")
-    storage = SQLiteStorage(Path(app.config["DATABASE"]), registry, create=True)
+    storage = SQLiteStorage(Path(app.config["DATABASE"]), registry, create=True,
+                            recent_ids_limit=app.config["RECENT_IDS_LIMIT"])
     app.extensions[EXTENSION] = Collector(
         registry, storage, tokens, app.config["UPLOAD_TOKEN"], max_reports
     )

@@ -48,6 +48,9 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
                         help="largest request body accepted (default 8 MiB)")
     parser.add_argument("--max-reports", type=int, default=5000,
                         help="largest batch accepted (default 5000 reports)")
+    parser.add_argument("--recent-ids-limit", type=int, default=None,
+                        help="new report ids kept (in each worker's memory too) before a merge "
+                        "into the id index (default 131072; larger: rarer, longer merge pauses)")
 
 
 def _serve_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -60,6 +63,7 @@ def _serve_config(args: argparse.Namespace) -> dict[str, Any]:
         "UPLOAD_TOKEN": args.upload_token or os.environ.get("VEIL_UPLOAD_TOKEN") or None,
         "MAX_CONTENT_LENGTH": args.max_body_bytes,
         "MAX_REPORTS_PER_BATCH": args.max_reports,
+        **({} if args.recent_ids_limit is None else {"RECENT_IDS_LIMIT": args.recent_ids_limit}),
     }
 
 
@@ -113,6 +117,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     for name in ("threads", "workers"):
         if getattr(args, name) < 1:
             raise VeilError(f"--{name} must be at least 1; got {getattr(args, name)}")
+    if args.recent_ids_limit is not None and args.recent_ids_limit < 1:
+        raise VeilError(f"--recent-ids-limit must be at least 1; got {args.recent_ids_limit}")
     if args.max_body_bytes < 1024:
         raise VeilError(f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
     config = _serve_config(args)

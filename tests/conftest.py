@@ -106,7 +106,7 @@ class CollectorHandle:
 
     def __init__(self, workdir: Path, registry: Registry, *, upload_token: str | None = None,
                  threads: int = 4, max_reports: int | None = None,
-                 max_body_bytes: int | None = None) -> None:
+                 max_body_bytes: int | None = None, recent_ids_limit: int | None = None) -> None:
         self.workdir = workdir
         self.registry = registry
         self.registry_path = workdir / "metrics.toml"
@@ -117,6 +117,7 @@ class CollectorHandle:
         self.threads = threads
         self.max_reports = max_reports
         self.max_body_bytes = max_body_bytes
+        self.recent_ids_limit = recent_ids_limit
         self.port = 0
         self.url = ""
         self.process: subprocess.Popen[str] | None = None
@@ -134,6 +135,8 @@ class CollectorHandle:
             cmd += ["--max-reports", str(self.max_reports)]
         if self.max_body_bytes:
             cmd += ["--max-body-bytes", str(self.max_body_bytes)]
+        if self.recent_ids_limit:
+            cmd += ["--recent-ids-limit", str(self.recent_ids_limit)]
         return cmd
 
     def start(self) -> None:

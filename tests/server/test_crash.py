@@ -11,7 +11,9 @@ import requests
 from veil.server.storage import open_storage
 
 
-def test_acknowledged_reports_survive_sigkill(collector, wire):
+def _kill_while_uploading(collector, wire) -> tuple[list[dict], list[dict]]:
+    """Upload from 3 threads until 1,500 reports are acknowledged, SIGKILL the collector,
+    start it again; returns the acknowledged reports and every report stored."""
     acked: list[dict] = []
     in_flight: list[list[dict]] = []
     lock = threading.Lock()
@@ -47,15 +49,42 @@ def test_acknowledged_reports_survive_sigkill(collector, wire):
 
     collector.start()
     with sqlite3.connect(collector.db_path) as conn:
-        stored_ids = {row[0].hex() for row in conn.execute("SELECT id FROM reports")}
-    assert {r["id"] for r in acked} <= stored_ids
-    unacked_stored = [r for batch in in_flight for r in batch if r["id"] in stored_ids]
+        stored_ids = [row[0].hex() for row in conn.execute("SELECT id FROM reports")]
+    assert len(stored_ids) == len(set(stored_ids)), "a report was stored twice"
+    assert {r["id"] for r in acked} <= set(stored_ids)
+    unacked_stored = [r for batch in in_flight for r in batch if r["id"] in set(stored_ids)]
     # a batch committed just before the kill may be stored without its acknowledgement
     assert len(stored_ids) == len(acked) + len(unacked_stored)
-    stored = acked + unacked_stored
+    return acked, acked + unacked_stored
+
+
+def _check_counts(collector, wire, stored: list[dict]) -> None:
     document = collector.counts("homepage")
     assert document["cohorts"] == wire.expected("homepage", stored)["cohorts"]
     collector.stop()
     with open_storage(collector.db_path) as storage:
         storage.rebuild_aggregates()
         assert storage.counts("homepage") == document
+
+
+def test_acknowledged_reports_survive_sigkill(collector, wire):
+    _, stored = _kill_while_uploading(collector, wire)
+    _check_counts(collector, wire, stored)
+
+
+def test_sigkill_among_id_merges_keeps_every_id_once(collector_factory, wire):
+    """With a merge of recent ids into the index every 64 reports, a kill lands among merges:
+    afterwards every stored id is in exactly one of the id tables, and resent reports,
+    merged or not, are duplicates."""
+    collector = collector_factory(recent_ids_limit=64)
+    acked, stored = _kill_while_uploading(collector, wire)
+    with sqlite3.connect(collector.db_path) as conn:
+        indexed = [row[0].hex() for row in conn.execute("SELECT id FROM report_ids")]
+        recent = [row[0].hex() for row in conn.execute("SELECT id FROM recent_ids")]
+    # at most the limit less one, plus a group of 3 uploads of 50 killed before its merge
+    assert len(recent) < 64 + 3 * 50, "merges should have indexed nearly every id"
+    assert sorted(indexed + recent) == sorted(r["id"] for r in stored)
+    resent = [*acked[:100], *acked[-100:]]
+    response = requests.post(collector.url + "/v1/reports", json=wire.batch(resent), timeout=30)
+    assert (response.json()["accepted"], response.json()["duplicates"]) == (0, 200)
+    _check_counts(collector, wire, stored)
