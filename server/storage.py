@@ -64,14 +64,15 @@ from veil.shared.wire import Report
 SCHEMA_VERSION = 4
 #: how long a write waits for another process's write transaction (milliseconds)
 BUSY_TIMEOUT_MS = 30_000
-#: page size of new files (bytes). Random report ids put nearly every insert of a batch on a
-#: different leaf page, and each dirty page goes to the WAL whole: 1 KiB pages write a quarter
-#: of the bytes of SQLite's default 4 KiB (measured: about 25% less time per batch)
+#: page size of new files (bytes). Random report ids spread the ids merged into the index over
+#: many leaf pages, and each page a transaction changes goes to the WAL whole: 1 KiB pages write
+#: a quarter of the bytes of SQLite's default 4 KiB (measured with schema 3, which inserted ids
+#: batch by batch: about 25% less time per batch)
 PAGE_SIZE = 1024
 #: page cache per connection (KiB): random 16-byte ids touch pages all over the id B-tree
 CACHE_KIB = 64 * 1024
-#: WAL pages before an automatic checkpoint (~40 MiB): random-id inserts dirty many pages,
-#: and checkpointing less often writes each hot page to the database file fewer times
+#: WAL pages before an automatic checkpoint (~40 MiB): merges into the id index dirty many
+#: pages, and checkpointing less often writes each hot page to the database file fewer times
 WAL_CHECKPOINT_PAGES = (40 << 20) // PAGE_SIZE
 #: memory-mapped reads: when another process commits, a mapped page costs nothing to re-read,
 #: where a private page cache would be dropped and refilled by copying
