@@ -751,9 +751,9 @@ class SQLiteStorage:
         """
         self._sync_recent_ids(conn)
         group_ids = [report_id for pending in group for report_id in pending.id_list]
+        joined = b"".join(pending.ids for pending in group)
         known = self._recent.intersection(group_ids)
-        known.update(row[0] for row in conn.execute(
-            _INDEXED_IDS, (b"".join(pending.ids for pending in group),)))
+        known.update(row[0] for row in conn.execute(_INDEXED_IDS, (joined,)))
         if known or (len(group) > 1 and len(set(group_ids)) < len(group_ids)):
             # some ids were stored before or repeat an earlier call of the group: store
             # exactly the new rows, each call in order, so a later call sees an earlier one's
@@ -766,12 +766,13 @@ class SQLiteStorage:
                 pending.statements = self._insert_statements(groups)
                 pending.aggregates = self._aggregate_groups(groups)
                 pending.accepted = len(fresh)
+            joined = b"".join(new_ids)
         else:
             new_ids = group_ids
             for pending in group:
                 pending.accepted = len(pending.unique)
         if new_ids:
-            conn.execute(_APPEND_IDS, (b"".join(new_ids),))
+            conn.execute(_APPEND_IDS, (joined,))
         for pending in group:
             _run(conn, pending.statements)
         conn.executemany(_UPSERT, [row for pending in group for row in pending.aggregates])

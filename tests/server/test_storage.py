@@ -306,6 +306,8 @@ def test_migrates_a_version_2_file(tmp_path, wire, filled):
         conn.execute("INSERT INTO reports_v2 SELECT id, metric, day, cohort, payload FROM reports")
         conn.execute("DROP TABLE reports")
         conn.execute("DROP TABLE report_ids")
+        conn.execute("DROP TABLE recent_ids")
+        conn.execute("DELETE FROM meta WHERE key = 'ids_generation'")
         conn.execute("ALTER TABLE reports_v2 RENAME TO reports")
         conn.execute("PRAGMA user_version = 2")
     with open_storage(path) as migrated:
@@ -317,6 +319,8 @@ def test_migrates_a_version_2_file(tmp_path, wire, filled):
         assert migrated.insert(valid(wire, resent), DAYS[0]).duplicates == 5
         assert migrated.rebuild_aggregates() == stored
         assert {m: migrated.counts(m) for m in before} == before
+    indexed, recent = _id_tables(path)
+    assert (len(indexed), recent) == (stored, [])
 
 
 def test_migrates_a_version_3_file(tmp_path, wire, filled):
