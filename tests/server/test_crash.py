@@ -50,9 +50,10 @@ def _kill_while_uploading(collector, wire) -> tuple[list[dict], list[dict]]:
     collector.start()
     with sqlite3.connect(collector.db_path) as conn:
         stored_ids = [row[0].hex() for row in conn.execute("SELECT id FROM reports")]
-    assert len(stored_ids) == len(set(stored_ids)), "a report was stored twice"
-    assert {r["id"] for r in acked} <= set(stored_ids)
-    unacked_stored = [r for batch in in_flight for r in batch if r["id"] in set(stored_ids)]
+    distinct = set(stored_ids)
+    assert len(stored_ids) == len(distinct), "a report was stored twice"
+    assert {r["id"] for r in acked} <= distinct
+    unacked_stored = [r for batch in in_flight for r in batch if r["id"] in distinct]
     # a batch committed just before the kill may be stored without its acknowledgement
     assert len(stored_ids) == len(acked) + len(unacked_stored)
     return acked, acked + unacked_stored
