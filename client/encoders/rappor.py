@@ -13,7 +13,9 @@ probability ``q`` or ``p``. The binary digits of all the ``U_i`` are drawn
 together, most significant first (one random word per digit), and drawing stops
 once every bit is decided: about ``log2(k) + 2`` words whatever ``p`` and ``q``
 (``p = 0.39`` has 32 significant binary digits; a digit-by-digit mask of it
-would take 32 words). Fresh noise has no fixed layout to keep; the PRR's does.
+would take 32 words). A threshold of ``2**32`` (``q = 1``, or ``p`` realized as 1)
+has no binary digit below ``2**32``: every bit with that threshold is 1 before any
+word is read. Fresh noise has no fixed layout to keep; the PRR's does.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterator
 from veil.client.randomness import FreshStream, HmacStream
 from veil.shared.bits import (
     PROB_BITS,
+    PROB_ONE,
     bernoulli_mask,
     mask_word_count,
     payload_bytes,
@@ -48,6 +51,9 @@ class BitRappor:
         self.width = payload_bytes(k)
         self.p_num, self.q_num, self.f_num = realize(p), realize(q), realize(f)
         self.prr_words = 1 + mask_word_count(self.f_num)
+        #: whether bits whose PRR bit is 1 (resp. 0) are always reported as 1
+        self._q_certain = self.q_num >= PROB_ONE
+        self._p_certain = self.p_num >= PROB_ONE
         lowest = min(_lowest_digit(self.p_num), _lowest_digit(self.q_num))
         #: (q digit, p digit) of the two thresholds, most significant first, down to
         #: the last 1 digit of either (below it every undecided U is >= its threshold)
@@ -82,7 +88,10 @@ class BitRappor:
         full = self.full
         prr &= full
         thresholds = (0, full & ~prr, prr, full)  # indexed by 2 * q digit + p digit
-        undecided, ones = full, 0
+        ones = (prr if self._q_certain else 0) | (full & ~prr if self._p_certain else 0)
+        undecided = full & ~ones
+        if not undecided:
+            return ones
         words = self._words(fresh)
         for q_digit, p_digit in self._digits:
             r = next(words)
