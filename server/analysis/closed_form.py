@@ -147,6 +147,12 @@ def decode_number(counts: CountsArrays, confidence: float = 0.95) -> DecodeResul
         total = _require_reports(counts)
         low_num, high_num = params.one_bit_numerator(0), params.one_bit_numerator(params.resolution)
         spread = (high_num - low_num) / PROB_ONE
+        if not spread > 0:
+            raise ParameterError(
+                "epsilon",
+                f"1bitmean with epsilon={params.epsilon!r} reports the same bit probability "
+                "for every value, so the reports carry no information; use epsilon >= 1e-8",
+            )
         share = float(counts.ones[0]) / total
         position = (share - low_num / PROB_ONE) / spread
         mean = params.low + width * position

@@ -11,7 +11,9 @@ population yet stable for one device). Then, memoized per grid point:
 * ``gaussian``: adds discrete Gaussian noise, sampled exactly, with sigma set by
   zero-concentrated DP so that the report is ``(epsilon, delta)``-LDP.
 * ``1bitmean``: Ding, Kulkarni, Yekhanin (2017): one bit, 1 with probability
-  ``(1 + t (e^epsilon - 1)) / (e^epsilon + 1)`` for the grid point ``t`` in [0, 1].
+  ``(1 + t (e^epsilon - 1)) / (e^epsilon + 1)`` for the grid point ``t`` in [0, 1]
+  (realized as ``N / 2**32`` with ``N`` kept off 0 and ``2**32``, so the realized
+  epsilon is at most ln(2**32 - 1), about 22.18, whatever larger epsilon is asked).
 """
 
 from __future__ import annotations
@@ -102,9 +104,16 @@ class NumberParams(MechanismParams):
         return 0.0
 
     def one_bit_numerator(self, grid_point: int) -> int:
-        """1BitMean: ``N`` such that grid point ``grid_point`` reports 1 w.p. ``N / 2**32``."""
+        """1BitMean: ``N`` such that grid point ``grid_point`` reports 1 w.p. ``N / 2**32``.
+
+        ``N`` stays in ``[1, 2**32 - 1]``: above epsilon = ln(2**32 - 1), about 22.18, the
+        exact probabilities round to 0 and 1, which would make a report certain (no
+        privacy at all). Kept off both ends, the realized mechanism has a finite epsilon
+        (:attr:`epsilon_1`, at most 22.18), and the end points move by under ``2**-32``.
+        """
         e = math.exp(self.epsilon)
-        return realize((1 + grid_point / self.resolution * (e - 1)) / (e + 1))
+        probability = (1 + grid_point / self.resolution * (e - 1)) / (e + 1)
+        return min(max(realize(probability), 1), PROB_ONE - 1)
 
     @property
     def epsilon_1(self) -> float:

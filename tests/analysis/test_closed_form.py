@@ -141,3 +141,6 @@ def test_closed_form_degenerate_inputs() -> None:
         counts_arrays(_document(number, {"reports": 3, "sum": "x", "sum_squares": 1.0}))
     with pytest.raises(ParameterError, match="5 exceeds the cohort's 3 reports"):
         counts_arrays(_document(BooleanParams(), {"reports": 3, "ones": 5}))
+    flat = NumberParams(low=0.0, high=1.0, mechanism="1bitmean", epsilon=1e-12)
+    with pytest.raises(ParameterError, match=r"epsilon=1e-12 .* no information"):
+        decode_counts(_document(flat, {"reports": 10, "ones": 5}))
