@@ -116,6 +116,8 @@ def run_decode(args: argparse.Namespace) -> int:
         line = f"{len(result.rows)} {result.kind} estimates"
     print(f"{summary['reports']:,} reports: {line}; wrote {paths['results']}, "
           f"{paths['summary'].name}, {paths['chart'].name}")
+    if "warning" in summary:
+        print(f"warning: {summary['warning']}", file=sys.stderr)
     return 0
 
 

@@ -165,14 +165,21 @@ def decode_number(counts: CountsArrays, confidence: float = 0.95) -> DecodeResul
         variance = max(sum_sq - sum_ * mean, 0.0) / (total - 1)
         se = float(np.sqrt(variance / total))
         details = {"report_variance": variance, "noise_variance": params.noise_variance()}
+    # The true mean lies in [low, high], so intersecting the interval with it keeps its
+    # coverage; the estimate itself stays unclipped (clipping would bias it).
     row = {
         "statistic": "mean",
         "estimate": float(mean),
         "std_error": se,
-        "low_95": float(max(mean - z * se, params.low)),
-        "high_95": float(min(mean + z * se, params.high)),
+        "low_95": float(min(max(mean - z * se, params.low), params.high)),
+        "high_95": float(max(min(mean + z * se, params.high), params.low)),
     }
     summary = _base_summary(counts, started, confidence)
     summary.update(details)
+    if not params.low - z * se <= mean <= params.high + z * se:
+        summary["warning"] = (
+            f"the mean estimate {mean:.6g} lies outside [{params.low:g}, {params.high:g}] by more "
+            "than its interval: honest reports make this unlikely; look for forged reports"
+        )
     summary.update({"mechanism": params.mechanism, "low": params.low, "high": params.high})
     return DecodeResult("number", NUMBER_COLUMNS, [row], summary)

@@ -56,12 +56,13 @@ def plot_estimates(result: DecodeResult, path: str | Path, top: int = TOP) -> No
     if result.kind == "number":
         fig, ax = plt.subplots(figsize=(7, 2.2))
         row = rows[0]
-        ax.errorbar(
-            [row["estimate"]], [0], xerr=[[row["estimate"] - row["low_95"]], [row["high_95"] - row["estimate"]]],
-            fmt="o", color="tab:blue", capsize=6,
-        )
+        low, high = result.summary["low"], result.summary["high"]
+        ax.axvspan(low, high, color="tab:gray", alpha=0.12, label="[low, high]")
+        ax.hlines(0, row["low_95"], row["high_95"], color="tab:blue", linewidth=3)
+        ax.plot([row["estimate"]], [0], "o", color="tab:blue")
         ax.set_yticks([0], ["mean"])
-        ax.set_xlim(result.summary["low"], result.summary["high"])
+        margin = 0.05 * (high - low)
+        ax.set_xlim(min(low, row["estimate"]) - margin, max(high, row["estimate"]) + margin)
         ax.set_xlabel("value (95% interval)")
     else:
         height = max(2.0, 0.32 * len(rows) + 1.3)
@@ -70,10 +71,10 @@ def plot_estimates(result: DecodeResult, path: str | Path, top: int = TOP) -> No
             labels = [_short(str(row["string"])) for row in rows]
             positions = list(range(len(rows)))[::-1]
             values = [row["proportion"] for row in rows]
-            lows = [row["proportion"] - row["prop_low_95"] for row in rows]
-            highs = [row["prop_high_95"] - row["proportion"] for row in rows]
             ax.barh(positions, values, color="tab:blue", alpha=0.35)
-            ax.errorbar(values, positions, xerr=[lows, highs], fmt="o", color="tab:blue", capsize=3)
+            ax.hlines(positions, [row["prop_low_95"] for row in rows],
+                      [row["prop_high_95"] for row in rows], color="tab:blue")
+            ax.plot(values, positions, "o", color="tab:blue")
             ax.set_yticks(positions, labels)
             ax.set_xlim(left=0)
         else:

@@ -14,6 +14,13 @@ population yet stable for one device). Then, memoized per grid point:
   ``(1 + t (e^epsilon - 1)) / (e^epsilon + 1)`` for the grid point ``t`` in [0, 1]
   (realized as ``N / 2**32`` with ``N`` kept off 0 and ``2**32``, so the realized
   epsilon is at most ln(2**32 - 1), about 22.18, whatever larger epsilon is asked).
+
+A ``laplace`` or ``gaussian`` payload is ``low + step * n`` for an integer ``n``: the
+grid point plus the noise. The collector refuses any other payload, and any ``n``
+outside ``[-noise_bound, resolution + noise_bound]``: honest noise exceeds
+:attr:`NumberParams.noise_bound` with probability below ``2**-64`` (:data:`NOISE_TAIL`),
+so an honest report is refused essentially never, while one forged report can move
+a sum by at most ``(resolution + 2 noise_bound) step`` and never to infinity.
 """
 
 from __future__ import annotations
@@ -30,6 +37,13 @@ from veil.shared.privacy import round_up, zcdp_gaussian_sigma
 from veil.shared.validation import Interval, OneOf, check_fields
 
 MECHANISMS = ("laplace", "gaussian", "1bitmean")
+
+#: the probability, at most, that an honest report's noise lies beyond the payload bound
+NOISE_TAIL = 2.0**-64
+#: largest payload magnitude a metric may produce: sums of squares of 2**63 reports stay finite
+MAX_PAYLOAD = 1e100
+#: how far off the grid, in grid steps, a payload may be (float rounding of other encoders)
+GRID_TOLERANCE = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +91,16 @@ class NumberParams(MechanismParams):
                 f"The 'delta' parameter of {owner} applies only to mechanism='gaussian'; "
                 f"remove it for {self.mechanism!r}.",
             )
+        if self.mechanism != "1bitmean":
+            low, high = self.payload_range
+            if not max(abs(low), abs(high)) <= MAX_PAYLOAD:
+                raise ParameterError(
+                    "epsilon",
+                    f"{owner}: with low={self.low!r}, high={self.high!r} and "
+                    f"epsilon={self.epsilon!r}, honest payloads reach {max(-low, high):.3g}, "
+                    f"beyond {MAX_PAYLOAD:g} where sums of squares overflow; narrow the range "
+                    "or raise epsilon.",
+                )
 
     @property
     def step(self) -> float:
@@ -93,6 +117,30 @@ class NumberParams(MechanismParams):
         """Sigma of the discrete Gaussian noise, in grid steps."""
         assert self.delta is not None
         return zcdp_gaussian_sigma(self.resolution, self.epsilon, self.delta)
+
+    @property
+    def noise_bound(self) -> int:
+        """Largest noise, in grid steps, a payload may carry (0 for 1bitmean).
+
+        Discrete Laplace: ``P(|Z| > z) = 2 r^(z+1) / (1 + r)`` with ``r = exp(-1/b)``, below
+        ``2**-64`` for ``z = 65 b ln 2``. Discrete Gaussian: sub-Gaussian with variance proxy
+        ``sigma**2`` (Canonne, Kamath, Steinke 2020), so ``P(|Z| > z) <= 2 exp(-z**2 / (2
+        sigma**2))``, below ``2**-64`` for ``z = sigma sqrt(130 ln 2)``.
+        """
+        bits = -math.log2(NOISE_TAIL) + 1
+        if self.mechanism == "laplace":
+            return math.ceil(self.laplace_scale * bits * math.log(2))
+        if self.mechanism == "gaussian":
+            # the encoder samples with sigma rounded up by 1e-12; 1e-9 covers it
+            sigma = self.gaussian_sigma * (1 + 1e-9)
+            return math.ceil(sigma * math.sqrt(2 * bits * math.log(2)))
+        return 0
+
+    @property
+    def payload_range(self) -> tuple[float, float]:
+        """Smallest and largest payload an honest laplace or gaussian report carries."""
+        return (self.low - self.noise_bound * self.step,
+                self.low + (self.resolution + self.noise_bound) * self.step)
 
     def noise_variance(self) -> float:
         """Variance of the added noise in the value's own units (0 for 1bitmean)."""
@@ -131,9 +179,21 @@ class NumberParams(MechanismParams):
             return parse_bit(payload, field)
         if isinstance(payload, bool) or not isinstance(payload, int | float):
             raise WireFormatError(field, "must be a JSON number", "wrong_type")
-        if isinstance(payload, int) and abs(payload) > 10**300:
-            raise WireFormatError(field, "must be a finite number", "out_of_range")
-        value = float(payload)
-        if not math.isfinite(value) or abs(value) > 1e300:
-            raise WireFormatError(field, "must be a finite number", "out_of_range")
-        return value
+        low, high = self.payload_range
+        if not low <= payload <= high:
+            raise WireFormatError(
+                field,
+                f"must be in [{low:.6g}, {high:.6g}]: the range in which honest {self.mechanism} "
+                "noise keeps a report (except with probability below 2**-64)",
+                "out_of_range",
+            )
+        position = (float(payload) - self.low) / self.step
+        n = round(position)
+        if abs(position - n) > GRID_TOLERANCE:
+            raise WireFormatError(
+                field,
+                f"must be low + step * n for an integer n (low={self.low!r}, "
+                f"step={self.step!r}): {self.mechanism} reports lie on the metric's grid",
+                "off_grid",
+            )
+        return self.low + self.step * n

@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 
 from veil.server.analysis import counts_arrays, decode_counts
+from veil.server.analysis.report import write_outputs
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import BooleanParams, CategoryParams, NumberParams
@@ -144,3 +145,23 @@ def test_closed_form_degenerate_inputs() -> None:
     flat = NumberParams(low=0.0, high=1.0, mechanism="1bitmean", epsilon=1e-12)
     with pytest.raises(ParameterError, match=r"epsilon=1e-12 .* no information"):
         decode_counts(_document(flat, {"reports": 10, "ones": 5}))
+
+
+def test_number_interval_stays_in_range_when_the_estimate_does_not(tmp_path) -> None:
+    """A mean far outside [low, high] (only forged reports do that) keeps an interval inside
+    [low, high] (the true mean is there), says so, and still draws its chart."""
+    params = NumberParams(low=0.0, high=10.0)
+    values = [5.0] * 999 + [params.payload_range[1]]
+    document = _document(params, {"reports": 1000, "sum": sum(values),
+                                  "sum_squares": sum(v * v for v in values)})
+    honest = decode_counts(document)
+    assert "warning" not in honest.summary
+    poisoned = [5.0] * 900 + [params.payload_range[1]] * 100
+    result = decode_counts(_document(params, {"reports": 1000, "sum": sum(poisoned),
+                                              "sum_squares": sum(v * v for v in poisoned)}))
+    row = result.rows[0]
+    assert row["estimate"] > params.high + 1.96 * row["std_error"]
+    assert params.low <= row["low_95"] <= row["high_95"] == params.high
+    assert "forged reports" in result.summary["warning"]
+    paths = write_outputs(result, tmp_path)
+    assert paths["chart"].stat().st_size > 0

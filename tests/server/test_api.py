@@ -147,6 +147,25 @@ def test_bad_reports_are_refused_one_by_one_and_good_ones_kept(live_collector, w
         live_collector.counts("dark_mode")  # nothing stored: 0 < min_reports = 1
 
 
+def test_number_payloads_the_mechanism_cannot_produce_are_refused(live_collector, wire):
+    """Forged Laplace payloads (far out, off the grid) never reach the sums: counts stay
+    finite JSON and the mean stays that of the honest reports."""
+    params = live_collector.registry["load_time"].params
+    honest = wire.reports("load_time", [5.0] * 50)
+    low, high = params.payload_range
+    forged = [1e6, 1e300, -1e300, high + params.step, low - params.step, 5.0 + params.step / 3]
+    bad = [{"id": f"{i:032x}", "metric": "load_time", "payload": v} for i, v in enumerate(forged)]
+    response = requests.post(live_collector.url + "/v1/reports", json=wire.batch(honest + bad),
+                             timeout=30)
+    receipt = response.json()
+    assert (receipt["accepted"], receipt["rejected"]) == (50, len(forged))
+    assert [e["code"] for e in receipt["errors"]] == ["out_of_range"] * 5 + ["off_grid"]
+    raw = requests.get(live_collector.url + "/v1/metrics/load_time/counts",
+                       headers=live_collector.headers(), timeout=10).text
+    document = json.loads(raw, parse_constant=lambda name: pytest.fail(f"{name} in counts"))
+    assert document == {**document, **wire.expected("load_time", honest)}
+
+
 def test_counts_need_the_read_token(live_collector):
     url = live_collector.url + "/v1/metrics/homepage/counts"
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic abc"},

@@ -38,13 +38,13 @@ def test_valid_reports_of_every_kind():
         batch(
             make_report(ID, "homepage", 3, "ff00"),
             make_report("1" * 32, "flag", None, 1),
-            make_report("2" * 32, "load", None, -3.25),
+            make_report("2" * 32, "load", None, -3.125),  # grid step 10/64: n = -20
             make_report("3" * 32, "browser", None, "05"),
         ),
         REGISTRY,
     )
     assert result.errors == []
-    assert [r.value for r in result.reports] == [0xFF, 1, -3.25, 5]
+    assert [r.value for r in result.reports] == [0xFF, 1, -3.125, 5]
     assert result.reports[0].cohort == 3
     assert result.reports[1].cohort == 0
     assert result.reports[0].to_wire() == make_report(ID, "homepage", 3, "ff00")
@@ -72,6 +72,9 @@ def test_valid_reports_of_every_kind():
         ({"id": ID, "metric": "load", "payload": "3"}, "reports[0].payload", "wrong_type"),
         ({"id": ID, "metric": "load", "payload": 10**400}, "reports[0].payload", "out_of_range"),
         ({"id": ID, "metric": "load", "payload": float("inf")}, "reports[0].payload", "out_of_range"),
+        ({"id": ID, "metric": "load", "payload": float("nan")}, "reports[0].payload", "out_of_range"),
+        ({"id": ID, "metric": "load", "payload": 1e6}, "reports[0].payload", "out_of_range"),
+        ({"id": ID, "metric": "load", "payload": 3.3}, "reports[0].payload", "off_grid"),
         ({"id": ID, "metric": "load"}, "reports[0].payload", "missing"),
         (["not", "an", "object"], "reports[0]", "wrong_type"),
     ],
@@ -110,3 +113,20 @@ def test_batch_size_limit():
     assert len(validate_batch(batch(*reports), REGISTRY, max_reports=3).reports) == 3
     with pytest.raises(WireFormatError, match="limit is 2 per batch"):
         validate_batch(batch(*reports), REGISTRY, max_reports=2)
+
+
+def test_number_payloads_are_bounded_and_on_the_grid():
+    """Laplace payloads are low + step * n with n in [-bound, resolution + bound]."""
+    params = REGISTRY["load"].params
+    low, high = params.payload_range
+    step = params.step
+    assert low == -params.noise_bound * step and high == 10 + params.noise_bound * step
+    accepted = [low, high, low + step, 100 * step, 5]  # an int on the grid counts too
+    for payload in accepted:
+        assert params.parse_payload(payload) == payload
+    for payload in [low - step, high + step, 10**400, -1e300]:
+        with pytest.raises(WireFormatError) as info:
+            params.parse_payload(payload)
+        assert info.value.code == "out_of_range"
+    # a payload within float rounding of the grid is taken as its grid point
+    assert params.parse_payload(5 * step + 1e-12) == 5 * step
