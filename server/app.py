@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hmac
+import io
 import json
 import sqlite3
 from collections.abc import Iterable
@@ -32,13 +33,13 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
+from veil.server.analysis.rappor_files import write_counts_document
 from veil.server.openapi import openapi_document
 from veil.server.storage import (
     RECENT_IDS_LIMIT,
     SQLiteStorage,
     StorageError,
     TooFewReportsError,
-    counts_to_rows,
 )
 from veil.shared.errors import VeilError, WireFormatError
 from veil.shared.registry import Registry
@@ -289,10 +290,11 @@ def counts(name: str) -> Response:
     fmt = request.args.get("format", "json")
     if fmt not in ("json", "csv"):
         raise ApiError(400, "bad_format", "format", "must be 'json' or 'csv'")
-    if fmt == "csv" and metric.kind not in ("string", "category"):
+    if fmt == "csv" and metric.params.as_rappor() is None:
         raise ApiError(400, "bad_format", "format",
-                       f"csv (google/rappor counts.csv) exists only for string and category "
-                       f"metrics; {name!r} is a {metric.kind} metric: use format=json")
+                       f"csv (google/rappor counts.csv) exists only for metrics reported with "
+                       f"RAPPOR bits (strings, categories); {name!r} is a {metric.kind} metric: "
+                       "use format=json")
     days = {}
     for field in ("start", "end"):
         value = request.args.get(field)
@@ -306,8 +308,9 @@ def counts(name: str) -> Response:
     except TooFewReportsError as exc:
         raise ApiError(409, "too_few_reports", None, str(exc)) from None
     if fmt == "csv":
-        lines = [",".join(map(str, row)) for row in counts_to_rows(document)]
-        return Response("\n".join(lines) + "\n", mimetype="text/csv")
+        text = io.StringIO()
+        write_counts_document(document, text)
+        return Response(text.getvalue(), mimetype="text/csv")
     return _json(document)
 
 

@@ -199,7 +199,8 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from veil.server.storage import counts_to_rows, open_storage, rappor_params
+    from veil.server.analysis.rappor_files import rappor_params, write_counts_document, write_params
+    from veil.server.storage import open_storage
     from veil.shared.registry import Registry
 
     with open_storage(args.db) as storage:
@@ -207,19 +208,14 @@ def _run_export(args: argparse.Namespace) -> int:
         if args.metric not in registry:
             raise VeilError(f"unknown metric {args.metric!r}; known: {', '.join(sorted(registry))}")
         metric = registry[args.metric]
-        params = rappor_params(metric)
+        params = rappor_params(metric.params)
         document = storage.counts(metric, args.start, args.end,
                                   min_reports=0 if args.force else None)
-    rows = counts_to_rows(document)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "params.csv").write_text(
-        "k,h,m,p,q,f\n" + ",".join(str(params[key]) for key in "khmpqf") + "\n", encoding="utf-8"
-    )
-    (out / "counts.csv").write_text(
-        "".join(",".join(map(str, row)) + "\n" for row in rows), encoding="utf-8"
-    )
-    print(f"veil export: {document['reports']} reports of {args.metric!r} in {len(rows)} cohorts "
+    write_params(params, out / "params.csv")
+    reports, cohorts = write_counts_document(document, out / "counts.csv")
+    print(f"veil export: {reports} reports of {args.metric!r} in {cohorts} cohorts "
           f"-> {out / 'params.csv'}, {out / 'counts.csv'}")
     return 0
 

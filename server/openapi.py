@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from veil.shared.statistics import STATISTICS
+
 _ERROR = {
     "type": "object",
     "required": ["error"],
@@ -79,19 +81,26 @@ def openapi_document(max_body: int, max_reports: int) -> dict[str, Any]:
             }},
         },
     }
+    field_schemas = {"counts": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                     "count": {"type": "integer", "minimum": 0}, "real": {"type": "number"}}
     cohort = {
-        "type": "object",
-        "required": ["cohort", "reports"],
-        "properties": {
-            "cohort": {"type": "integer"},
-            "reports": {"type": "integer"},
-            "ones": {"description": "per-bit set counts (string, category) or count of 1 "
-                     "payloads (boolean, number/1bitmean)",
-                     "oneOf": [{"type": "array", "items": {"type": "integer"}},
-                               {"type": "integer"}]},
-            "sum": {"type": "number", "description": "number/laplace, gaussian"},
-            "sum_squares": {"type": "number", "description": "number/laplace, gaussian"},
-        },
+        "description": "one cohort's number of reports and the fields of the metric's "
+                       "statistic, one variant per statistic",
+        "oneOf": [
+            {
+                "title": statistic.name,
+                "description": (type(statistic).__doc__ or "").splitlines()[0],
+                "type": "object",
+                "required": ["cohort", "reports", *(f.name for f in statistic.fields)],
+                "additionalProperties": False,
+                "properties": {
+                    "cohort": {"type": "integer", "minimum": 0},
+                    "reports": {"type": "integer", "minimum": 0},
+                    **{f.name: field_schemas[f.type] for f in statistic.fields},
+                },
+            }
+            for statistic in STATISTICS.values()
+        ],
     }
     counts = {
         "type": "object",

@@ -13,12 +13,10 @@ The collector keeps these in one SQLite file:
   the same transaction as the raw insert, so reading counts touches one row per
   day and cohort whatever the number of reports.
 
-Statistics by kind (see :func:`stat_kind`):
-
-* ``bits`` (string, category): number of reports and, per bit, how many reports
-  set it, kept as a BLOB of ``k`` little-endian uint64 counters;
-* ``ones`` (boolean, number/1bitmean): number of reports and of payloads equal to 1;
-* ``moments`` (number/laplace, number/gaussian): number of reports, sum and sum of squares.
+Each metric keeps the statistic its kind names (:mod:`veil.shared.statistics`):
+an aggregate row holds the number of reports and the statistic's fields, each in
+its column (``bit_counts``, a BLOB of little-endian uint64 counters; ``ones``;
+``sum``; ``sum_squares``); columns a statistic does not use are NULL.
 
 Durability: WAL journal with ``synchronous=FULL``, so every commit is fsynced to
 the WAL before :meth:`SQLiteStorage.insert` returns; the HTTP layer answers 2xx
@@ -55,9 +53,9 @@ try:
 except ImportError:  # not POSIX: processes serialize on SQLite's busy timeout alone
     fcntl = None  # type: ignore[assignment]
 
-from veil.shared.bits import payload_bytes
 from veil.shared.errors import VeilError
 from veil.shared.registry import Metric, Registry
+from veil.shared.statistics import COLUMNS, STATISTICS, Statistic, statistic_for
 from veil.shared.wire import Report
 
 #: schema version written to ``PRAGMA user_version``; see :data:`MIGRATIONS`
@@ -198,21 +196,40 @@ def _group_by_metric_day(rows: Iterable[tuple]) -> dict[tuple[str, str], list[tu
     return groups
 
 
-def stat_kind(metric: Metric) -> str:
-    """Which sufficient statistics a metric keeps: ``bits``, ``ones`` or ``moments``."""
-    kind = metric.kind
-    if kind in ("string", "category"):
-        return "bits"
-    if kind == "boolean" or (kind == "number" and metric.params.mechanism == "1bitmean"):
-        return "ones"
-    if kind == "number":
-        return "moments"
-    raise StorageError(f"metric {metric.name!r}: no statistics are defined for kind {kind!r}")
+def _columns(statistic: Statistic, state: dict[str, Any]) -> list[Any]:
+    """The aggregate columns (:data:`COLUMNS`) of one cohort's ``state``; unused ones NULL."""
+    out: list[Any] = [None] * len(COLUMNS)
+    for field in statistic.fields:
+        value = state[field.name]
+        if field.type == "counts":
+            value = np.asarray(value).astype("<u8").tobytes()
+        elif field.type == "count":
+            value = int(value)
+        else:
+            value = float(value)
+        out[COLUMNS.index(field.column)] = value
+    return out
 
 
-def bit_width(metric: Metric) -> int:
-    """Number of bits ``k`` in a report of a ``bits`` metric."""
-    return int(metric.params.k)
+def _sum_columns(statistic: Statistic, metric: Metric, rows: Sequence[tuple],
+                 cohort_ids: np.ndarray) -> list[dict[str, Any]]:
+    """Per-cohort states summed from aggregate rows ``(cohort, reports, *COLUMNS)``."""
+    cohorts = metric.params.cohorts
+    states = [statistic.zero(metric.params) for _ in range(cohorts)]
+    for field in statistic.fields:
+        at = 2 + COLUMNS.index(field.column)
+        if field.type == "counts":
+            length = statistic.length(metric.params)
+            total = np.zeros((cohorts, length), dtype=np.uint64)
+            if rows:
+                blobs = np.frombuffer(b"".join(row[at] for row in rows), dtype="<u8")
+                np.add.at(total, cohort_ids, blobs.reshape(-1, length))
+            for c in range(cohorts):
+                states[c][field.name] = total[c]
+        else:
+            for row in rows:
+                states[row[0]][field.name] += row[at]
+    return states
 
 
 def parse_day(value: dt.date | str | None, field: str) -> str | None:
@@ -247,24 +264,6 @@ def _add_counts(left: bytes | None, right: bytes | None) -> bytes | None:
     if a.shape != b.shape:
         raise ValueError("add_counts: counter blobs of different lengths")
     return (a + b).tobytes()
-
-
-def bit_counts_by_group(payloads: Sequence[bytes], groups: np.ndarray, k: int) -> tuple[
-    np.ndarray, np.ndarray
-]:
-    """Per-group bit counts of equal-length little-endian payloads.
-
-    ``groups`` gives each payload's group number; returns the distinct groups
-    (sorted) and a ``(len(groups), k)`` uint64 array of set-bit counts.
-    """
-    width = payload_bytes(k)
-    raw = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), width)
-    order = np.argsort(groups, kind="stable")
-    sorted_groups = groups[order]
-    bits = np.unpackbits(raw[order], axis=1, bitorder="little", count=k)
-    starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
-    sums = np.add.reduceat(bits, starts, axis=0, dtype=np.uint64)
-    return sorted_groups[starts], sums
 
 
 _META = """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"""
@@ -370,14 +369,19 @@ _INSERT_ONES = (
     "INSERT INTO reports (id, metric, day, cohort, payload) "
     "SELECT substr(?1, key * 16 + 1, 16), ?2, ?3, value ->> 0, value ->> 1 FROM json_each(?4)"
 )
-_UPSERT = """INSERT INTO aggregates (metric, day, cohort, reports, bit_counts, ones, sum, sum_squares)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (metric, day, cohort) DO UPDATE SET
-    reports = reports + excluded.reports,
-    bit_counts = add_counts(bit_counts, excluded.bit_counts),
-    ones = ones + excluded.ones,
-    sum = sum + excluded.sum,
-    sum_squares = sum_squares + excluded.sum_squares"""
+#: the type of field each statistic column holds (``counts`` columns add up with add_counts)
+_COLUMN_TYPES = {field.column: field.type for statistic in STATISTICS.values()
+                 for field in statistic.fields}
+_UPSERT = (
+    f"INSERT INTO aggregates (metric, day, cohort, reports, {', '.join(COLUMNS)}) "
+    f"VALUES (?, ?, ?, ?{', ?' * len(COLUMNS)}) "
+    "ON CONFLICT (metric, day, cohort) DO UPDATE SET reports = reports + excluded.reports, "
+    + ", ".join(
+        f"{c} = add_counts({c}, excluded.{c})" if _COLUMN_TYPES[c] == "counts"
+        else f"{c} = {c} + excluded.{c}"
+        for c in COLUMNS
+    )
+)
 
 
 class SQLiteStorage:
@@ -618,24 +622,24 @@ class SQLiteStorage:
         """Every metric with stored reports or in the registry last attached."""
         return self._registry
 
-    def _metric(self, name: str) -> tuple[Metric, str]:
+    def _metric(self, name: str) -> tuple[Metric, Statistic]:
         cached = self._metrics_cache.get(name)
         if cached is None:
             if name not in self._registry:
                 raise StorageError(f"metric {name!r} is not in the registry stored in {self.path}")
             metric = self._registry[name]
-            cached = (metric, stat_kind(metric))
+            cached = (metric, statistic_for(metric.params))
             self._metrics_cache[name] = cached
         return cached
 
-    def _check_metric(self, metric: Metric) -> str:
-        stored, kind = self._metric(metric.name)
+    def _check_metric(self, metric: Metric) -> Statistic:
+        stored, statistic = self._metric(metric.name)
         if stored.params != metric.params:
             raise RegistryMismatchError(
                 f"metric {metric.name!r}: the parameters given ({metric.params.to_dict()}) differ "
                 f"from those stored in {self.path} ({stored.params.to_dict()})"
             )
-        return kind
+        return statistic
 
     # -- writes ------------------------------------------------------------------
 
@@ -648,17 +652,13 @@ class SQLiteStorage:
         """
         day_text = parse_day(day, "day") or today()
         rows: list[tuple[bytes, str, str, int, Any]] = []
-        kinds: dict[str, str] = {}
+        metrics: dict[str, tuple[Metric, Statistic]] = {}
         for report in reports:
-            kind = kinds.get(report.metric)
-            if kind is None:
-                kind = kinds[report.metric] = self._metric(report.metric)[1]
-            if kind == "bits":
-                payload: Any = bytes.fromhex(report.payload)
-            elif kind == "ones":
-                payload = int(report.value)
-            else:
-                payload = float(report.value)
+            known = metrics.get(report.metric)
+            if known is None:
+                known = metrics[report.metric] = self._metric(report.metric)
+            metric, statistic = known
+            payload = statistic.stored_payload(metric.params, report.payload, report.value)
             rows.append((bytes.fromhex(report.id), report.metric, day_text, report.cohort, payload))
         if not rows:
             return InsertResult(0, 0)
@@ -809,14 +809,14 @@ class SQLiteStorage:
         """
         statements: list[_Statement] = []
         for (name, day), group in groups.items():
-            kind = self._metric(name)[1]
+            payload_type = self._metric(name)[1].payload_type
             ids = b"".join(row[0] for row in group)
-            if kind == "bits":
+            if payload_type == "bytes":
                 width = len(group[0][4])  # validation fixed every payload's length for the metric
                 cohorts = json.dumps([row[3] for row in group])
                 payloads = b"".join(row[4] for row in group)
                 statements.append((_INSERT_BITS, (ids, name, day, payloads, width, cohorts), False))
-            elif kind == "ones":
+            elif payload_type == "int":
                 pairs = json.dumps([(row[3], row[4]) for row in group])
                 statements.append((_INSERT_ONES, (ids, name, day, pairs), False))
             else:
@@ -824,31 +824,18 @@ class SQLiteStorage:
         return statements
 
     def _aggregate_rows(self, rows: Iterable[tuple]) -> list[tuple]:
-        """Upsert rows ``(metric, day, cohort, reports, bit_counts, ones, sum, sum_squares)``."""
+        """Upsert rows ``(metric, day, cohort, reports, *COLUMNS)``."""
         return self._aggregate_groups(_group_by_metric_day(rows))
 
     def _aggregate_groups(self, groups: dict[tuple[str, str], list[tuple]]) -> list[tuple]:
         """:meth:`_aggregate_rows` for rows already grouped by metric and day."""
         out: list[tuple] = []
         for (name, day), group in groups.items():
-            metric, kind = self._metric(name)
+            metric, statistic = self._metric(name)
             cohorts = np.fromiter((row[3] for row in group), dtype=np.int64, count=len(group))
-            if kind == "bits":
-                keys, sums = bit_counts_by_group([row[4] for row in group], cohorts, bit_width(metric))
-                n = np.bincount(cohorts)[keys]
-                out.extend(
-                    (name, day, int(c), int(r), s.astype("<u8").tobytes(), None, None, None)
-                    for c, r, s in zip(keys, n, sums, strict=True)
-                )
-            elif kind == "ones":
-                ones = sum(row[4] for row in group)
-                out.append((name, day, 0, len(group), None, ones, None, None))
-            else:
-                values = np.fromiter((row[4] for row in group), dtype=np.float64, count=len(group))
-                out.append(
-                    (name, day, 0, len(group), None, None, float(values.sum()),
-                     float(np.dot(values, values)))
-                )
+            partials = statistic.accumulate(metric.params, cohorts, [row[4] for row in group])
+            out.extend((name, day, cohort, reports, *_columns(statistic, state))
+                       for cohort, reports, state in partials)
         return out
 
     def rebuild_aggregates(self) -> int:
@@ -920,12 +907,12 @@ class SQLiteStorage:
         """
         if isinstance(metric, str):
             metric = self._metric(metric)[0]
-        kind = self._check_metric(metric)
+        statistic = self._check_metric(metric)
         start_text, end_text = parse_day(start, "start"), parse_day(end, "end")
         if start_text and end_text and start_text > end_text:
             raise StorageError(f"start ({start_text}) is after end ({end_text})")
         sql = (
-            "SELECT cohort, reports, bit_counts, ones, sum, sum_squares FROM aggregates "
+            f"SELECT cohort, reports, {', '.join(COLUMNS)} FROM aggregates "
             "WHERE metric = ? AND day >= ? AND day <= ?"
         )
         with self._reader() as conn:
@@ -939,25 +926,11 @@ class SQLiteStorage:
         threshold = metric.min_reports if min_reports is None else min_reports
         if total < threshold:
             raise TooFewReportsError(metric.name, total, threshold)
-        entries: list[dict[str, Any]]
-        if kind == "bits":
-            k = bit_width(metric)
-            ones = np.zeros((cohorts, k), dtype=np.uint64)
-            if rows:
-                blobs = np.frombuffer(b"".join(row[2] for row in rows), dtype="<u8").reshape(-1, k)
-                np.add.at(ones, cohort_ids, blobs)
-            entries = [
-                {"cohort": c, "reports": int(reports[c]), "ones": ones[c].tolist()}
-                for c in range(cohorts)
-            ]
-        elif kind == "ones":
-            entries = [{"cohort": 0, "reports": total, "ones": sum(row[3] for row in rows)}]
-        else:
-            entries = [{
-                "cohort": 0, "reports": total,
-                "sum": float(sum(row[4] for row in rows)),
-                "sum_squares": float(sum(row[5] for row in rows)),
-            }]
+        states = _sum_columns(statistic, metric, rows, cohort_ids)
+        entries = [
+            {"cohort": c, "reports": int(reports[c]), **statistic.to_entry(states[c])}
+            for c in range(cohorts)
+        ]
         return {
             "metric": metric.name,
             "kind": metric.kind,
@@ -982,27 +955,3 @@ def open_storage(
     before a merge into the ``report_ids`` index.
     """
     return SQLiteStorage(path, registry, create=create, recent_ids_limit=recent_ids_limit)
-
-
-def counts_to_rows(document: dict[str, Any]) -> list[list[int]]:
-    """google/rappor ``counts.csv`` rows: reports in the cohort, then set-bit counts."""
-    if document["kind"] not in ("string", "category"):
-        raise StorageError(
-            f"metric {document['metric']!r} is a {document['kind']} metric; google/rappor "
-            "counts.csv exists only for string and category metrics"
-        )
-    return [[entry["reports"], *entry["ones"]] for entry in document["cohorts"]]
-
-
-def rappor_params(metric: Metric) -> dict[str, Any]:
-    """google/rappor ``params.csv`` fields ``k,h,m,p,q,f`` (category: h = m = 1)."""
-    params = metric.params
-    if metric.kind == "string":
-        return {"k": params.k, "h": params.h, "m": params.m, "p": params.p, "q": params.q,
-                "f": params.f}
-    if metric.kind == "category":
-        return {"k": params.k, "h": 1, "m": 1, "p": params.p, "q": params.q, "f": params.f}
-    raise StorageError(
-        f"metric {metric.name!r} is a {metric.kind} metric; google/rappor params.csv exists "
-        "only for string and category metrics"
-    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from veil.client.encoders.base import Encoder
 from veil.client.encoders.boolean import BooleanEncoder
@@ -12,11 +13,10 @@ from veil.client.encoders.number import NumberEncoder
 from veil.client.encoders.string import StringEncoder
 from veil.shared.registry import Metric
 
-ENCODERS: dict[str, type[Encoder]] = {
-    "string": StringEncoder,
-    "category": CategoryEncoder,
-    "boolean": BooleanEncoder,
-    "number": NumberEncoder,
+#: the encoder of each kind, keyed by its parameter class's kind
+ENCODERS: dict[str, type[Encoder[Any]]] = {
+    cls.params_type.kind: cls
+    for cls in (StringEncoder, CategoryEncoder, BooleanEncoder, NumberEncoder)
 }
 
 
@@ -27,7 +27,7 @@ def make_encoder(
     random_bytes: Callable[[int], bytes] = os.urandom,
 ) -> Encoder:
     """The encoder for ``metric``, keyed by the installation ``secret``."""
-    return ENCODERS[metric.kind](metric.params, metric.name, secret, cohort_seed, random_bytes)
+    return ENCODERS[metric.params.kind](metric.params, metric.name, secret, cohort_seed, random_bytes)
 
 
 __all__ = [

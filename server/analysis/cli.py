@@ -104,17 +104,7 @@ def run_decode(args: argparse.Namespace) -> int:
     )
     paths = write_outputs(result, args.out, args.top)
     summary = result.summary
-    if result.kind == "string":
-        line = (
-            f"{summary['detected']} of {summary['candidates']} candidates detected "
-            f"({summary['allocated_proportion']:.1%} of reports)"
-        )
-    elif result.kind == "number":
-        row = result.rows[0]
-        line = f"mean {row['estimate']:.6g} \u00b1 {row['std_error']:.3g} (standard error)"
-    else:
-        line = f"{len(result.rows)} {result.kind} estimates"
-    print(f"{summary['reports']:,} reports: {line}; wrote {paths['results']}, "
+    print(f"{summary['reports']:,} reports: {result.headline}; wrote {paths['results']}, "
           f"{paths['summary'].name}, {paths['chart'].name}")
     if "warning" in summary:
         print(f"warning: {summary['warning']}", file=sys.stderr)

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from veil.server.analysis.counts import CountsArrays
+from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
 from veil.server.analysis.results import FREQUENCY_COLUMNS, NUMBER_COLUMNS, DecodeResult
 from veil.server.analysis.stats import check_level, one_sided_p_values, z_quantile
 from veil.shared.bits import PROB_ONE
@@ -46,11 +47,11 @@ def _require_reports(counts: CountsArrays, minimum: int = 1) -> int:
 
 
 def _start(
-    counts: CountsArrays, confidence: float, params_type: type[P], decoder: str
+    counts: CountsArrays, options: DecodeOptions, params_type: type[P], decoder: str
 ) -> tuple[float, float, P]:
     """Start time, checked confidence level and parameters of a closed-form decode."""
     started = time.perf_counter()
-    confidence = check_level(confidence, "confidence")
+    confidence = check_level(options.confidence, "confidence")
     params = counts.params
     if not isinstance(params, params_type):
         raise ParameterError("params", f"{decoder} needs {params_type.__name__}")
@@ -92,9 +93,10 @@ def _share_rows(
     ]
 
 
-def decode_category(counts: CountsArrays, confidence: float = 0.95) -> DecodeResult:
+@decodes(CategoryParams)
+def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Share of reports in each category, with standard errors and intervals."""
-    started, confidence, params = _start(counts, confidence, CategoryParams, "decode_category")
+    started, confidence, params = _start(counts, options, CategoryParams, "decode_category")
     total = _require_reports(counts)
     p_star, q_star = params.effective_probs
     spread = q_star - p_star
@@ -117,12 +119,14 @@ def decode_category(counts: CountsArrays, confidence: float = 0.95) -> DecodeRes
             "q_star": q_star,
         }
     )
-    return DecodeResult("category", FREQUENCY_COLUMNS, rows, summary)
+    return DecodeResult("category", FREQUENCY_COLUMNS, rows, summary,
+                        f"{len(rows)} category shares")
 
 
-def decode_boolean(counts: CountsArrays, confidence: float = 0.95) -> DecodeResult:
+@decodes(BooleanParams)
+def decode_boolean(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Share of true answers (and of false ones), Warner's estimator."""
-    started, confidence, params = _start(counts, confidence, BooleanParams, "decode_boolean")
+    started, confidence, params = _start(counts, options, BooleanParams, "decode_boolean")
     total = _require_reports(counts)
     yes_if_false, yes_if_true = params.yes_probs
     spread = yes_if_true - yes_if_false
@@ -135,12 +139,14 @@ def decode_boolean(counts: CountsArrays, confidence: float = 0.95) -> DecodeResu
     rows = _share_rows(["true", "false"], share, np.array([se, se]), total, z_quantile(confidence))
     summary = _base_summary(counts, started, confidence)
     summary.update({"yes_share": mean, "yes_if_false": yes_if_false, "yes_if_true": yes_if_true})
-    return DecodeResult("boolean", FREQUENCY_COLUMNS, rows, summary)
+    return DecodeResult("boolean", FREQUENCY_COLUMNS, rows, summary,
+                        f"true share {share_true:.4g} \u00b1 {se:.3g} (standard error)")
 
 
-def decode_number(counts: CountsArrays, confidence: float = 0.95) -> DecodeResult:
+@decodes(NumberParams)
+def decode_number(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Mean of the (clipped, grid-rounded) values, with standard error and interval."""
-    started, confidence, params = _start(counts, confidence, NumberParams, "decode_number")
+    started, confidence, params = _start(counts, options, NumberParams, "decode_number")
     z = z_quantile(confidence)
     width = params.high - params.low
     if params.mechanism == "1bitmean":
@@ -182,4 +188,5 @@ def decode_number(counts: CountsArrays, confidence: float = 0.95) -> DecodeResul
             "than its interval: honest reports make this unlikely; look for forged reports"
         )
     summary.update({"mechanism": params.mechanism, "low": params.low, "high": params.high})
-    return DecodeResult("number", NUMBER_COLUMNS, [row], summary)
+    return DecodeResult("number", NUMBER_COLUMNS, [row], summary,
+                        f"mean {mean:.6g} \u00b1 {se:.3g} (standard error)")

@@ -16,23 +16,23 @@ import numpy as np
 
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import KINDS, MechanismParams, StringParams
+from veil.shared.statistics import statistic_for
 
 
 @dataclasses.dataclass(frozen=True)
 class CountsArrays:
-    """One metric's counts: ``reports[j]`` per cohort and the per-kind statistics.
+    """One metric's counts: ``reports[j]`` per cohort and its statistic's fields.
 
-    ``ones`` is ``(cohorts, k)`` for strings and categories and ``(1,)`` for
-    booleans and 1bitmean numbers; ``sums``/``sum_squares`` are set for
-    laplace/gaussian numbers.
+    ``fields`` maps each field of the metric's statistic (:mod:`veil.shared.statistics`)
+    to an array indexed by cohort: ``(cohorts, length)`` for a counts vector,
+    ``(cohorts,)`` for a count or a real. :attr:`ones`, :attr:`sums` and
+    :attr:`sum_squares` name the fields the decoders read.
     """
 
     metric: str
     params: MechanismParams
     reports: np.ndarray
-    ones: np.ndarray | None = None
-    sums: np.ndarray | None = None
-    sum_squares: np.ndarray | None = None
+    fields: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     start: str | None = None
     end: str | None = None
     source: str = "counts document"
@@ -41,6 +41,21 @@ class CountsArrays:
     def total_reports(self) -> int:
         """Reports over all cohorts."""
         return int(self.reports.sum())
+
+    @property
+    def ones(self) -> np.ndarray:
+        """Set-bit counts ``(cohorts, k)`` (bits) or counts of 1 per cohort (ones)."""
+        return self.fields["ones"]
+
+    @property
+    def sums(self) -> np.ndarray:
+        """Sum of the reports per cohort (moments)."""
+        return self.fields["sum"]
+
+    @property
+    def sum_squares(self) -> np.ndarray:
+        """Sum of the squared reports per cohort (moments)."""
+        return self.fields["sum_squares"]
 
 
 def _fail(source: str, field: str, message: str) -> ParameterError:
@@ -51,12 +66,6 @@ def _count(value: Any, source: str, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _fail(source, field, f"must be a non-negative integer; got {value!r}")
     return value
-
-
-def _number(value: Any, source: str, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
-        raise _fail(source, field, f"must be a finite number; got {value!r}")
-    return float(value)
 
 
 def _params(document: Mapping[str, Any], source: str) -> MechanismParams:
@@ -93,42 +102,26 @@ def counts_arrays(document: Mapping[str, Any], source: str = "counts document") 
             f"has {len(cohorts)} entries but the {params.kind} parameters have "
             f"{params.cohorts} cohort(s)",
         )
+    statistic = statistic_for(params)
     reports = np.zeros(params.cohorts, dtype=np.int64)
-    ones = sums = sum_squares = None
-    vector = params.kind in ("string", "category")
-    moments = params.kind == "number" and getattr(params, "mechanism", "") != "1bitmean"
-    if vector:
-        ones = np.zeros((params.cohorts, params.k), dtype=np.int64)
-    elif moments:
-        sums = np.zeros(1)
-        sum_squares = np.zeros(1)
-    else:
-        ones = np.zeros(1, dtype=np.int64)
+    states = []
     for j, entry in enumerate(cohorts):
         where = f"cohorts[{j}]"
         if not isinstance(entry, Mapping):
             raise _fail(source, where, "must be an object")
         if entry.get("cohort", j) != j:
-            raise _fail(source, f"{where}.cohort", f"must be {j} (cohorts in order); got {entry.get('cohort')!r}")
-        n = reports[j] = _count(entry.get("reports"), source, f"{where}.reports")
-        if vector:
-            row = entry.get("ones")
-            if not isinstance(row, list) or len(row) != params.k:
-                size = len(row) if isinstance(row, list) else "no"
-                raise _fail(source, f"{where}.ones", f"must list k={params.k} counts; got {size}")
-            values = [_count(v, source, f"{where}.ones[{i}]") for i, v in enumerate(row)]
-            ones[j] = values
-            if max(values, default=0) > n:
-                raise _fail(source, f"{where}.ones", f"a bit count exceeds the cohort's {n} reports")
-        elif moments:
-            sums[0] = _number(entry.get("sum"), source, f"{where}.sum")
-            sum_squares[0] = _number(entry.get("sum_squares"), source, f"{where}.sum_squares")
-            if sum_squares[0] < 0:
-                raise _fail(source, f"{where}.sum_squares", "must not be negative")
-        else:
-            ones[0] = _count(entry.get("ones"), source, f"{where}.ones")
-            if ones[0] > n:
-                raise _fail(source, f"{where}.ones", f"{ones[0]} exceeds the cohort's {n} reports")
+            raise _fail(source, f"{where}.cohort",
+                        f"must be {j} (cohorts in order); got {entry.get('cohort')!r}")
+        reports[j] = n = _count(entry.get("reports"), source, f"{where}.reports")
+        try:
+            states.append(statistic.from_entry(params, entry, n, where))
+        except ParameterError as exc:
+            raise _fail(source, exc.field, exc.message) from None
+    fields = {
+        field.name: np.array([state[field.name] for state in states],
+                             dtype=np.float64 if field.type == "real" else np.int64)
+        for field in statistic.fields
+    }
     total = document.get("reports", int(reports.sum()))
     if _count(total, source, "reports") != int(reports.sum()):
         raise _fail(source, "reports", f"says {total} but the cohorts add up to {int(reports.sum())}")
@@ -136,9 +129,7 @@ def counts_arrays(document: Mapping[str, Any], source: str = "counts document") 
         metric=str(document.get("metric", "")),
         params=params,
         reports=reports,
-        ones=ones,
-        sums=sums,
-        sum_squares=sum_squares,
+        fields=fields,
         start=document.get("start"),
         end=document.get("end"),
         source=source,

@@ -9,9 +9,16 @@ import scipy.sparse as sp
 
 from veil.server.analysis.closed_form import decode_boolean, decode_category, decode_number
 from veil.server.analysis.counts import CountsArrays, counts_arrays
+from veil.server.analysis.decoders import DecodeOptions, Decoder
 from veil.server.analysis.results import DecodeResult
-from veil.server.analysis.strings import StringDecoder
+from veil.server.analysis.strings import decode_strings
 from veil.shared.errors import ParameterError
+
+#: the decoder of each kind, keyed by its parameter class's kind
+DECODERS: dict[str, Decoder] = {
+    decoder.params_type.kind: decoder
+    for decoder in (decode_strings, decode_category, decode_boolean, decode_number)
+}
 
 
 def decode_counts(
@@ -33,27 +40,9 @@ def decode_counts(
     ``correction``, ``alpha`` and ``background`` apply to strings only.
     """
     counts = document if isinstance(document, CountsArrays) else counts_arrays(document, source)
-    kind = counts.params.kind
-    if kind == "string":
-        if candidates is None:
-            raise ParameterError(
-                "candidates",
-                f"metric {counts.metric or '(unnamed)'} holds strings: give the candidate strings "
-                "to look for (a file with one per line, or a google/rappor map.csv)",
-            )
-        decoder = StringDecoder(
-            counts.params,
-            correction=correction,
-            alpha=alpha,
-            confidence=confidence,
-            background=background,
-            progress=progress,
-        ).fit(counts.reports, counts.ones, candidates, candidate_map, source=counts.source)
-        result = decoder.result_
-        result.summary.update({"metric": counts.metric, "start": counts.start, "end": counts.end})
-        return result
-    if kind == "category":
-        return decode_category(counts, confidence)
-    if kind == "boolean":
-        return decode_boolean(counts, confidence)
-    return decode_number(counts, confidence)
+    decoder = DECODERS.get(counts.params.kind)
+    if decoder is None:
+        raise ParameterError("params.kind", f"no decoder for kind {counts.params.kind!r}")
+    options = DecodeOptions(candidates, candidate_map, correction, alpha, confidence, background,
+                            progress)
+    return decoder(counts, options)

@@ -8,7 +8,10 @@
   ignored (google/rappor's R tools leave them where hashes collide).
 
 Readers accept files written by google/rappor unchanged and name the file and
-the sizes when dimensions disagree.
+the sizes when dimensions disagree. The writers are the only ones in Veil:
+``veil export``, the collector's ``format=csv`` counts and the analysis use them.
+Only NumPy is imported up front (the collector has no SciPy); maps load SciPy
+when read or written.
 """
 
 from __future__ import annotations
@@ -17,15 +20,16 @@ import csv
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from veil.server.analysis.candidate_map import bloom_index_array
-from veil.server.analysis.counts import counts_document
+from veil.server.analysis.counts import counts_arrays, counts_document
 from veil.shared.errors import ParameterError
-from veil.shared.kinds import StringParams
+from veil.shared.kinds import MechanismParams, StringParams
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 PARAMS_HEADER = ["k", "h", "m", "p", "q", "f"]
 
@@ -140,10 +144,32 @@ def write_counts(reports: np.ndarray, ones: np.ndarray, target: PathOrFile) -> N
             handle.close()
 
 
+def write_counts_document(document: dict[str, Any], target: PathOrFile) -> tuple[int, int]:
+    """Write a RAPPOR metric's counts document as ``counts.csv``; return (reports, cohorts)."""
+    arrays = counts_arrays(document)
+    rappor_params(arrays.params)
+    write_counts(arrays.reports, arrays.ones, target)
+    return arrays.total_reports, len(arrays.reports)
+
+
+def rappor_params(params: MechanismParams) -> StringParams:
+    """The google/rappor parameters of a RAPPOR metric; :class:`ParameterError` otherwise."""
+    rappor = params.as_rappor()
+    if rappor is None:
+        raise ParameterError(
+            "kind",
+            f"google/rappor files exist only for metrics reported with RAPPOR bits (strings, "
+            f"categories); this is a {params.kind} metric: use the JSON counts",
+        )
+    return rappor
+
+
 def read_map(
     source: PathOrFile, params: StringParams, params_name: str = "params"
 ) -> tuple[list[str], sp.csc_matrix]:
     """Parse ``map.csv`` into candidates and a 0/1 CSC map of shape ``(m*k, n)``."""
+    import scipy.sparse as sp
+
     name, rows = _rows(source, "map")
     rows = [row for row in rows if row and any(cell.strip() for cell in row)]
     if not rows:
@@ -188,6 +214,8 @@ def write_map(
     progress: bool | None = None,
 ) -> None:
     """Write ``map.csv`` for ``candidates`` with Veil's hashing (all ``m*h`` indices)."""
+    from veil.server.analysis.candidate_map import bloom_index_array
+
     indices = bloom_index_array(params, candidates, progress)
     offsets = (np.arange(params.m, dtype=np.int64) * params.k)[None, :, None]
     one_based = (indices + offsets + 1).reshape(len(candidates), -1)

@@ -36,7 +36,7 @@ def _title(result: DecodeResult) -> str:
         f"{name}: {summary['reports']:,} reports, "
         f"\u03b5\u2081 = {summary['epsilon_1']:.3g}, \u03b5\u221e = {summary['epsilon_inf']:.3g}"
     )
-    if result.kind == "string":
+    if "detected" in summary:  # a decoder that selects among candidates
         title += (
             f"\n{summary['detected']} of {summary['candidates']:,} candidates detected "
             f"({summary['correction']}, \u03b1 = {summary['alpha']:g}), "
@@ -53,7 +53,7 @@ def plot_estimates(result: DecodeResult, path: str | Path, top: int = TOP) -> No
     import matplotlib.pyplot as plt
 
     rows = result.rows[:top]
-    if result.kind == "number":
+    if "proportion" not in result.columns:  # one statistic with its interval
         fig, ax = plt.subplots(figsize=(7, 2.2))
         row = rows[0]
         low, high = result.summary["low"], result.summary["high"]

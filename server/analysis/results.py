@@ -29,12 +29,14 @@ NUMBER_COLUMNS = ("statistic", "estimate", "std_error", "low_95", "high_95")
 @dataclasses.dataclass
 class DecodeResult:
     """What a decoder found: ``rows`` (one dict per string, category or statistic,
-    keyed by ``columns``) and ``summary`` (sample size, privacy cost, fit quality)."""
+    keyed by ``columns``), ``summary`` (sample size, privacy cost, fit quality) and
+    ``headline``, the one line a command prints about it."""
 
     kind: str
     columns: tuple[str, ...]
     rows: list[dict[str, Any]]
     summary: dict[str, Any]
+    headline: str = ""
 
     def to_records(self) -> np.recarray:
         """The rows as a NumPy record array (text column first, then floats)."""

@@ -44,6 +44,8 @@ import scipy.sparse as sp
 from scipy import optimize, stats
 
 from veil.server.analysis.candidate_map import build_map
+from veil.server.analysis.counts import CountsArrays
+from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
 from veil.server.analysis.results import FREQUENCY_COLUMNS, DecodeResult
 from veil.server.analysis.stats import (
     adjust_p_values,
@@ -290,7 +292,11 @@ class StringDecoder:
             reports, np.sqrt(np.clip(lone, 0.0, None)), y, weight, fitted, columns, theta, back, back_var, bit_mass,
             equations, n_candidates, alpha, correction, confidence, started,
         )
-        self.result_ = DecodeResult("string", FREQUENCY_COLUMNS, table, self.summary_)
+        self.result_ = DecodeResult(
+            "string", FREQUENCY_COLUMNS, table, self.summary_,
+            f"{self.summary_['detected']} of {self.summary_['candidates']} candidates detected "
+            f"({self.summary_['allocated_proportion']:.1%} of reports)",
+        )
         return self
 
     def _summary(
@@ -496,3 +502,26 @@ def _refit(
             return columns, theta, cov, back, back_var
         columns = columns[keep]
     raise ParameterError("fit", "the selection did not settle; check the counts and map")
+
+
+@decodes(StringParams)
+def decode_strings(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
+    """The decoder of string metrics: :class:`StringDecoder` over ``options.candidates``."""
+    if options.candidates is None:
+        raise ParameterError(
+            "candidates",
+            f"metric {counts.metric or '(unnamed)'} holds strings: give the candidate strings "
+            "to look for (a file with one per line, or a google/rappor map.csv)",
+        )
+    decoder = StringDecoder(
+        counts.params,
+        correction=options.correction,
+        alpha=options.alpha,
+        confidence=options.confidence,
+        background=options.background,
+        progress=options.progress,
+    ).fit(counts.reports, counts.ones, options.candidates, options.candidate_map,
+          source=counts.source)
+    result = decoder.result_
+    result.summary.update({"metric": counts.metric, "start": counts.start, "end": counts.end})
+    return result

@@ -4,7 +4,7 @@ Adding a kind means one new module here, one entry in :data:`KINDS`, and the
 matching encoder, statistics and estimator on the client and server sides.
 """
 
-from veil.shared.kinds.base import MechanismParams
+from veil.shared.kinds.base import MechanismParams, implements
 from veil.shared.kinds.boolean import BooleanParams
 from veil.shared.kinds.category import CategoryParams
 from veil.shared.kinds.number import NumberParams
@@ -21,4 +21,5 @@ __all__ = [
     "MechanismParams",
     "NumberParams",
     "StringParams",
+    "implements",
 ]

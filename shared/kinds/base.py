@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 from veil.shared.privacy import group_privacy
 from veil.shared.validation import reject_unknown
@@ -28,6 +29,11 @@ class MechanismParams:
         return 1
 
     @property
+    def statistic(self) -> str:
+        """Name of the sufficient statistic the collector keeps (:mod:`veil.shared.statistics`)."""
+        raise NotImplementedError
+
+    @property
     def epsilon_1(self) -> float:
         """Worst-case epsilon of a single report."""
         raise NotImplementedError
@@ -44,6 +50,11 @@ class MechanismParams:
         is reported; ``d_in`` values cost ``d_in`` times that (group privacy).
         """
         return group_privacy(self.epsilon_inf, d_in)
+
+    def as_rappor(self) -> Any:
+        """The google/rappor parameters (a ``StringParams``) these reports can be read with,
+        or ``None`` for kinds whose reports are not RAPPOR bit vectors."""
+        return None
 
     def parse_payload(self, payload: Any, field: str = "payload") -> Any:
         """Check a wire payload and return its value (bits, 0/1 or a float)."""
@@ -63,3 +74,17 @@ class MechanismParams:
         data = {key: value for key, value in data.items() if key != "kind"}
         reject_unknown(cls.__name__, data, {field.name for field in dataclasses.fields(cls)})
         return cls(**data)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def implements(params_type: type[MechanismParams]) -> Callable[[F], F]:
+    """Mark a function as one face of the kind of ``params_type`` (its decoder, its
+    simulation encoder): sets ``function.params_type``, from which registries key it."""
+
+    def mark(function: F) -> F:
+        function.params_type = params_type  # type: ignore[attr-defined]
+        return function
+
+    return mark

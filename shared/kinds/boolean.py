@@ -47,6 +47,10 @@ class BooleanParams(MechanismParams):
         return (1 - alpha) * beta, alpha + (1 - alpha) * beta
 
     @property
+    def statistic(self) -> str:
+        return "ones"
+
+    @property
     def epsilon_1(self) -> float:
         yes_given_no, yes_given_yes = self.yes_probs
         return binary_rr_epsilon(yes_given_yes, yes_given_no)

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from veil.shared.bits import hex_to_bits, realized
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.base import MechanismParams
-from veil.shared.kinds.string import RAPPOR_CONSTRAINTS, check_rappor_probs
+from veil.shared.kinds.string import RAPPOR_CONSTRAINTS, StringParams, check_rappor_probs
 from veil.shared.privacy import (
     f_for_epsilon_inf,
     rappor_effective_probs,
@@ -77,12 +77,20 @@ class CategoryParams(MechanismParams):
         return rappor_effective_probs(realized(self.p), realized(self.q), realized(self.f))
 
     @property
+    def statistic(self) -> str:
+        return "bits"
+
+    @property
     def epsilon_1(self) -> float:
         return rappor_epsilon_1(1, realized(self.p), realized(self.q), realized(self.f))
 
     @property
     def epsilon_inf(self) -> float:
         return rappor_epsilon_inf(1, realized(self.f))
+
+    def as_rappor(self) -> StringParams:
+        """One cohort, one hash: bit ``i`` is category ``i``."""
+        return StringParams(k=self.k, h=1, m=1, p=self.p, q=self.q, f=self.f)
 
     def parse_payload(self, payload: Any, field: str = "payload") -> int:
         return hex_to_bits(payload, self.k, field)

@@ -164,6 +164,10 @@ class NumberParams(MechanismParams):
         return min(max(realize(probability), 1), PROB_ONE - 1)
 
     @property
+    def statistic(self) -> str:
+        return "ones" if self.mechanism == "1bitmean" else "moments"
+
+    @property
     def epsilon_1(self) -> float:
         if self.mechanism != "1bitmean":
             return round_up(self.epsilon)

@@ -77,12 +77,19 @@ class StringParams(MechanismParams):
         return rappor_effective_probs(realized(self.p), realized(self.q), realized(self.f))
 
     @property
+    def statistic(self) -> str:
+        return "bits"
+
+    @property
     def epsilon_1(self) -> float:
         return rappor_epsilon_1(self.h, realized(self.p), realized(self.q), realized(self.f))
 
     @property
     def epsilon_inf(self) -> float:
         return rappor_epsilon_inf(self.h, realized(self.f))
+
+    def as_rappor(self) -> StringParams:
+        return self
 
     def parse_payload(self, payload: Any, field: str = "payload") -> int:
         return hex_to_bits(payload, self.k, field)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -10,8 +9,8 @@ from typing import Any
 import pytest
 
 from veil.client.encoders import make_encoder
-from veil.shared.bits import hex_to_bits
 from veil.shared.registry import Registry
+from veil.shared.statistics import statistic_for
 from veil.shared.wire import make_batch, make_report
 
 
@@ -38,26 +37,23 @@ class Wire:
         return make_batch(os.urandom(16).hex(), reports)
 
     def expected(self, metric: str, reports: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-        """The ``reports`` and ``cohorts`` of the counts document, computed from payloads."""
+        """The ``reports`` and ``cohorts`` of the counts document, folded report by report
+        with the statistic's one-report reference (:meth:`Statistic.of_report`)."""
         params = self.registry[metric].params
-        chosen = [r for r in reports if r["metric"] == metric]
-        if params.kind in ("string", "category"):
-            cohorts = [{"cohort": c, "reports": 0, "ones": [0] * params.k}
-                       for c in range(params.cohorts)]
-            for report in chosen:
-                entry = cohorts[report.get("cohort", 0)]
-                entry["reports"] += 1
-                bits = hex_to_bits(report["payload"], params.k)
-                for i in range(params.k):
-                    entry["ones"][i] += (bits >> i) & 1
-        elif params.kind == "boolean" or params.mechanism == "1bitmean":
-            cohorts = [{"cohort": 0, "reports": len(chosen),
-                        "ones": sum(r["payload"] for r in chosen)}]
-        else:
-            values = [float(r["payload"]) for r in chosen]
-            cohorts = [{"cohort": 0, "reports": len(chosen), "sum": math.fsum(values),
-                        "sum_squares": math.fsum(v * v for v in values)}]
-        return {"reports": len(chosen), "cohorts": cohorts}
+        statistic = statistic_for(params)
+        states = [statistic.zero(params) for _ in range(params.cohorts)]
+        sizes = [0] * params.cohorts
+        for report in reports:
+            if report["metric"] != metric:
+                continue
+            cohort = report.get("cohort", 0)
+            value = params.parse_payload(report["payload"])
+            stored = statistic.stored_payload(params, report["payload"], value)
+            states[cohort] = statistic.merge(states[cohort], statistic.of_report(params, stored))
+            sizes[cohort] += 1
+        cohorts = [{"cohort": c, "reports": sizes[c], **statistic.to_entry(states[c])}
+                   for c in range(params.cohorts)]
+        return {"reports": sum(sizes), "cohorts": cohorts}
 
 
 @pytest.fixture

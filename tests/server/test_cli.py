@@ -68,7 +68,7 @@ def test_export_of_a_category_metric_and_refusals(collector, wire, tmp_path):
     forced = veil("export", "--db", db, "--metric", "rare", "--out", str(tmp_path / "r"), "--force")
     assert forced.returncode == 0, forced.stderr
     boolean = veil("export", "--db", db, "--metric", "dark_mode", "--out", str(tmp_path / "b"))
-    assert boolean.returncode == 2 and "string and category" in boolean.stderr
+    assert boolean.returncode == 2 and "exist only for metrics reported with RAPPOR bits" in boolean.stderr
     missing = veil("export", "--db", str(tmp_path / "none.db"), "--metric", "x", "--out", "o")
     assert missing.returncode == 2 and "no Veil database" in missing.stderr
 

@@ -1,0 +1,39 @@
+"""Sufficient statistics, one module each; :data:`STATISTICS` maps a name to its class.
+
+A kind of metric names its statistic (``params.statistic``); storage backends,
+counts documents, the API schema and simulations work through
+:func:`statistic_for` and never branch on a kind's name. These modules need
+NumPy (the server, analysis and simulation extras); the client never imports them.
+"""
+
+from veil.shared.kinds.base import MechanismParams
+from veil.shared.statistics.base import Field, State, Statistic
+from veil.shared.statistics.bits import BitCounts, bit_counts_by_group
+from veil.shared.statistics.moments import Moments
+from veil.shared.statistics.ones import OneCounts
+
+STATISTICS: dict[str, Statistic] = {cls.name: cls() for cls in (BitCounts, OneCounts, Moments)}
+
+#: every aggregate column any statistic uses, in the order backends lay them out
+COLUMNS: tuple[str, ...] = tuple(
+    dict.fromkeys(field.column for statistic in STATISTICS.values() for field in statistic.fields)
+)
+
+
+def statistic_for(params: MechanismParams) -> Statistic:
+    """The statistic a metric with ``params`` keeps."""
+    return STATISTICS[params.statistic]
+
+
+__all__ = [
+    "COLUMNS",
+    "STATISTICS",
+    "BitCounts",
+    "Field",
+    "Moments",
+    "OneCounts",
+    "State",
+    "Statistic",
+    "bit_counts_by_group",
+    "statistic_for",
+]

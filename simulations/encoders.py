@@ -1,0 +1,97 @@
+"""The simulation face of each kind: many installations' reports at once, as wire payloads.
+
+:data:`SIMULATORS` maps a kind to a function ``(params, values, rng, clients=None)``
+returning :class:`SimulatedReports` with the same law as the SDK's encoder (numpy's
+generators instead of the CSPRNG, which is fine for simulation and only for it).
+``values`` are the metric's own values (strings, category names, booleans, numbers);
+``clients[r]``, when given, says which installation made report ``r`` (reports of one
+installation and value share their memoized response).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from veil.shared.kinds import (
+    BooleanParams,
+    CategoryParams,
+    MechanismParams,
+    NumberParams,
+    StringParams,
+    implements,
+)
+from veil.simulations.encoding import (
+    bloom_table,
+    encode_booleans,
+    encode_categories,
+    encode_numbers,
+    encode_strings,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedReports:
+    """Each report's cohort and wire payload, in the order of the values given."""
+
+    cohorts: np.ndarray
+    payloads: list[Any]
+
+
+def _client_cohorts(params: MechanismParams, n: int, rng: np.random.Generator,
+                    clients: np.ndarray | None) -> np.ndarray:
+    """A uniformly random cohort per installation (the SDK derives one from its seed)."""
+    if not params.has_cohorts:
+        return np.zeros(n, dtype=np.int64)
+    if clients is None:
+        return rng.integers(0, params.cohorts, n)
+    _, index = np.unique(np.asarray(clients), return_inverse=True)
+    return rng.integers(0, params.cohorts, index.max(initial=-1) + 1)[index.reshape(-1)]
+
+
+@implements(StringParams)
+def simulate_strings(params: StringParams, values: Sequence[str], rng: np.random.Generator,
+                     clients: np.ndarray | None = None) -> SimulatedReports:
+    """Bloom-filter RAPPOR reports of string ``values``."""
+    distinct, index = np.unique(np.asarray(values, dtype=object), return_inverse=True)
+    cohorts = _client_cohorts(params, len(values), rng, clients)
+    table = bloom_table(params, [str(v) for v in distinct])
+    reports = encode_strings(params, table, index.reshape(-1), cohorts, rng, clients)
+    return SimulatedReports(cohorts, reports.payloads())
+
+
+@implements(CategoryParams)
+def simulate_categories(params: CategoryParams, values: Sequence[str], rng: np.random.Generator,
+                        clients: np.ndarray | None = None) -> SimulatedReports:
+    """One-hot basic RAPPOR reports of category names ``values``."""
+    indices = np.array([params.index(value) for value in values], dtype=np.int64)
+    reports = encode_categories(params, indices, rng, clients)
+    return SimulatedReports(reports.cohorts, reports.payloads())
+
+
+@implements(BooleanParams)
+def simulate_booleans(params: BooleanParams, values: Sequence[bool], rng: np.random.Generator,
+                      clients: np.ndarray | None = None) -> SimulatedReports:
+    """Randomized-response answers (0/1) of boolean ``values``."""
+    answers = encode_booleans(params, np.asarray(values, dtype=bool), rng, clients)
+    return SimulatedReports(np.zeros(len(values), np.int64), answers.tolist())
+
+
+@implements(NumberParams)
+def simulate_numbers(params: NumberParams, values: Sequence[float], rng: np.random.Generator,
+                     clients: np.ndarray | None = None) -> SimulatedReports:
+    """Noisy grid values (laplace, gaussian) or 1BitMean bits of numeric ``values``."""
+    out = encode_numbers(params, np.asarray(values, dtype=float), rng, clients)
+    return SimulatedReports(np.zeros(len(values), np.int64), out.tolist())
+
+
+Simulator = Callable[..., SimulatedReports]
+
+#: the simulation encoder of each kind, keyed by its parameter class's kind
+SIMULATORS: dict[str, Simulator] = {
+    simulator.params_type.kind: simulator  # type: ignore[attr-defined]
+    for simulator in (simulate_strings, simulate_categories, simulate_booleans, simulate_numbers)
+}
