@@ -19,6 +19,7 @@ from veil.client.errors import (
     StateError,
     UnknownMetricError,
 )
+from veil.client.transport import RequestsTransport, Transport
 from veil.shared.errors import ParameterError, VeilError, WireFormatError
 
 __all__ = [
@@ -29,7 +30,9 @@ __all__ = [
     "ParameterError",
     "PrivacySpent",
     "RegistryUnavailableError",
+    "RequestsTransport",
     "StateError",
+    "Transport",
     "UnknownMetricError",
     "VeilError",
     "WireFormatError",

@@ -1,8 +1,15 @@
-"""The :class:`Client` applications embed: report values, flush them, see the privacy spent."""
+"""The :class:`Client` applications embed: report values, flush them, see the privacy spent.
+
+The client is a facade over its parts: the encoders randomize values, the
+:class:`~veil.client.outbox.Outbox` and the
+:class:`~veil.client.accounting.PrivacyLedger` keep reports and epsilon in the
+state database, a :class:`~veil.client.transport.Transport` carries batches to
+the collector, and a :class:`~veil.client.worker.BackgroundWorker` flushes
+from a daemon thread when ``background=True``.
+"""
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import logging
@@ -12,8 +19,6 @@ import secrets
 import sqlite3
 import threading
 import time
-import weakref
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,11 +31,18 @@ from veil.client.encoders.base import Encoder
 from veil.client.errors import BudgetExceededError, ClientClosedError, UnknownMetricError
 from veil.client.outbox import Outbox
 from veil.client.registry_source import resolve_registry
-from veil.client.state import cohort_seed, load_secret, open_database, prepare_directory
-from veil.client.transport import RetryPolicy, send_batch
+from veil.client.state import (
+    cohort_seed,
+    load_secret,
+    open_database,
+    prepare_directory,
+    transaction,
+)
+from veil.client.transport import RequestsTransport, RetryPolicy, Transport
+from veil.client.worker import BackgroundWorker
 from veil.shared.errors import ParameterError
 from veil.shared.registry import Metric, Registry
-from veil.shared.wire import WIRE_VERSION, make_report, validate_report
+from veil.shared.wire import join_batch, make_report, validate_report
 
 log = logging.getLogger("veil.client")
 
@@ -89,7 +101,8 @@ class Client:
     ``state_dir``. :meth:`report` never touches the network; :meth:`flush`
     uploads, or ``background=True`` lets a daemon thread do it every
     ``flush_interval`` seconds or ``batch_size`` reports. ``budget`` caps the
-    installation's total worst-case epsilon.
+    installation's total worst-case epsilon. ``transport`` replaces the default
+    :class:`~veil.client.transport.RequestsTransport`; :meth:`close` closes it.
     """
 
     def __init__(
@@ -108,6 +121,7 @@ class Client:
         max_batch_bytes: int = 1_000_000,
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
+        transport: Transport | None = None,
     ) -> None:
         self.url = _check_url(url)
         if token is not None and (not isinstance(token, str) or not token or "\n" in token):
@@ -130,6 +144,12 @@ class Client:
             raise ParameterError(
                 "max_retries", f"max_retries must be an integer >= 0; got {max_retries!r}"
             )
+        if transport is not None and not isinstance(transport, Transport):
+            raise ParameterError(
+                "transport",
+                "transport must be a veil.client.Transport, or None for the default "
+                f"RequestsTransport; got {type(transport).__name__}",
+            )
         self.token = token
         self.budget = budget
         self.background = background
@@ -142,14 +162,16 @@ class Client:
 
         self.state_dir: Path = prepare_directory(state_dir)
         self._secret = load_secret(self.state_dir)
-        self.session = self._new_session()
+        self.transport: Transport = RequestsTransport() if transport is None else transport
         try:
             self.registry: Registry = resolve_registry(
-                registry, self.url, self.state_dir, self.session, self.timeout
+                registry, self.url, self.state_dir, self.transport,
+                token=self.token, timeout=self.timeout,
             )
             self._open_database(recover=True)
         except BaseException:
-            self.session.close()
+            if transport is None:  # a transport the caller passed in stays theirs until we exist
+                self.transport.close()
             raise
         self._cohort_seed = cohort_seed(self._connection)
         self._pid = os.getpid()
@@ -157,19 +179,23 @@ class Client:
         self._closed = False
         self._abandoned: list[sqlite3.Connection] = []
         self._encoders: dict[str, Encoder[Any]] = {}
-        self._wake = threading.Condition(threading.Lock())
-        self._stop = threading.Event()
-        self._since_flush = 0
-        self._worker: threading.Thread | None = None
-        self._atexit: Callable[[], None] | None = None
+        self._worker = (
+            BackgroundWorker(self._flush_in_background, batch_size=batch_size,
+                             interval=self.flush_interval, at_exit=self._close_at_exit)
+            if background else None
+        )
 
     # ---------------------------------------------------------------- set-up
 
-    def _new_session(self) -> requests.Session:
-        session = requests.Session()
-        if self.token is not None:
-            session.headers["Authorization"] = f"Bearer {self.token}"
-        return session
+    @property
+    def session(self) -> requests.Session:
+        """The default transport's ``requests.Session``: set proxies, CA bundles or headers there."""
+        if not isinstance(self.transport, RequestsTransport):
+            raise AttributeError(
+                f"this client sends through {type(self.transport).__name__}; "
+                "only the default RequestsTransport has a session"
+            )
+        return self.transport.session
 
     def _open_database(self, *, recover: bool) -> None:
         self._connection = open_database(self.state_dir)
@@ -181,20 +207,19 @@ class Client:
                 log.info("%d reports whose upload was interrupted are queued again", returned)
 
     def _check_process(self) -> None:
-        """Raise if closed; after ``os.fork()`` give the child its own connection and thread."""
+        """Raise if closed; after ``os.fork()`` give the child its own connection.
+
+        (The worker and the default transport notice the fork themselves.)
+        """
         if self._closed:
             raise ClientClosedError("this Client is closed; create a new one")
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._lock = threading.Lock()
-            self._wake = threading.Condition(threading.Lock())
-            self._stop = threading.Event()
-            self._worker = None
             # never close the parent's SQLite connection in the child: closing it would
             # release this process's POSIX locks on the database (SQLite's fork caveat)
             self._abandoned.append(self._connection)
             self._open_database(recover=False)
-            self.session = self._new_session()
 
     def _metric(self, name: Any) -> Metric:
         if not isinstance(name, str) or name not in self.registry:
@@ -227,14 +252,12 @@ class Client:
                            encoder.finish(encoder.memoized(key)))
         validate_report(wire, self.registry)
         body = _JSON.encode(wire)
-        connection = self._connection
         with self._lock:
             if self._ledger.saturated(spec, key):
                 # costs nothing more: a single autocommitted insert
                 self._outbox.insert(body)
             else:
-                connection.execute("BEGIN IMMEDIATE")
-                try:
+                with transaction(self._connection):
                     charge = self._ledger.charge(spec, key)
                     if charge is not None:
                         if self.budget is not None:
@@ -245,14 +268,10 @@ class Client:
                                 )
                         self._ledger.write(charge)
                     self._outbox.insert(body)
-                    connection.execute("COMMIT")
-                except BaseException:
-                    connection.execute("ROLLBACK")
-                    raise
                 if charge is not None:
                     self._ledger.committed(charge)
-        if self.background:
-            self._nudge()
+        if self._worker is not None:
+            self._worker.nudge()
 
     def privacy_spent(self) -> PrivacySpent:
         """The worst-case epsilon spent so far, per metric and in total."""
@@ -272,10 +291,7 @@ class Client:
         """Reports the collector refused for good, over the installation's lifetime."""
         self._check_process()
         with self._lock:
-            row = self._connection.execute(
-                "SELECT value FROM counters WHERE name = 'dropped'"
-            ).fetchone()
-        return row[0] if row else 0
+            return self._outbox.dropped()
 
     @property
     def cohort_seed(self) -> int:
@@ -309,13 +325,10 @@ class Client:
             if not rows:
                 break
             seqs = [seq for seq, _ in rows]
-            body = (
-                f'{{"version":{WIRE_VERSION},"batch_id":"{secrets.token_hex(16)}",'
-                f'"reports":[{",".join(text for _, text in rows)}]}}'
-            ).encode()
+            body = join_batch(secrets.token_hex(16), [text for _, text in rows]).encode()
             try:
-                outcome = send_batch(
-                    self.session, self.url, body, len(rows), timeout=self.timeout,
+                outcome = self.transport.send(
+                    self.url, body, len(rows), token=self.token, timeout=self.timeout,
                     policy=policy, deadline=deadline, stop=stop,
                 )
             except BaseException:
@@ -328,7 +341,7 @@ class Client:
                 with self._lock:
                     self._outbox.delete(seqs)
                     if rejected:
-                        self._count_dropped(rejected)
+                        self._outbox.count_dropped(rejected)
                 for item in answer.get("errors", [])[:20]:
                     log.warning("the collector refused a report (dropped): %s", item)
                 totals["batches"] += 1
@@ -340,7 +353,7 @@ class Client:
             if outcome.kind == "too_large" and len(rows) == 1:
                 with self._lock:
                     self._outbox.delete(seqs)
-                    self._count_dropped(1)
+                    self._outbox.count_dropped(1)
                 log.warning(
                     "dropped a report the collector refuses as too large: %s", outcome.message
                 )
@@ -364,53 +377,9 @@ class Client:
             remaining = self._outbox.pending()
         return FlushResult(remaining=remaining, error=error, **totals)
 
-    def _count_dropped(self, count: int) -> None:
-        self._connection.execute(
-            "INSERT INTO counters (name, value) VALUES ('dropped', ?) "
-            "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
-            (count,),
-        )
-
-    # ---------------------------------------------------------------- background uploader
-
-    def _nudge(self) -> None:
-        """Count a new report for the uploader; start it on first use, wake it on a full batch."""
-        if self._worker is None or not self._worker.is_alive():
-            self._start_worker()
-        with self._wake:
-            self._since_flush += 1
-            if self._since_flush >= self.batch_size:
-                self._wake.notify()
-
-    def _start_worker(self) -> None:
-        worker = threading.Thread(target=self._run_worker, name="veil-uploader", daemon=True)
-        self._worker = worker
-        worker.start()
-        if self._atexit is None:
-            reference = weakref.ref(self)
-
-            def close_at_exit() -> None:
-                client = reference()
-                if client is not None and not client._closed and client._pid == os.getpid():
-                    client.close()
-
-            self._atexit = close_at_exit
-            atexit.register(close_at_exit)
-
-    def _run_worker(self) -> None:
-        stop = self._stop
-        while not stop.is_set():
-            with self._wake:
-                if self._since_flush < self.batch_size:
-                    self._wake.wait(self.flush_interval)
-                self._since_flush = 0
-            if stop.is_set():
-                break
-            try:
-                self._flush(None, stop, self.retry_policy)
-            except Exception:
-                log.exception("the background upload failed; the reports stay queued")
-                stop.wait(self.flush_interval)
+    def _flush_in_background(self, stop: threading.Event) -> None:
+        """The background worker's flush: retries as configured, waits end when ``stop`` is set."""
+        self._flush(None, stop, self.retry_policy)
 
     # ---------------------------------------------------------------- closing
 
@@ -430,17 +399,9 @@ class Client:
             self._closed = True
             return None
         deadline = time.monotonic() + timeout
-        worker = self._worker
-        if worker is not None:
-            self._stop.set()
-            with self._wake:
-                self._wake.notify()
-            worker.join(max(deadline - time.monotonic(), 0.0))
-        if self._atexit is not None:
-            atexit.unregister(self._atexit)
-            self._atexit = None
+        stopped = self._worker is None or self._worker.stop(max(deadline - time.monotonic(), 0.0))
         self._closed = True
-        if worker is not None and worker.is_alive():
+        if not stopped:
             log.warning("closing while an upload is still in progress; its reports stay queued")
             return None
         policy = dataclasses.replace(self.retry_policy, max_retries=0)
@@ -449,8 +410,13 @@ class Client:
         finally:
             with self._lock:
                 self._connection.close()
-            self.session.close()
+            self.transport.close()
         return result
+
+    def _close_at_exit(self) -> None:
+        """Close at interpreter exit, unless already closed or inherited through a fork unused."""
+        if not self._closed and self._pid == os.getpid():
+            self.close()
 
     def __enter__(self) -> Client:
         return self

@@ -8,6 +8,10 @@ claimed by a process that died are put back to ``READY`` on start-up
 (:meth:`Outbox.recover`), and resending them is safe because the collector
 deduplicates by report id.
 
+Reports the collector refuses for good leave the table too, and are counted
+in the ``counters`` table (:meth:`Outbox.count_dropped`), so that none is lost
+silently.
+
 Methods run single statements or short transactions on a connection the caller
 serializes (the client holds a lock around every call).
 """
@@ -15,6 +19,8 @@ serializes (the client holds a lock around every call).
 from __future__ import annotations
 
 import sqlite3
+
+from veil.client.state import transaction
 
 READY = 0
 IN_FLIGHT = 1
@@ -44,8 +50,7 @@ class Outbox:
         an oversized report is never stuck (the collector refuses it and it is dropped).
         """
         connection = self.connection
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(connection):
             rows = connection.execute(
                 "SELECT seq, body FROM outbox WHERE state = ? ORDER BY seq LIMIT ?", (READY, limit)
             ).fetchall()
@@ -58,10 +63,6 @@ class Outbox:
             connection.executemany(
                 "UPDATE outbox SET state = ? WHERE seq = ?", [(IN_FLIGHT, seq) for seq, _ in rows]
             )
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
         return rows
 
     def delete(self, seqs: list[int]) -> None:
@@ -77,12 +78,21 @@ class Outbox:
         (count,) = self.connection.execute("SELECT COUNT(*) FROM outbox").fetchone()
         return count
 
+    def count_dropped(self, count: int) -> None:
+        """Add ``count`` reports the collector refused for good to the durable tally."""
+        self.connection.execute(
+            "INSERT INTO counters (name, value) VALUES ('dropped', ?) "
+            "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+            (count,),
+        )
+
+    def dropped(self) -> int:
+        """Reports the collector refused for good, over the installation's lifetime."""
+        row = self.connection.execute(
+            "SELECT value FROM counters WHERE name = 'dropped'"
+        ).fetchone()
+        return row[0] if row else 0
+
     def _many(self, sql: str, rows: list[tuple[int, ...]]) -> None:
-        connection = self.connection
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            connection.executemany(sql, rows)
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
+        with transaction(self.connection):
+            self.connection.executemany(sql, rows)

@@ -1,8 +1,8 @@
 """Where the client's metric registry comes from: given locally, or fetched and cached.
 
-A fetched registry (``GET /v1/metrics``) is cached as ``registry.json`` in the
-state directory, so an application that starts while the collector is
-unreachable still knows its metrics.
+A registry fetched through the client's transport (``GET /v1/metrics``) is
+cached as ``registry.json`` in the state directory, so an application that
+starts while the collector is unreachable still knows its metrics.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import os
 import secrets
 from pathlib import Path
 
-import requests
-
 from veil.client.errors import RegistryUnavailableError
 from veil.client.state import REGISTRY_CACHE_FILE
+from veil.client.transport import Transport
 from veil.shared.errors import ParameterError, VeilError
 from veil.shared.registry import Registry
 
@@ -30,7 +29,9 @@ def resolve_registry(
     registry: Registry | str | os.PathLike[str] | None,
     url: str,
     directory: Path,
-    session: requests.Session,
+    transport: Transport,
+    *,
+    token: str | None,
     timeout: float,
 ) -> Registry:
     """A :class:`Registry` object, a TOML file path, or ``None`` (fetch, else the cache)."""
@@ -48,7 +49,7 @@ def resolve_registry(
     if cache.exists():
         timeout = min(timeout, CACHED_FETCH_TIMEOUT)
     try:
-        fetched = fetch_registry(url, session, timeout)
+        fetched = transport.fetch_registry(url, token=token, timeout=timeout)
     except VeilError as problem:
         cached = read_cache(cache)
         if cached is None:
@@ -61,23 +62,6 @@ def resolve_registry(
         return cached
     write_cache(cache, fetched)
     return fetched
-
-
-def fetch_registry(url: str, session: requests.Session, timeout: float) -> Registry:
-    """``GET {url}/v1/metrics`` and parse it; raise :class:`RegistryUnavailableError`."""
-    address = f"{url}/v1/metrics"
-    try:
-        response = session.get(address, timeout=timeout)
-    except requests.RequestException as exc:
-        raise RegistryUnavailableError(f"GET {address} failed: {exc}") from None
-    if response.status_code != 200:
-        raise RegistryUnavailableError(f"GET {address} answered HTTP {response.status_code}")
-    try:
-        return Registry.from_dict(response.json())
-    except (ValueError, ParameterError) as exc:
-        raise RegistryUnavailableError(
-            f"GET {address} returned an invalid registry: {exc}"
-        ) from None
 
 
 def read_cache(path: Path) -> Registry | None:

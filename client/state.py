@@ -19,6 +19,7 @@ import os
 import secrets
 import sqlite3
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from veil.client.errors import StateError
@@ -137,6 +138,22 @@ def open_database(directory: Path) -> sqlite3.Connection:
     except sqlite3.DatabaseError as exc:
         raise StateError(f"cannot open the state database {path}: {exc}") from None
     return connection
+
+
+@contextlib.contextmanager
+def transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """Run the block as one write transaction: committed if it ends, rolled back if it raises.
+
+    ``BEGIN IMMEDIATE`` takes the write lock up front, so no other process
+    writes between what the block reads and what it writes (the ledger).
+    """
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
 
 
 def _check_schema_version(connection: sqlite3.Connection, path: Path) -> None:

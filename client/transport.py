@@ -1,11 +1,17 @@
-"""Uploading one batch: ``POST /v1/reports`` with timeouts, retries and backoff.
+"""How the client talks to the collector: the :class:`Transport` interface and its default.
 
-Retries happen only where resending can help: network errors, 408, 429 and
-5xx. The delay before retry ``n`` (from 0) is drawn uniformly from
-``[0, min(backoff_base * 2**n, backoff_cap)]`` ("full jitter", so that many
-clients coming back after an outage do not retry in lockstep), or is the
-collector's ``Retry-After`` when it sends one. Resending a batch is safe:
-the collector deduplicates reports by id.
+A transport uploads one batch (``POST /v1/reports``) and says how that ended
+(an :class:`Outcome`), and fetches the metric registry (``GET /v1/metrics``).
+Everything else (which reports go in a batch, what an outcome does to the
+outbox) stays in the client, so a transport is only the way bytes travel, as a
+``requests`` adapter is for a ``Session``.
+
+:class:`RequestsTransport`, the default, retries only where resending can
+help: network errors, 408, 429 and 5xx. The delay before retry ``n`` (from 0)
+is drawn uniformly from ``[0, min(backoff_base * 2**n, backoff_cap)]`` ("full
+jitter", so that many clients coming back after an outage do not retry in
+lockstep), or is the collector's ``Retry-After`` when it sends one. Resending
+a batch is safe: the collector deduplicates reports by id.
 """
 
 from __future__ import annotations
@@ -14,12 +20,18 @@ import dataclasses
 import email.utils
 import logging
 import math
+import os
 import random
 import threading
 import time
+from abc import ABC, abstractmethod
 from typing import Any
 
 import requests
+
+from veil.client.errors import RegistryUnavailableError
+from veil.shared.errors import ParameterError
+from veil.shared.registry import Registry
 
 log = logging.getLogger("veil.client")
 
@@ -32,9 +44,11 @@ class Outcome:
     """How one batch upload ended.
 
     ``kind`` is ``"acknowledged"`` (HTTP 200 with a well-formed answer in
-    ``answer``), ``"too_large"`` (413, or 400 ``too_many``: split the batch),
-    ``"refused"`` (another 4xx: the collector will not take this batch as sent)
-    or ``"unreachable"`` (retries exhausted, deadline reached or stopped).
+    ``answer``: the counts ``accepted``, ``duplicates`` and ``rejected``, and
+    optionally ``errors``, the list of refused reports), ``"too_large"`` (413,
+    or 400 ``too_many``: split the batch), ``"refused"`` (another 4xx: the
+    collector will not take this batch as sent) or ``"unreachable"`` (retries
+    exhausted, deadline reached or stopped); ``message`` says why for the last three.
     """
 
     kind: str
@@ -102,62 +116,148 @@ def _batch_error(response: requests.Response) -> tuple[str, str]:
         return "", response.text[:200]
 
 
-def send_batch(
-    session: requests.Session,
-    url: str,
-    body: bytes,
-    reports: int,
-    *,
-    timeout: float,
-    policy: RetryPolicy,
-    deadline: float | None = None,
-    stop: threading.Event | None = None,
-) -> Outcome:
-    """POST one batch until it is acknowledged, refused for good, or retrying must end.
+def _authorization(token: str | None) -> dict[str, str]:
+    return {} if token is None else {"Authorization": f"Bearer {token}"}
 
-    ``deadline`` (a :func:`time.monotonic` instant) bounds the whole call, including
-    waits; ``stop`` ends waiting early (the client is closing).
+
+class Transport(ABC):
+    """The way a :class:`~veil.client.Client` reaches its collector; subclass it to plug your own.
+
+    The client may call :meth:`send` from two threads at once (a ``flush()``
+    while the background uploader runs), and after ``os.fork()`` a child calls
+    the same object: a transport holding connections opens new ones there.
+    The client calls :meth:`close` when it closes.
     """
-    address = f"{url}/v1/reports"
-    headers = {"Content-Type": "application/json"}
-    attempt = 0
-    while True:
-        limit = timeout if deadline is None else min(timeout, deadline - time.monotonic())
-        if limit <= 0:
-            return Outcome("unreachable", message="flush deadline reached")
-        wait: float | None = None
-        try:
-            response = session.post(address, data=body, headers=headers, timeout=limit)
-        except requests.RequestException as exc:
-            problem, status = f"POST {address} failed: {exc.__class__.__name__}: {exc}", None
-        else:
-            status = response.status_code
-            if status == 200:
-                answer = _acknowledgement(response, reports)
-                if answer is not None:
-                    return Outcome("acknowledged", status, answer)
-                problem = f"POST {address}: HTTP 200 with an answer that does not match the batch"
-            elif status in RETRY_STATUSES:
-                problem = f"POST {address}: HTTP {status}"
-                wait = retry_after(response)
+
+    @abstractmethod
+    def send(
+        self,
+        url: str,
+        body: bytes,
+        reports: int,
+        *,
+        token: str | None,
+        timeout: float,
+        policy: RetryPolicy,
+        deadline: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Outcome:
+        """Upload one batch (``body``: the JSON of ``reports`` reports) to ``{url}/v1/reports``.
+
+        ``token`` is the bearer token (``None``: none), ``timeout`` bounds each
+        request, ``policy`` says how often and how long to retry, ``deadline`` (a
+        :func:`time.monotonic` instant) bounds the whole call and ``stop`` ends
+        waiting early. Failures are returned as an :class:`Outcome`, not raised.
+        """
+
+    def fetch_registry(self, url: str, *, token: str | None, timeout: float) -> Registry:
+        """The collector's metric registry (``GET {url}/v1/metrics``).
+
+        Raises :class:`~veil.client.RegistryUnavailableError`; this default
+        always does, so the client falls back to its cached copy or ``registry=``.
+        """
+        raise RegistryUnavailableError(f"{type(self).__name__} does not fetch the registry")
+
+    def close(self) -> None:
+        """Release connections and other resources (this default holds none)."""
+        return None
+
+
+class RequestsTransport(Transport):
+    """The default transport: HTTP with ``requests``, retries with backoff, ``Retry-After``."""
+
+    def __init__(self) -> None:
+        self._session: requests.Session | None = None
+        self._pid = os.getpid()
+
+    @property
+    def session(self) -> requests.Session:
+        """This process's ``requests.Session``: created on first use, and anew after a fork."""
+        if self._session is None or self._pid != os.getpid():
+            # a forked child must not share the parent's pooled connections
+            self._pid = os.getpid()
+            self._session = requests.Session()
+        return self._session
+
+    def send(
+        self,
+        url: str,
+        body: bytes,
+        reports: int,
+        *,
+        token: str | None,
+        timeout: float,
+        policy: RetryPolicy,
+        deadline: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Outcome:
+        """POST the batch until it is acknowledged, refused for good, or retrying must end."""
+        address = f"{url}/v1/reports"
+        headers = {"Content-Type": "application/json", **_authorization(token)}
+        attempt = 0
+        while True:
+            limit = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+            if limit <= 0:
+                return Outcome("unreachable", message="flush deadline reached")
+            wait: float | None = None
+            try:
+                response = self.session.post(address, data=body, headers=headers, timeout=limit)
+            except requests.RequestException as exc:
+                problem, status = f"POST {address} failed: {exc.__class__.__name__}: {exc}", None
             else:
-                code, message = _batch_error(response)
-                if status == 413 or (status == 400 and code == "too_many"):
-                    return Outcome("too_large", status, message=message)
-                return Outcome("refused", status, message=f"HTTP {status} {code} {message}".strip())
-        if attempt >= policy.max_retries:
-            return Outcome("unreachable", status, message=f"{problem} (gave up after "
-                           f"{attempt + 1} attempts)")
-        delay = policy.delay(attempt) if wait is None else wait
-        if wait is not None and wait > policy.backoff_cap:
-            return Outcome("unreachable", status, message=f"{problem}; the collector asked to "
-                           f"retry after {wait:.0f} s")
-        if deadline is not None and time.monotonic() + delay >= deadline:
-            return Outcome("unreachable", status, message=f"{problem} (flush deadline reached)")
-        log.info("%s; retrying in %.2f s", problem, delay)
-        if stop is not None:
-            if stop.wait(delay):
-                return Outcome("unreachable", status, message=f"{problem} (client closing)")
-        else:
-            time.sleep(delay)
-        attempt += 1
+                status = response.status_code
+                if status == 200:
+                    answer = _acknowledgement(response, reports)
+                    if answer is not None:
+                        return Outcome("acknowledged", status, answer)
+                    problem = (
+                        f"POST {address}: HTTP 200 with an answer that does not match the batch"
+                    )
+                elif status in RETRY_STATUSES:
+                    problem = f"POST {address}: HTTP {status}"
+                    wait = retry_after(response)
+                else:
+                    code, message = _batch_error(response)
+                    if status == 413 or (status == 400 and code == "too_many"):
+                        return Outcome("too_large", status, message=message)
+                    return Outcome(
+                        "refused", status, message=f"HTTP {status} {code} {message}".strip()
+                    )
+            if attempt >= policy.max_retries:
+                return Outcome("unreachable", status, message=f"{problem} (gave up after "
+                               f"{attempt + 1} attempts)")
+            delay = policy.delay(attempt) if wait is None else wait
+            if wait is not None and wait > policy.backoff_cap:
+                return Outcome("unreachable", status, message=f"{problem}; the collector asked "
+                               f"to retry after {wait:.0f} s")
+            if deadline is not None and time.monotonic() + delay >= deadline:
+                return Outcome("unreachable", status, message=f"{problem} (flush deadline reached)")
+            log.info("%s; retrying in %.2f s", problem, delay)
+            if stop is not None:
+                if stop.wait(delay):
+                    return Outcome("unreachable", status, message=f"{problem} (client closing)")
+            else:
+                time.sleep(delay)
+            attempt += 1
+
+    def fetch_registry(self, url: str, *, token: str | None, timeout: float) -> Registry:
+        """``GET {url}/v1/metrics`` and parse it; raise :class:`RegistryUnavailableError`."""
+        address = f"{url}/v1/metrics"
+        try:
+            response = self.session.get(address, headers=_authorization(token), timeout=timeout)
+        except requests.RequestException as exc:
+            raise RegistryUnavailableError(f"GET {address} failed: {exc}") from None
+        if response.status_code != 200:
+            raise RegistryUnavailableError(f"GET {address} answered HTTP {response.status_code}")
+        try:
+            return Registry.from_dict(response.json())
+        except (ValueError, ParameterError) as exc:
+            raise RegistryUnavailableError(
+                f"GET {address} returned an invalid registry: {exc}"
+            ) from None
+
+    def close(self) -> None:
+        """Close this process's session (never one inherited from the parent of a fork)."""
+        if self._session is not None and self._pid == os.getpid():
+            self._session.close()
+        self._session = None

@@ -87,6 +87,7 @@ BAD_ARGUMENTS = [
     ({"max_batch_bytes": 0}, "max_batch_bytes"),
     ({"backoff_base": -1}, "backoff_base"),
     ({"backoff_cap": 0}, "backoff_cap"),
+    ({"transport": "https"}, "transport"),
 ]
 
 

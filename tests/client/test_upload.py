@@ -23,7 +23,6 @@ import requests
 
 from veil.client import Client, RegistryUnavailableError
 from veil.client.state import REGISTRY_CACHE_FILE
-from veil.client.transport import RetryPolicy, retry_after
 from veil.shared.bits import hex_to_bits
 from veil.shared.registry import Registry
 
@@ -295,25 +294,6 @@ def test_a_forked_child_uses_its_own_connection(live_collector, tmp_path):
     assert client.flush().ok
     assert live_collector.counts("dark_mode")["reports"] == 3
     client.close()
-
-
-def test_retry_after_seconds_and_dates() -> None:
-    response = requests.Response()
-    response.headers["Retry-After"] = "7"
-    assert retry_after(response) == 7.0
-    response.headers["Retry-After"] = "Wed, 21 Oct 2015 07:28:00 GMT"
-    assert retry_after(response) == 0.0  # in the past
-    response.headers["Retry-After"] = "soon"
-    assert retry_after(response) is None
-
-
-def test_backoff_is_full_jitter_capped() -> None:
-    policy = RetryPolicy(max_retries=5, backoff_base=0.5, backoff_cap=3.0)
-    for retry in range(8):
-        bound = min(0.5 * 2**retry, 3.0)
-        delays = [policy.delay(retry) for _ in range(200)]
-        assert all(0.0 <= d <= bound for d in delays)
-        assert max(delays) > bound / 2  # spread over the interval, not a constant
 
 
 def test_a_stalled_collector_times_out_and_the_resend_counts_once(live_collector, tmp_path,

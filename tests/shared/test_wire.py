@@ -1,9 +1,11 @@
 """The batch wire format: one validation function for client and collector."""
 
+import json
+
 import pytest
 
 from veil.shared import Registry, WireFormatError, validate_batch
-from veil.shared.wire import make_batch, make_report
+from veil.shared.wire import join_batch, make_batch, make_report
 
 REGISTRY = Registry.from_toml(
     """
@@ -106,6 +108,21 @@ def test_batch_level_errors_raise(body, field, code):
     with pytest.raises(WireFormatError) as info:
         validate_batch(body, REGISTRY)
     assert (info.value.field, info.value.code) == (field, code)
+
+
+def test_join_batch_is_make_batch_from_serialized_reports():
+    """Joining reports stored as JSON text gives the same compact document as make_batch."""
+    reports = [
+        make_report(ID, "homepage", 3, "ff00"),
+        make_report("1" * 32, "flag", None, 1),
+        make_report("2" * 32, "load", None, -3.125),
+    ]
+    texts = [json.dumps(report, separators=(",", ":")) for report in reports]
+    text = join_batch("f" * 32, texts)
+    assert text == json.dumps(batch(*reports), separators=(",", ":"))
+    assert json.loads(text) == batch(*reports)
+    assert len(validate_batch(json.loads(text), REGISTRY).reports) == 3
+    assert json.loads(join_batch("f" * 32, [])) == batch()
 
 
 def test_batch_size_limit():

@@ -1,0 +1,249 @@
+"""Transports: the client sends through any :class:`Transport`; the default one speaks HTTP.
+
+The first tests plug in :class:`MemoryCollector`, a transport that answers in
+memory, to pin down what the client asks of a transport and what each outcome
+does to the outbox. The rest drive :class:`RequestsTransport` against a real
+collector on 127.0.0.1, or one that is not there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import requests
+
+from veil.client import (
+    Client,
+    RegistryUnavailableError,
+    RequestsTransport,
+    Transport,
+)
+from veil.client.transport import Outcome, RetryPolicy, retry_after
+from veil.shared.registry import Registry
+from veil.shared.wire import join_batch, make_report, validate_batch
+
+URL = "https://collector.invalid"
+
+
+def acknowledge(batch: dict[str, Any]) -> Outcome:
+    """The collector's answer when it stores every report of ``batch``."""
+    count = len(batch["reports"])
+    return Outcome("acknowledged", 200, {"accepted": count, "duplicates": 0, "rejected": 0})
+
+
+class MemoryCollector(Transport):
+    """Answers each batch with ``respond(batch)``, and records the batches and the call options."""
+
+    def __init__(self, respond: Callable[[dict[str, Any]], Outcome] = acknowledge) -> None:
+        self.respond = respond
+        self.batches: list[dict[str, Any]] = []
+        self.calls: list[dict[str, Any]] = []
+        self.closed = False
+
+    def send(self, url: str, body: bytes, reports: int, **options: Any) -> Outcome:
+        batch = json.loads(body)
+        self.batches.append(batch)
+        self.calls.append({"url": url, "reports": reports, **options})
+        return self.respond(batch)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def memory_client(tmp_path, registry: Registry, transport: Transport, **options: Any) -> Client:
+    return Client(URL, tmp_path / "state", registry=registry, transport=transport, **options)
+
+
+def test_a_custom_transport_carries_every_batch_with_the_clients_settings(tmp_path, test_registry):
+    transport = MemoryCollector()
+    client = memory_client(tmp_path, test_registry, transport, token="upload-secret", timeout=3,
+                           max_retries=2, backoff_base=0.1, backoff_cap=1, batch_size=4)
+    for value in ["example.com", "veil.dev", "example.com", "news.example", "other.example"]:
+        client.report("homepage", value)
+    client.report("dark_mode", True)
+    result = client.flush()
+    assert (result.batches, result.sent, result.accepted, result.remaining) == (2, 6, 6, 0)
+    assert [len(batch["reports"]) for batch in transport.batches] == [4, 2]
+    for batch in transport.batches:
+        assert validate_batch(batch, test_registry).errors == []
+    assert len({batch["batch_id"] for batch in transport.batches}) == 2
+    assert len({r["id"] for batch in transport.batches for r in batch["reports"]}) == 6
+    policy = RetryPolicy(max_retries=2, backoff_base=0.1, backoff_cap=1.0)
+    for call, batch in zip(transport.calls, transport.batches, strict=True):
+        assert call == {"url": URL, "reports": len(batch["reports"]), "token": "upload-secret",
+                        "timeout": 3.0, "policy": policy, "deadline": None, "stop": None}
+    client.report("dark_mode", False)
+    closing = client.close(timeout=2)
+    assert closing is not None and closing.accepted == 1
+    final = transport.calls[-1]
+    assert final["policy"].max_retries == 0  # the final flush at close does not back off
+    assert final["deadline"] is not None and final["deadline"] <= time.monotonic() + 2
+    assert transport.closed
+
+
+@pytest.mark.parametrize(
+    ("outcome", "level", "logged"),
+    [
+        (Outcome("unreachable", message="no route to the collector"), logging.WARNING,
+         "upload failed"),
+        (Outcome("refused", 401, message="HTTP 401 unauthorized"), logging.ERROR,
+         "refused a batch"),
+    ],
+)
+def test_a_failed_upload_keeps_the_reports_and_says_why(tmp_path, test_registry, caplog,
+                                                        outcome, level, logged):
+    transport = MemoryCollector(lambda batch: outcome)
+    client = memory_client(tmp_path, test_registry, transport)
+    for value in (True, False, True):
+        client.report("dark_mode", value)
+    with caplog.at_level(logging.WARNING, logger="veil.client"):
+        result = client.flush()
+    assert not result.ok and result.error == outcome.message
+    assert (result.batches, result.sent, result.remaining) == (0, 0, 3)
+    assert len(transport.batches) == 1  # the flush stops at the first failed batch
+    assert client.pending == 3 and client.dropped == 0
+    assert [(r.levelno, logged in r.getMessage()) for r in caplog.records] == [(level, True)]
+    transport.respond = acknowledge
+    assert client.flush().accepted == 3
+    client.close(timeout=1)
+
+
+def test_too_large_halves_the_batch_and_drops_a_single_report_for_good(tmp_path, test_registry,
+                                                                      caplog):
+    """A batch the collector refuses as too large is split; one report refused alone is dropped."""
+
+    def respond(batch: dict[str, Any]) -> Outcome:
+        metrics = [report["metric"] for report in batch["reports"]]
+        if len(metrics) > 2 or "homepage" in metrics:
+            return Outcome("too_large", 413, message="body over the limit")
+        return acknowledge(batch)
+
+    transport = MemoryCollector(respond)
+    client = memory_client(tmp_path, test_registry, transport)
+    for value in (True, False, True, False):
+        client.report("dark_mode", value)
+    client.report("homepage", "example.com")
+    with caplog.at_level(logging.WARNING, logger="veil.client"):
+        result = client.flush()
+    assert result.ok, result.error
+    # halved once, the smaller size kept, then the lone refused report dropped
+    assert [len(batch["reports"]) for batch in transport.batches] == [5, 2, 2, 1]
+    assert (result.batches, result.sent, result.accepted, result.rejected) == (3, 5, 4, 1)
+    assert client.pending == 0 and client.dropped == 1
+    assert "refuses as too large: body over the limit" in caplog.text
+    client.close(timeout=1)
+
+
+def test_a_background_client_uploads_through_its_transport(tmp_path, test_registry):
+    transport = MemoryCollector()
+    client = memory_client(tmp_path, test_registry, transport, background=True,
+                           flush_interval=0.05)
+    for value in (True, False, True):
+        client.report("dark_mode", value)
+    deadline = time.monotonic() + 10
+    while client.pending and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.pending == 0
+    assert sum(len(batch["reports"]) for batch in transport.batches) == 3
+    assert all(isinstance(call["stop"], threading.Event) for call in transport.calls)
+    client.close(timeout=1)
+    assert transport.closed
+
+
+def test_a_transport_that_cannot_fetch_the_registry_needs_one(tmp_path):
+    transport = MemoryCollector()
+    with pytest.raises(RegistryUnavailableError, match="MemoryCollector does not fetch"):
+        Client(URL, tmp_path / "state", transport=transport)
+    assert not transport.closed  # still the caller's, to try again with registry=
+
+
+def test_only_the_default_transport_has_a_session(tmp_path, test_registry, offline_url):
+    custom = memory_client(tmp_path, test_registry, MemoryCollector())
+    with pytest.raises(AttributeError, match="MemoryCollector"):
+        _ = custom.session
+    custom.close(timeout=1)
+    default = Client(offline_url, tmp_path / "other", registry=test_registry)
+    assert isinstance(default.transport, RequestsTransport)
+    assert isinstance(default.session, requests.Session)
+    assert default.session is default.transport.session
+    default.close(timeout=1)
+
+
+# ---------------------------------------------------------------- RequestsTransport
+
+
+def one_report_batch() -> bytes:
+    report = make_report(secrets.token_hex(16), "dark_mode", None, 1)
+    return join_batch(secrets.token_hex(16), [json.dumps(report)]).encode()
+
+
+def test_requests_transport_uploads_and_fetches_the_registry(live_collector):
+    transport = RequestsTransport()
+    registry = transport.fetch_registry(live_collector.url, token=None, timeout=5)
+    assert registry == live_collector.registry
+    outcome = transport.send(live_collector.url, one_report_batch(), 1, token=None, timeout=5,
+                             policy=RetryPolicy())
+    assert (outcome.kind, outcome.status) == ("acknowledged", 200)
+    assert (outcome.answer["accepted"], outcome.answer["rejected"]) == (1, 0)
+    assert live_collector.counts("dark_mode")["reports"] == 1
+    transport.close()
+
+
+def test_requests_transport_reports_an_unreachable_collector(offline_url):
+    transport = RequestsTransport()
+    options: dict[str, Any] = {"token": None, "timeout": 2}
+    once = transport.send(offline_url, one_report_batch(), 1, policy=RetryPolicy(0), **options)
+    assert once.kind == "unreachable" and "gave up after 1 attempts" in once.message
+    late = transport.send(offline_url, one_report_batch(), 1, policy=RetryPolicy(),
+                          deadline=time.monotonic() - 1, **options)
+    assert (late.kind, late.message) == ("unreachable", "flush deadline reached")
+    stop = threading.Event()
+    stop.set()
+    started = time.monotonic()
+    stopped = transport.send(offline_url, one_report_batch(), 1, stop=stop,
+                             policy=RetryPolicy(5, backoff_base=10, backoff_cap=10), **options)
+    assert stopped.kind == "unreachable" and stopped.message.endswith("(client closing)")
+    assert time.monotonic() - started < 5
+    with pytest.raises(RegistryUnavailableError, match="/v1/metrics failed"):
+        transport.fetch_registry(offline_url, token=None, timeout=2)
+    transport.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_requests_transport_gives_a_forked_child_its_own_session():
+    transport = RequestsTransport()
+    parent = transport.session
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if transport.session is not parent else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert transport.session is parent
+    transport.close()
+
+
+def test_retry_after_seconds_and_dates() -> None:
+    response = requests.Response()
+    response.headers["Retry-After"] = "7"
+    assert retry_after(response) == 7.0
+    response.headers["Retry-After"] = "Wed, 21 Oct 2015 07:28:00 GMT"
+    assert retry_after(response) == 0.0  # in the past
+    response.headers["Retry-After"] = "soon"
+    assert retry_after(response) is None
+
+
+def test_backoff_is_full_jitter_capped() -> None:
+    policy = RetryPolicy(max_retries=5, backoff_base=0.5, backoff_cap=3.0)
+    for retry in range(8):
+        bound = min(0.5 * 2**retry, 3.0)
+        delays = [policy.delay(retry) for _ in range(200)]
+        assert all(0.0 <= d <= bound for d in delays)
+        assert max(delays) > bound / 2  # spread over the interval, not a constant
