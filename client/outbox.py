@@ -76,7 +76,7 @@ class Outbox:
     def pending(self) -> int:
         """Reports still in the outbox (ready or in flight)."""
         (count,) = self.connection.execute("SELECT COUNT(*) FROM outbox").fetchone()
-        return count
+        return int(count)
 
     def count_dropped(self, count: int) -> None:
         """Add ``count`` reports the collector refused for good to the durable tally."""

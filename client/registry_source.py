@@ -38,7 +38,7 @@ def resolve_registry(
     if isinstance(registry, Registry):
         return registry
     if isinstance(registry, str | os.PathLike):
-        return Registry.load(registry)
+        return Registry.load(os.fspath(registry))
     if registry is not None:
         raise ParameterError(
             "registry",

@@ -94,8 +94,11 @@ def _acknowledgement(response: requests.Response, sent: int) -> dict[str, Any] |
         return None
     if not isinstance(answer, dict):
         return None
-    counts = [answer.get(key) for key in ("accepted", "duplicates", "rejected")]
-    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+    counts: list[int] = [
+        value for key in ("accepted", "duplicates", "rejected")
+        if isinstance(value := answer.get(key), int) and not isinstance(value, bool) and value >= 0
+    ]
+    if len(counts) != 3:
         return None
     if not isinstance(answer.get("errors", []), list):
         return None

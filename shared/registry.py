@@ -131,7 +131,7 @@ class Registry(Mapping[str, Metric]):
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self._metrics
 
-    def get(self, name: object, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: object, default: Any = None) -> Any:
         """The metric called ``name``, or ``default`` (a fast lookup for hot paths)."""
         return self._metrics.get(name, default) if isinstance(name, str) else default
 

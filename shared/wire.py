@@ -114,7 +114,7 @@ def _check_id(value: Any, field: str) -> str:
         raise WireFormatError(
             field, "must be 32 lowercase hex digits (16 random bytes)", "bad_id"
         )
-    return value
+    return str(value)
 
 
 def validate_report(obj: Any, registry: Registry, field: str = "report") -> Report:

@@ -25,7 +25,7 @@ def make_encoder(
     secret: bytes,
     cohort_seed: int = 0,
     random_bytes: Callable[[int], bytes] = os.urandom,
-) -> Encoder:
+) -> Encoder[Any]:
     """The encoder for ``metric``, keyed by the installation ``secret``."""
     return ENCODERS[metric.params.kind](metric.params, metric.name, secret, cohort_seed, random_bytes)
 

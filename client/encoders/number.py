@@ -44,7 +44,7 @@ class NumberEncoder(Encoder[NumberParams]):
         try:
             x = float(value)
         except OverflowError:  # an int beyond the float range: clipped like any other
-            x = p.high if value > 0 else p.low
+            x = p.low if value < 0 else p.high
         if not math.isfinite(x):
             raise ParameterError("value", f"metric {self.metric!r} takes a finite number; got {x!r}")
         position = (min(max(x, p.low), p.high) - p.low) / p.step
