@@ -1,0 +1,240 @@
+"""The storage interface every backend implements, and the policies that sit above backends.
+
+:class:`Storage` is the whole surface the collector, the command line and the
+analysis use. A backend implements the abstract methods (durable insert with
+replay rejection, per-cohort aggregates, rebuild, backup, health); the policies
+that are the same for every backend live here once: which registry changes
+are allowed (:func:`merge_registry`), day ranges (:func:`parse_day`), and the
+``min_reports`` rule and shape of the counts document (:meth:`Storage.counts`).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import datetime as dt
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from veil.shared.errors import VeilError
+from veil.shared.registry import Metric, Registry
+from veil.shared.statistics import State, Statistic, statistic_for
+from veil.shared.wire import Report
+
+DAY_FORMAT = "%Y-%m-%d"
+#: the last day a range without an end reaches
+LAST_DAY = "9999-12-31"
+
+
+class StorageError(VeilError):
+    """The store cannot be opened or used as asked (wrong file, newer schema, unknown metric)."""
+
+
+class StorageUnavailable(StorageError):
+    """The store cannot take or answer a request now (I/O error, disk full, locked, closed):
+    nothing of the request was stored; retrying later may succeed. HTTP answers 503."""
+
+
+class RegistryMismatchError(StorageError):
+    """A registry changes a metric's parameters although reports under the old ones are stored."""
+
+
+class TooFewReportsError(VeilError):
+    """Fewer reports than the metric's ``min_reports`` in the requested range.
+
+    Small batches of reports leak more about each person, so counts are
+    refused; an operator may override with ``min_reports=0`` (``--force``).
+    """
+
+    def __init__(self, metric: str, reports: int, min_reports: int) -> None:
+        self.metric = metric
+        self.reports = reports
+        self.min_reports = min_reports
+        super().__init__(
+            f"metric {metric!r} has {reports} reports in the requested range; at least "
+            f"{min_reports} (its min_reports) are needed before counts are released. "
+            "Widen the date range or wait for more reports."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class InsertResult:
+    """How many reports of an insert were new and how many were already stored."""
+
+    accepted: int
+    duplicates: int
+
+
+def parse_day(value: dt.date | str | None, field: str) -> str | None:
+    """A UTC day as ``YYYY-MM-DD`` (``None`` passes through); raise :class:`StorageError`."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        value = value.date()
+    if isinstance(value, dt.date):
+        return value.strftime(DAY_FORMAT)
+    if isinstance(value, str):
+        try:
+            return dt.datetime.strptime(value, DAY_FORMAT).date().strftime(DAY_FORMAT)
+        except ValueError:
+            pass
+    raise StorageError(f"{field} must be a day written YYYY-MM-DD; got {value!r}")
+
+
+def day_range(start: dt.date | str | None, end: dt.date | str | None,
+              ) -> tuple[str | None, str | None]:
+    """``(start, end)`` as ``YYYY-MM-DD`` (either may be ``None``), checked to be in order."""
+    start_text, end_text = parse_day(start, "start"), parse_day(end, "end")
+    if start_text and end_text and start_text > end_text:
+        raise StorageError(f"start ({start_text}) is after end ({end_text})")
+    return start_text, end_text
+
+
+def today() -> str:
+    """Today's UTC day, the day under which new reports are filed."""
+    return dt.datetime.now(dt.UTC).strftime(DAY_FORMAT)
+
+
+def merge_registry(stored: Registry | None, given: Registry, with_data: Collection[str],
+                   where: str) -> Registry:
+    """The registry to record when ``given`` replaces ``stored`` in a store at ``where``.
+
+    A metric holding reports (``with_data``) keeps its parameters: changing them
+    raises :class:`RegistryMismatchError`. Metrics dropped from ``given`` but holding
+    reports stay, so that their counts can still be exported and decoded.
+    """
+    if stored is None:
+        return given
+    for name in sorted(set(with_data) & set(stored) & set(given)):
+        if stored[name].params != given[name].params:
+            raise RegistryMismatchError(
+                f"metric {name!r}: the registry changes its parameters "
+                f"({stored[name].params.to_dict()} -> {given[name].params.to_dict()}) "
+                f"but {where} holds reports made with the old ones; give the "
+                "changed metric a new name instead"
+            )
+    kept = [stored[name] for name in sorted(set(with_data) & set(stored)) if name not in given]
+    return Registry([*given.values(), *kept], version=given.version)
+
+
+class Storage(abc.ABC):
+    """Reports and their per-(metric, day, cohort) statistics, stored durably.
+
+    Thread-safe. ``insert`` returns only once the reports are durable; a report
+    whose id is already stored is a duplicate, acknowledged and not counted again.
+    Runtime failures raise :class:`StorageUnavailable`.
+    """
+
+    #: URL schemes this backend opens (``open_storage`` picks a backend by them)
+    schemes: tuple[str, ...] = ()
+
+    @classmethod
+    @abc.abstractmethod
+    def open(cls, url: str, registry: Registry | None = None, *, create: bool = False,
+             **options: Any) -> Storage:
+        """Open the store named by ``url`` (see :func:`veil.server.storage.open_storage`)."""
+
+    @property
+    @abc.abstractmethod
+    def registry(self) -> Registry:
+        """Every metric with stored reports or in the registry last attached."""
+
+    @property
+    @abc.abstractmethod
+    def location(self) -> str:
+        """Where the store is, for messages (a path or a URL without its password)."""
+
+    @abc.abstractmethod
+    def insert(self, reports: Sequence[Report], day: dt.date | str | None = None) -> InsertResult:
+        """Store validated reports under ``day`` (default: today, UTC); durable on return."""
+
+    @abc.abstractmethod
+    def read_aggregates(self, metric: Metric, start: str | None, end: str | None,
+                        ) -> tuple[np.ndarray, list[State]]:
+        """Reports per cohort and each cohort's statistic over days ``start``..``end``."""
+
+    @abc.abstractmethod
+    def rebuild_aggregates(self) -> int:
+        """Recompute every aggregate from the raw reports; return the number of reports."""
+
+    @abc.abstractmethod
+    def backup(self, target: str | Path) -> Path:
+        """Write a consistent copy of the store to ``target`` (a new file); return its path."""
+
+    @abc.abstractmethod
+    def total_reports(self, metric: str | None = None) -> int:
+        """Number of stored raw reports (for one metric or all)."""
+
+    @abc.abstractmethod
+    def days(self, metric: str) -> list[str]:
+        """The days on which ``metric`` received reports, oldest first."""
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise :class:`StorageUnavailable` unless the store answers a trivial query."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections (idempotent)."""
+
+    def __enter__(self) -> Storage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def metric(self, name: str) -> Metric:
+        """The stored metric called ``name``; :class:`StorageError` if there is none."""
+        if name not in self.registry:
+            raise StorageError(f"metric {name!r} is not in the registry stored in {self.location}")
+        return self.registry[name]
+
+    def check_metric(self, metric: Metric) -> Statistic:
+        """The statistic of ``metric``, whose parameters must be those stored."""
+        stored = self.metric(metric.name)
+        if stored.params != metric.params:
+            raise RegistryMismatchError(
+                f"metric {metric.name!r}: the parameters given ({metric.params.to_dict()}) differ "
+                f"from those stored in {self.location} ({stored.params.to_dict()})"
+            )
+        return statistic_for(stored.params)
+
+    def counts(
+        self,
+        metric: Metric | str,
+        start: dt.date | str | None = None,
+        end: dt.date | str | None = None,
+        *,
+        min_reports: int | None = None,
+    ) -> dict[str, Any]:
+        """The counts document for ``metric`` over days ``start``..``end`` (inclusive, UTC).
+
+        Every cohort appears, in order, zeros filled. Raises
+        :class:`TooFewReportsError` when the range holds fewer than
+        ``min_reports`` reports (default: the metric's own ``min_reports``;
+        pass 0 to override).
+        """
+        if isinstance(metric, str):
+            metric = self.metric(metric)
+        statistic = self.check_metric(metric)
+        start_text, end_text = day_range(start, end)
+        reports, states = self.read_aggregates(metric, start_text, end_text)
+        total = int(reports.sum())
+        threshold = metric.min_reports if min_reports is None else min_reports
+        if total < threshold:
+            raise TooFewReportsError(metric.name, total, threshold)
+        return {
+            "metric": metric.name,
+            "kind": metric.kind,
+            "params": metric.to_dict(),
+            "start": start_text,
+            "end": end_text,
+            "reports": total,
+            "cohorts": [
+                {"cohort": c, "reports": int(reports[c]), **statistic.to_entry(states[c])}
+                for c in range(metric.params.cohorts)
+            ],
+        }

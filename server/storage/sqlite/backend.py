@@ -1,0 +1,501 @@
+"""Reports and aggregates in one SQLite file: the default storage backend.
+
+Durability: WAL journal with ``synchronous=FULL``, so every commit is fsynced to
+the WAL before :meth:`SQLiteStorage.insert` returns; the HTTP layer answers 2xx
+only after that. Writes from many threads go through one writer connection
+guarded by a lock; across processes (several ``veil serve`` workers, or
+``veil rebuild-aggregates`` beside a running server) writers take an exclusive
+``flock`` on ``<db>.lock`` and then ``BEGIN IMMEDIATE`` (with a busy timeout),
+so they queue instead of failing. Inserts that queue behind the lock are
+committed together (:mod:`~veil.server.storage.sqlite.commit`); replayed ids are
+recognized by :mod:`~veil.server.storage.sqlite.ids`. Any SQLite failure at run
+time raises :class:`~veil.server.storage.base.StorageUnavailable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: processes serialize on SQLite's busy timeout alone
+    fcntl = None  # type: ignore[assignment]
+
+from veil.server.storage.base import (
+    LAST_DAY,
+    InsertResult,
+    Storage,
+    StorageError,
+    StorageUnavailable,
+    merge_registry,
+    parse_day,
+    today,
+)
+from veil.server.storage.sqlite import rows as sql
+from veil.server.storage.sqlite.commit import GroupCommit, Pending, Statement
+from veil.server.storage.sqlite.ids import RecentIds
+from veil.server.storage.sqlite.schema import CREATE, MIGRATIONS, SCHEMA_VERSION
+from veil.shared.registry import Metric, Registry
+from veil.shared.statistics import State, Statistic, statistic_for
+from veil.shared.wire import Report
+
+#: how long a write waits for another process's write transaction (milliseconds)
+BUSY_TIMEOUT_MS = 30_000
+#: page size of new files (bytes): random report ids spread the ids merged into the index over
+#: many leaf pages, and each page a transaction changes goes to the WAL whole, so small pages
+#: write fewer bytes (figures in docs/operations.md)
+PAGE_SIZE = 1024
+#: page cache per connection (KiB): random 16-byte ids touch pages all over the id B-tree
+CACHE_KIB = 64 * 1024
+#: WAL pages before an automatic checkpoint (~40 MiB): merges into the id index dirty many
+#: pages, and checkpointing less often writes each hot page to the database file fewer times
+WAL_CHECKPOINT_PAGES = (40 << 20) // PAGE_SIZE
+#: memory-mapped reads: when another process commits, a mapped page costs nothing to re-read,
+#: where a private page cache would be dropped and refilled by copying
+MMAP_BYTES = 1 << 30
+#: ids appended to ``recent_ids`` before they are merged into ``report_ids``. Each worker
+#: process keeps a copy of them in memory (about 100 bytes an id, 13 MiB at this limit); a
+#: larger limit merges less often (fewer index pages written per id) in longer pauses
+RECENT_IDS_LIMIT = 131_072
+
+logger = logging.getLogger("veil.server.storage")
+
+
+@contextlib.contextmanager
+def _unavailable(action: str) -> Iterator[None]:
+    """Turn SQLite's run-time failures into :class:`StorageUnavailable`."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StorageUnavailable(f"cannot {action}: {exc}") from exc
+
+
+class SQLiteStorage(Storage):
+    """Reports and aggregates in one SQLite file (WAL, ``synchronous=FULL``).
+
+    Thread-safe: writes are serialized on one connection under a lock, reads use
+    pooled connections (WAL readers never block the writer). :attr:`commits` is
+    the group commit's lock and queue.
+    """
+
+    schemes = ("sqlite",)
+
+    def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False,
+                 recent_ids_limit: int = RECENT_IDS_LIMIT) -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StorageError(
+                f"no Veil database at {self.path}; start the collector with this --db first"
+            )
+        if isinstance(recent_ids_limit, bool) or not isinstance(recent_ids_limit, int) \
+                or recent_ids_limit < 1:
+            raise StorageError(f"recent_ids_limit must be a positive integer; got {recent_ids_limit!r}")
+        self.commits = GroupCommit()
+        self._recent = RecentIds(recent_ids_limit, str(self.path))
+        self._idle_readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self._metrics_cache: dict[str, tuple[Metric, Statistic]] = {}
+        self._registry = Registry([], version=1)
+        self._writer = self._connect()
+        self._lock_fd = self._open_lock_file()
+        try:
+            self._migrate()
+            self._registry = self._attach(registry)
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def open(cls, url: str, registry: Registry | None = None, *, create: bool = False,
+             **options: Any) -> SQLiteStorage:
+        """Open ``sqlite:///path`` (relative, or absolute with a fourth slash, as SQLAlchemy
+        writes them) or a plain path; ``recent_ids_limit`` is the one option."""
+        path = url.removeprefix("sqlite:///") if "://" in url else url
+        if not path or "://" in path:
+            raise StorageError(f"{url!r} names no file; write sqlite:///veil.db or a plain path")
+        return cls(path, registry, create=create, **options)
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    # -- connections -------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+            )
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the database {self.path}: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
+        if mode.lower() != "wal":
+            conn.close()
+            raise StorageError(f"{self.path}: cannot switch to WAL journal mode (got {mode!r})")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
+        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.create_function("add_counts", 2, sql.add_counts, deterministic=True)
+        return conn
+
+    def _open_lock_file(self) -> int | None:
+        """The file whose exclusive ``flock`` serializes writers of all processes.
+
+        Waiting on a lock wakes a writer as soon as the previous one commits,
+        where SQLite's busy handler would poll with growing sleeps.
+        """
+        if fcntl is None:
+            return None
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            return os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            self._writer.close()
+            raise StorageError(f"cannot open the write lock file {lock_path}: {exc.strerror}") from None
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        """A read connection from a small pool (as many as concurrent readers, reused)."""
+        with self._readers_lock:
+            if self._closed:
+                raise StorageUnavailable("the storage is closed")
+            conn = self._idle_readers.pop() if self._idle_readers else None
+        if conn is None:
+            conn = self._connect()
+        try:
+            yield conn
+        finally:
+            with self._readers_lock:
+                if self._closed:
+                    conn.close()
+                else:
+                    self._idle_readers.append(conn)
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: lock, ``BEGIN IMMEDIATE``, commit or roll back."""
+        with self.commits.lock, self._transaction() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """:meth:`_write` for a caller that already holds the write lock."""
+        if self._closed:
+            raise StorageUnavailable("the storage is closed")
+        conn = self._writer
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            if self._lock_fd is not None:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        with self.commits.lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._writer.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+        with self._readers_lock:
+            for conn in self._idle_readers:
+                conn.close()
+            self._idle_readers.clear()
+
+    def ping(self) -> None:
+        with _unavailable(f"query the database {self.path}"), self._reader() as conn:
+            conn.execute("SELECT 1 FROM meta LIMIT 1").fetchall()
+
+    # -- schema and registry -------------------------------------------------------
+
+    @property
+    def schema_version(self) -> int:
+        """The file's ``PRAGMA user_version``."""
+        return int(self._writer.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        with self._write() as conn:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise StorageError(
+                    f"{self.path} has schema version {version}, newer than this Veil "
+                    f"({SCHEMA_VERSION}); upgrade Veil to open it"
+                )
+            if version == 0:
+                tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+                if tables:
+                    raise StorageError(f"{self.path} is an SQLite file but not a Veil database")
+                for statement in CREATE:
+                    conn.execute(statement)
+                version = SCHEMA_VERSION
+            while version < SCHEMA_VERSION:
+                MIGRATIONS[version](self, conn)
+                version += 1
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @staticmethod
+    def _stored_registry(conn: sqlite3.Connection) -> Registry | None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'registry'").fetchone()
+        return Registry.from_dict(json.loads(row[0])) if row else None
+
+    def adopt_stored_registry(self, conn: sqlite3.Connection) -> None:
+        """Use the registry stored in the file (for migrations that read reports)."""
+        stored = self._stored_registry(conn)
+        if stored is None:
+            raise StorageError(f"{self.path}: cannot migrate a file without a stored registry")
+        self._use_registry(stored)
+
+    def _attach(self, registry: Registry | None) -> Registry:
+        """Record ``registry`` in the file (:func:`~veil.server.storage.base.merge_registry`)."""
+        with self._write() as conn:
+            stored = self._stored_registry(conn)
+            if registry is None:
+                if stored is None:
+                    raise StorageError(
+                        f"{self.path} holds no metric registry yet; start the collector with "
+                        "--config to record one"
+                    )
+                self._use_registry(stored)
+                return stored
+            with_data = {row[0] for row in conn.execute("SELECT DISTINCT metric FROM aggregates")}
+            merged = merge_registry(stored, registry, with_data, str(self.path))
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('registry', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (json.dumps(merged.to_dict(), sort_keys=True),),
+            )
+            self._use_registry(merged)
+            return merged
+
+    def _use_registry(self, registry: Registry) -> None:
+        self._registry = registry
+        self._metrics_cache = {}
+
+    @property
+    def registry(self) -> Registry:
+        return self._registry
+
+    def _metric(self, name: str) -> tuple[Metric, Statistic]:
+        cached = self._metrics_cache.get(name)
+        if cached is None:
+            metric = self.metric(name)
+            cached = self._metrics_cache[name] = (metric, statistic_for(metric.params))
+        return cached
+
+    # -- writes ------------------------------------------------------------------
+
+    def insert(self, reports: Sequence[Report], day: dt.date | str | None = None) -> InsertResult:
+        """Store validated reports under ``day`` (default: today, UTC) and update aggregates.
+
+        Reports whose id is already stored, or repeats an earlier report of the
+        same call, are duplicates: acknowledged, not counted again. Returns after
+        the transaction is committed (fsynced).
+        """
+        day_text = parse_day(day, "day") or today()
+        rows: list[tuple[bytes, str, str, int, Any]] = []
+        metrics: dict[str, tuple[Metric, Statistic]] = {}
+        for report in reports:
+            known = metrics.get(report.metric)
+            if known is None:
+                known = metrics[report.metric] = self._metric(report.metric)
+            metric, statistic = known
+            payload = statistic.stored_payload(metric.params, report.payload, report.value)
+            rows.append((bytes.fromhex(report.id), report.metric, day_text, report.cohort, payload))
+        if not rows:
+            return InsertResult(0, 0)
+        first: dict[bytes, tuple[Any, ...]] = {}
+        for row in rows:
+            first.setdefault(row[0], row)  # a repeated id within the call is a duplicate
+        unique = list(first.values())
+        groups = sql.group_by_metric_day(unique)
+        pending = Pending(unique, list(first), b"".join(first), self._insert_statements(groups),
+                          self._aggregate_groups(groups))
+        self._commit(pending)
+        return InsertResult(pending.accepted, len(rows) - pending.accepted)
+
+    def _commit(self, pending: Pending) -> None:
+        """Store ``pending`` in a write transaction, together with any other calls waiting."""
+        self.commits.enqueue(pending)
+        with self.commits.lock:
+            if not pending.done:  # no earlier holder of the lock took it: lead a group
+                group: list[Pending] = []
+                try:
+                    with self._transaction() as conn:
+                        # take the queue once the transaction has begun, so the group also
+                        # holds every call that arrived while waiting for other processes
+                        group = self.commits.take()
+                        new_ids, last_rowid = self._store(conn, group)
+                    # committed: only now may this process's copy of recent_ids hold them
+                    self._recent.committed(new_ids, last_rowid)
+                except BaseException as exc:
+                    self._recent.invalidate()
+                    group = group or self.commits.take()
+                    for other in [*group, pending]:
+                        other.error = exc
+                    if not isinstance(exc, sqlite3.Error):
+                        raise
+                finally:
+                    for other in group:
+                        other.done = True
+                if self._recent.full:
+                    self._merge_recent_ids()
+        if pending.error is not None:
+            raise StorageUnavailable(f"the write transaction failed: {pending.error}") \
+                from pending.error
+
+    def _store(self, conn: sqlite3.Connection, group: list[Pending]) -> tuple[list[bytes], int]:
+        """Insert the reports of ``group`` whose ids are new, and update the aggregates.
+
+        An id is new unless the file holds it already or it is earlier in the group.
+        Returns the new ids and the last rowid of ``recent_ids`` once they are appended.
+        """
+        self._recent.sync(conn)
+        group_ids = [report_id for pending in group for report_id in pending.id_list]
+        joined = b"".join(pending.ids for pending in group)
+        known = self._recent.known(conn, group_ids, joined)
+        if known or (len(group) > 1 and len(set(group_ids)) < len(group_ids)):
+            # some ids were stored before or repeat an earlier call of the group: store
+            # exactly the new rows, each call in order, so a later call sees an earlier one's
+            new_ids: list[bytes] = []
+            for pending in group:
+                fresh = [row for row in pending.unique if row[0] not in known]
+                known.update(row[0] for row in fresh)
+                new_ids.extend(row[0] for row in fresh)
+                groups = sql.group_by_metric_day(fresh)
+                pending.statements = self._insert_statements(groups)
+                pending.aggregates = self._aggregate_groups(groups)
+                pending.accepted = len(fresh)
+            joined = b"".join(new_ids)
+        else:
+            new_ids = group_ids
+            for pending in group:
+                pending.accepted = len(pending.unique)
+        last_rowid = self._recent.append(conn, joined)
+        for pending in group:
+            for statement, parameters, many in pending.statements:
+                if many:
+                    conn.executemany(statement, parameters)
+                else:
+                    conn.execute(statement, parameters)
+        conn.executemany(sql.UPSERT, [row for pending in group for row in pending.aggregates])
+        return new_ids, last_rowid
+
+    def _merge_recent_ids(self) -> None:
+        """Merge ``recent_ids`` into the index in one transaction (the caller holds the lock).
+
+        The caller's reports are already committed: a failed merge is logged and
+        tried again after a later commit, and loses nothing (the ids stay in
+        ``recent_ids``).
+        """
+        try:
+            with self._transaction() as conn:
+                self._recent.merge(conn)
+        except (sqlite3.Error, StorageError) as exc:
+            logger.warning("merging recent report ids into the index failed (will retry): %s", exc)
+        finally:
+            self._recent.invalidate()
+
+    def _insert_statements(self, groups: dict[tuple[str, str], list[tuple[Any, ...]]],
+                           ) -> list[Statement]:
+        """One statement per (metric, day) group that appends its rows to ``reports``."""
+        return [sql.insert_statement(self._metric(name)[1], name, day, group)
+                for (name, day), group in groups.items()]
+
+    def _aggregate_groups(self, groups: dict[tuple[str, str], list[tuple[Any, ...]]],
+                          ) -> list[tuple[Any, ...]]:
+        """Upsert rows ``(metric, day, cohort, reports, *COLUMNS)`` of grouped report rows."""
+        out: list[tuple[Any, ...]] = []
+        for (name, day), group in groups.items():
+            metric, statistic = self._metric(name)
+            cohorts = np.fromiter((row[3] for row in group), dtype=np.int64, count=len(group))
+            for cohort, reports, state in statistic.accumulate(metric.params, cohorts,
+                                                               [row[4] for row in group]):
+                out.append(sql.aggregate_row(name, day, cohort, reports, statistic, state))
+        return out
+
+    def rebuild_aggregates(self) -> int:
+        """Recompute every aggregate from the raw ``reports`` table in one transaction."""
+        with _unavailable(f"rebuild the aggregates of {self.path}"), self._write() as conn:
+            return self.rebuild_in(conn)
+
+    def rebuild_in(self, conn: sqlite3.Connection) -> int:
+        """:meth:`rebuild_aggregates` inside a transaction the caller holds (and migrations)."""
+        conn.execute("DELETE FROM aggregates")
+        # no ORDER BY: upserts add up in any order, and arrival order already groups days,
+        # where sorting a large table would need a temporary copy of it
+        cursor = conn.execute("SELECT id, metric, day, cohort, payload FROM reports")
+        total = 0
+        while True:
+            chunk = cursor.fetchmany(50_000)
+            if not chunk:
+                break
+            conn.executemany(sql.UPSERT, self._aggregate_rows(chunk))
+            total += len(chunk)
+        return total
+
+    def _aggregate_rows(self, rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return self._aggregate_groups(sql.group_by_metric_day(rows))
+
+    def backup(self, target: str | Path) -> Path:
+        """Write a consistent, compacted copy of the database to ``target`` (``VACUUM INTO``).
+
+        Safe while the collector runs: the copy is one read transaction's snapshot.
+        """
+        target = Path(target)
+        if target.exists():
+            raise StorageError(f"{target} exists; choose a new file for the backup")
+        with _unavailable(f"write the backup to {target}"), self._reader() as conn:
+            conn.execute("VACUUM INTO ?", (str(target),))
+        return target
+
+    # -- reads -------------------------------------------------------------------
+
+    def total_reports(self, metric: str | None = None) -> int:
+        with _unavailable(f"count the reports in {self.path}"), self._reader() as conn:
+            if metric is None:
+                return int(conn.execute("SELECT count(*) FROM reports").fetchone()[0])
+            return int(conn.execute(
+                "SELECT count(*) FROM reports WHERE metric = ?", (metric,)).fetchone()[0])
+
+    def days(self, metric: str) -> list[str]:
+        with _unavailable(f"list the days in {self.path}"), self._reader() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT day FROM aggregates WHERE metric = ? ORDER BY day", (metric,)
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def read_aggregates(self, metric: Metric, start: str | None, end: str | None,
+                        ) -> tuple[np.ndarray, list[State]]:
+        with _unavailable(f"read the counts in {self.path}"), self._reader() as conn:
+            rows = conn.execute(sql.SELECT_AGGREGATES,
+                                (metric.name, start or "", end or LAST_DAY)).fetchall()
+        return sql.sum_aggregates(statistic_for(metric.params), metric, rows)

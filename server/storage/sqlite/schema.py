@@ -1,0 +1,94 @@
+"""The SQLite file's tables, its schema version and the migrations between versions.
+
+Each migration is one small step (in the manner of sqlite-utils' migrations):
+``MIGRATIONS[v](storage, conn)`` upgrades a file from version ``v`` to ``v + 1``
+inside the transaction that opens the file. The measurements behind the layout
+are in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from veil.server.storage.sqlite.backend import SQLiteStorage
+
+#: schema version written to ``PRAGMA user_version``; see :data:`MIGRATIONS`
+SCHEMA_VERSION = 4
+
+META = """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"""
+
+# Raw reports are an append-only log (a rowid table: a batch fills a few consecutive pages),
+# and their ids a separate narrow set that answers "seen before?". Random ids land on random
+# pages of whichever B-tree is keyed by them, and every page a transaction dirties is written
+# to the WAL whole: keying only the 16-byte ids (about 45 to a page) instead of whole reports
+# writes fewer bytes under the write lock.
+REPORTS = """CREATE TABLE IF NOT EXISTS reports (
+    id BLOB NOT NULL,
+    metric TEXT NOT NULL,
+    day TEXT NOT NULL,
+    cohort INTEGER NOT NULL,
+    payload ANY
+) STRICT"""
+
+REPORT_IDS = """CREATE TABLE IF NOT EXISTS report_ids (id BLOB PRIMARY KEY) STRICT, WITHOUT ROWID"""
+
+# Ids of new reports are appended here (a batch fills a few consecutive pages) and merged
+# into ``report_ids`` in bulk, sorted (see veil.server.storage.sqlite.ids): inserted one batch
+# at a time, 1,000 random ids land on about 1,000 different pages of the index, each written
+# whole to the WAL; merged sorted, a page takes all of its new ids at once. ``ids_generation``
+# in ``meta`` counts the merges, so a process holding the table's rows in memory sees that it
+# was emptied.
+RECENT_IDS = """CREATE TABLE IF NOT EXISTS recent_ids (id BLOB NOT NULL) STRICT"""
+IDS_GENERATION = "INSERT OR IGNORE INTO meta (key, value) VALUES ('ids_generation', '0')"
+
+# One row per (metric, day, cohort): the number of reports and the fields of the metric's
+# statistic, each in the column the statistic names (veil.shared.statistics); unused columns
+# are NULL.
+AGGREGATES = """CREATE TABLE IF NOT EXISTS aggregates (
+    metric TEXT NOT NULL,
+    day TEXT NOT NULL,
+    cohort INTEGER NOT NULL,
+    reports INTEGER NOT NULL,
+    bit_counts BLOB,
+    ones INTEGER,
+    sum REAL,
+    sum_squares REAL,
+    PRIMARY KEY (metric, day, cohort)
+) STRICT, WITHOUT ROWID"""
+
+#: the statements that create a new file at :data:`SCHEMA_VERSION`
+CREATE = (META, REPORTS, REPORT_IDS, RECENT_IDS, IDS_GENERATION, AGGREGATES)
+
+
+def _migrate_1_to_2(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
+    """Version 1 stored raw reports only; version 2 adds the aggregate table."""
+    conn.execute(AGGREGATES)
+    storage.adopt_stored_registry(conn)
+    storage.rebuild_in(conn)
+
+
+def _migrate_2_to_3(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
+    """Version 2 kept raw reports in a table keyed by id; version 3 appends them to a
+    rowid table and keeps their ids in ``report_ids``."""
+    conn.execute("ALTER TABLE reports RENAME TO reports_v2")
+    conn.execute(REPORTS)
+    conn.execute(REPORT_IDS)
+    conn.execute("INSERT INTO report_ids (id) SELECT id FROM reports_v2")
+    conn.execute(
+        "INSERT INTO reports (id, metric, day, cohort, payload) "
+        "SELECT id, metric, day, cohort, payload FROM reports_v2 ORDER BY day, metric"
+    )
+    conn.execute("DROP TABLE reports_v2")
+
+
+def _migrate_3_to_4(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
+    """Version 3 inserted each id into ``report_ids`` directly; version 4 appends new ids to
+    ``recent_ids`` and merges them into ``report_ids`` in bulk."""
+    conn.execute(RECENT_IDS)
+    conn.execute(IDS_GENERATION)
+
+
+#: ``from_version -> step``: each step upgrades a file by one version inside one transaction
+MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
