@@ -1,19 +1,6 @@
-"""The collector (HTTP ingestion and storage) and the offline analysis.
+"""The server side of Veil, one subpackage per product.
 
-Importing this package is cheap; Flask, NumPy and SciPy load only with the
-modules that need them. ``veil.server.create_app`` is resolved on first use.
+``veil.server.collector`` (the HTTP app and its commands), ``veil.server.storage``
+(the backends), ``veil.server.analysis`` (decoders and reports) and
+``veil.server.cli`` (the ``veil`` command). Importing this package is cheap.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["create_app"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "create_app":
-        from veil.server.app import create_app
-
-        return create_app
-    raise AttributeError(f"module 'veil.server' has no attribute {name!r}")

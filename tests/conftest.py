@@ -271,7 +271,7 @@ def live_collector(tmp_path: Path) -> Iterator[CollectorHandle]:
     """The collector app served in-process by a threaded werkzeug server on 127.0.0.1."""
     from werkzeug.serving import make_server
 
-    from veil.server.app import EXTENSION, create_app
+    from veil.server.collector import EXTENSION, create_app
 
     handle = CollectorHandle(tmp_path, TEST_REGISTRY)
     app = create_app({"REGISTRY": TEST_REGISTRY, "DATABASE": handle.db_path,

@@ -21,7 +21,7 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
     live = parser.add_argument_group("collected data")
     live.add_argument("--server", help="collector base URL, e.g. https://telemetry.example.org")
     live.add_argument("--token", help="read token for --server")
-    live.add_argument("--db", help="a collector's SQLite file")
+    live.add_argument("--db", help="a collector's database: a file path or sqlite:///path")
     live.add_argument("--metric", help="metric name (with --server or --db)")
     live.add_argument("--start", help="first day, YYYY-MM-DD (UTC, inclusive)")
     live.add_argument("--end", help="last day, YYYY-MM-DD (UTC, inclusive)")

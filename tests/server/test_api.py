@@ -258,7 +258,7 @@ def test_unavailable_storage_is_503_with_retry_after(tmp_path, wire):
 
     from werkzeug.serving import make_server
 
-    from veil.server.app import EXTENSION, create_app
+    from veil.server.collector import EXTENSION, create_app
 
     app = create_app({"REGISTRY": wire.registry, "DATABASE": tmp_path / "v.db",
                       "READ_TOKENS": ["t"]})

@@ -1,26 +1,20 @@
 """The ``veil`` command line.
 
-Each group of subcommands lives in its own module, which exposes
-``COMMANDS``: a list of ``(name, help, configure, run)`` where
-``configure(parser)`` adds arguments and ``run(args) -> int`` does the work.
-Command modules import their heavy dependencies inside ``run``, so
-``veil --help`` works with the light client install.
+Each package registers its group of subcommands under the ``veil.commands``
+entry points (see :mod:`veil.server.cli.commands`), so this package imports
+no other package's command module by name.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from veil.server.cli.commands import iter_commands
 from veil.shared.errors import VeilError
 
-COMMAND_MODULES = (
-    "veil.simulations.cli",
-    "veil.server.collector_cli",
-    "veil.server.analysis.cli",
-)
+__all__ = ["build_parser", "main"]
 
 
 def _version() -> str:
@@ -38,17 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"veil {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        for name, help_text, configure, run in module.COMMANDS:
-            command = sub.add_parser(name, help=help_text, description=help_text)
-            configure(command)
-            command.set_defaults(run=run)
+    for name, help_text, configure, run in iter_commands():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        configure(command)
+        command.set_defaults(run=run)
     return parser
 
 
@@ -73,7 +60,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,179 @@
+"""``veil serve``, ``veil export``, ``veil rebuild-aggregates`` and ``veil backup``.
+
+Registered under the ``veil.commands`` entry points. Option defaults come from
+:data:`veil.server.collector.config.DEFAULTS`. Heavy imports (Flask, waitress,
+NumPy) happen inside the ``run`` functions so ``veil --help`` works with the
+light client install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from veil.server.collector.config import DEFAULTS
+from veil.shared.errors import VeilError
+
+
+def configure_serve(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil serve``."""
+    parser.add_argument("--config", required=True, help="metric registry TOML file")
+    parser.add_argument("--db", required=True, help="the database: a file path or sqlite:///path (created if missing)")
+    parser.add_argument("--host", default=DEFAULTS["HOST"],
+                        help=f"address to listen on (default {DEFAULTS['HOST']})")
+    parser.add_argument("--port", type=int, default=DEFAULTS["PORT"],
+                        help=f"port (default {DEFAULTS['PORT']}; 0 picks a free one)")
+    parser.add_argument("--threads", type=int, default=DEFAULTS["THREADS"],
+                        help=f"threads serving requests per worker (default {DEFAULTS['THREADS']})")
+    parser.add_argument("--workers", type=int, default=DEFAULTS["WORKERS"],
+                        help=f"server processes sharing the port (default {DEFAULTS['WORKERS']}; "
+                        "more use more cores)")
+    parser.add_argument("--read-token", action="append", default=None,
+                        help="bearer token for reading counts (repeatable; default: env VEIL_READ_TOKEN)")
+    parser.add_argument("--upload-token", default=None,
+                        help="require this bearer token to upload (default: env VEIL_UPLOAD_TOKEN, "
+                        "else uploads are open)")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULTS["MAX_CONTENT_LENGTH"],
+                        help=f"largest request body accepted "
+                        f"(default {DEFAULTS['MAX_CONTENT_LENGTH'] / 2**20:g} MiB)")
+    parser.add_argument("--max-reports", type=int, default=DEFAULTS["MAX_REPORTS_PER_BATCH"],
+                        help=f"largest batch accepted "
+                        f"(default {DEFAULTS['MAX_REPORTS_PER_BATCH']} reports)")
+    parser.add_argument("--recent-ids-limit", type=int, default=DEFAULTS["RECENT_IDS_LIMIT"],
+                        help="new report ids kept (in each worker's memory too) before a merge "
+                        "into the id index (default: the storage's, see docs/operations.md; "
+                        "larger: rarer, longer merge pauses)")
+
+
+def serve_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The collector configuration from ``veil serve``'s arguments and the environment."""
+    return {
+        "REGISTRY": args.config,
+        "DATABASE": args.db,
+        "READ_TOKENS": args.read_token or [t for t in [os.environ.get("VEIL_READ_TOKEN")] if t],
+        "UPLOAD_TOKEN": args.upload_token or os.environ.get("VEIL_UPLOAD_TOKEN") or None,
+        "MAX_CONTENT_LENGTH": args.max_body_bytes,
+        "MAX_REPORTS_PER_BATCH": args.max_reports,
+        "RECENT_IDS_LIMIT": args.recent_ids_limit,
+        "HOST": args.host,
+        "PORT": args.port,
+        "THREADS": args.threads,
+        "WORKERS": args.workers,
+    }
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Check the registry against the database, listen, and serve until SIGTERM or SIGINT."""
+    from veil.server.collector.serving import serve
+    from veil.server.storage import open_storage
+    from veil.shared.registry import Registry
+
+    for name in ("threads", "workers"):
+        if getattr(args, name) < 1:
+            raise VeilError(f"--{name} must be at least 1; got {getattr(args, name)}")
+    if args.recent_ids_limit is not None and args.recent_ids_limit < 1:
+        raise VeilError(f"--recent-ids-limit must be at least 1; got {args.recent_ids_limit}")
+    if args.max_body_bytes < 1024:
+        raise VeilError(f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
+    config = serve_config(args)
+    # check the registry against the database (and migrate it) once, before any worker starts
+    open_storage(args.db, Registry.load(args.config), create=True).close()
+    try:
+        sock = socket.create_server((config["HOST"], config["PORT"]), backlog=1024)
+    except OSError as exc:
+        raise VeilError(f"cannot listen on {config['HOST']}:{config['PORT']}: "
+                        f"{exc.strerror}") from None
+    if not config["READ_TOKENS"]:
+        print("veil serve: no read token set (--read-token or VEIL_READ_TOKEN): "
+              "counts cannot be read over HTTP", file=sys.stderr)
+    host, port = sock.getsockname()[:2]
+    print(f"veil serve: listening on http://{host}:{port}", flush=True)
+    try:
+        code = serve(config, sock)
+    finally:
+        sock.close()
+    print("veil serve: stopped", flush=True)
+    return code
+
+
+def configure_export(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil export``."""
+    parser.add_argument("--db", required=True, help="the collector's database: a file path or sqlite:///path")
+    parser.add_argument("--metric", required=True, help="metric name")
+    parser.add_argument("--out", required=True, help="directory for params.csv and counts.csv")
+    parser.add_argument("--config", default=None,
+                        help="registry TOML (default: the registry stored in the database)")
+    parser.add_argument("--start", default=None, help="first UTC day, YYYY-MM-DD (inclusive)")
+    parser.add_argument("--end", default=None, help="last UTC day, YYYY-MM-DD (inclusive)")
+    parser.add_argument("--force", action="store_true",
+                        help="export even with fewer reports than the metric's min_reports")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Write google/rappor params.csv and counts.csv for a metric from the database."""
+    from veil.server.analysis.rappor_files import rappor_params, write_counts_document, write_params
+    from veil.server.storage import open_storage
+    from veil.shared.registry import Registry
+
+    with open_storage(args.db) as storage:
+        registry = Registry.load(args.config) if args.config else storage.registry
+        if args.metric not in registry:
+            raise VeilError(f"unknown metric {args.metric!r}; known: {', '.join(sorted(registry))}")
+        metric = registry[args.metric]
+        params = rappor_params(metric.params)
+        document = storage.counts(metric, args.start, args.end,
+                                  min_reports=0 if args.force else None)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_params(params, out / "params.csv")
+    reports, cohorts = write_counts_document(document, out / "counts.csv")
+    print(f"veil export: {reports} reports of {args.metric!r} in {cohorts} cohorts "
+          f"-> {out / 'params.csv'}, {out / 'counts.csv'}")
+    return 0
+
+
+def configure_db(parser: argparse.ArgumentParser) -> None:
+    """The ``--db`` argument of the maintenance commands."""
+    parser.add_argument("--db", required=True, help="the collector's database: a file path or sqlite:///path")
+
+
+def run_rebuild(args: argparse.Namespace) -> int:
+    """Recompute every aggregate from the stored raw reports."""
+    from veil.server.storage import open_storage
+
+    with open_storage(args.db) as storage:
+        total = storage.rebuild_aggregates()
+    print(f"veil rebuild-aggregates: rebuilt aggregates from {total} reports in {args.db}")
+    return 0
+
+
+def configure_backup(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil backup``."""
+    configure_db(parser)
+    parser.add_argument("--out", required=True, help="new file for the copy")
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    """Copy the database consistently while the collector runs."""
+    from veil.server.storage import open_storage
+
+    with open_storage(args.db) as storage:
+        target = storage.backup(args.out)
+    print(f"veil backup: wrote a consistent copy of {args.db} to {target}")
+    return 0
+
+
+COMMANDS = [
+    ("serve", "run the collector (HTTP API) under the waitress WSGI server",
+     configure_serve, run_serve),
+    ("export", "write google/rappor params.csv and counts.csv for a metric",
+     configure_export, run_export),
+    ("rebuild-aggregates", "recompute every aggregate from the stored raw reports",
+     configure_db, run_rebuild),
+    ("backup", "copy the database consistently while the collector runs (VACUUM INTO)",
+     configure_backup, run_backup),
+]

@@ -1,0 +1,190 @@
+"""The collector's HTTP API: one blueprint, registered by ``create_app``.
+
+Request bodies are parsed strictly: UTF-8 only, no NaN or Infinity, no
+duplicate keys, nesting bounded by the parser's recursion limit and integers
+by Python's 4,300-digit limit, so malformed input is a 4xx, never a 5xx. The
+routes store and log no client address or user agent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+import io
+import json
+from typing import Any
+
+from flask import Blueprint, Response, current_app, request
+
+from veil.server.analysis.rappor_files import write_counts_document
+from veil.server.collector.openapi import openapi_document
+from veil.server.collector.responses import ApiError, json_response
+from veil.server.collector.state import current_collector
+from veil.server.storage import StorageUnavailable, TooFewReportsError
+from veil.shared.errors import WireFormatError
+from veil.shared.wire import validate_batch
+
+api = Blueprint("api", __name__)
+
+
+@api.get("/healthz")
+def healthz() -> Response:
+    """Liveness: the process answers."""
+    return json_response({"status": "ok"})
+
+
+@api.get("/readyz")
+def readyz() -> Response:
+    """Readiness: the database answers a query."""
+    try:
+        current_collector().storage.ping()
+    except StorageUnavailable as exc:
+        raise ApiError(503, "unavailable", None, str(exc), {"Retry-After": "5"}) from None
+    return json_response({"status": "ready"})
+
+
+@api.get("/v1/openapi.json")
+def openapi() -> Response:
+    """The OpenAPI 3.1 description of this API."""
+    return json_response(openapi_document(current_app.config["MAX_CONTENT_LENGTH"],
+                                          current_collector().max_reports))
+
+
+@api.get("/v1/metrics")
+def metrics() -> Response:
+    """The public metric registry clients encode against."""
+    return Response(current_collector().registry_json, mimetype="application/json")
+
+
+@api.post("/v1/reports")
+def reports() -> Response:
+    """Validate a batch, durably store its valid reports, answer per-report outcomes."""
+    state = current_collector()
+    if state.upload_token is not None:
+        _check_bearer([state.upload_token])
+    body = parse_json_body()
+    try:
+        result = validate_batch(body, state.registry, max_reports=state.max_reports)
+    except WireFormatError as exc:
+        raise ApiError(400, exc.code, exc.field, exc.message) from None
+    stored = state.storage.insert(result.reports)
+    return json_response({
+        "batch_id": result.batch_id,
+        "accepted": stored.accepted,
+        "duplicates": stored.duplicates,
+        "rejected": len(result.errors),
+        "errors": [error.to_dict() for error in result.errors],
+    })
+
+
+@api.get("/v1/metrics/<name>/counts")
+def counts(name: str) -> Response:
+    """Sufficient statistics for a metric over a range of days (bearer token)."""
+    state = current_collector()
+    if not state.read_tokens:
+        raise ApiError(403, "reads_disabled", None,
+                       "this collector has no read token configured; set one to read counts")
+    _check_bearer(state.read_tokens)
+    if name not in state.storage.registry:
+        raise ApiError(404, "unknown_metric", "name",
+                       f"unknown metric {name[:64]!r}; GET /v1/metrics lists the metrics")
+    metric = state.storage.registry[name]
+    unknown = sorted(set(request.args) - {"start", "end", "format"})
+    if unknown:
+        raise ApiError(400, "unknown_parameter", unknown[0][:64],
+                       "is not a query parameter (allowed: start, end, format)")
+    fmt = request.args.get("format", "json")
+    if fmt not in ("json", "csv"):
+        raise ApiError(400, "bad_format", "format", "must be 'json' or 'csv'")
+    if fmt == "csv" and metric.params.as_rappor() is None:
+        raise ApiError(400, "bad_format", "format",
+                       f"csv (google/rappor counts.csv) exists only for metrics reported with "
+                       f"RAPPOR bits (strings, categories); {name!r} is a {metric.kind} metric: "
+                       "use format=json")
+    days = {}
+    for field in ("start", "end"):
+        value = request.args.get(field)
+        if value is not None and not _is_day(value):
+            raise ApiError(400, "bad_date", field, "must be a UTC day written YYYY-MM-DD")
+        days[field] = value
+    if days["start"] and days["end"] and days["start"] > days["end"]:
+        raise ApiError(400, "bad_date", "start", "must not be after end")
+    try:
+        document = state.storage.counts(metric, days["start"], days["end"])
+    except TooFewReportsError as exc:
+        raise ApiError(409, "too_few_reports", None, str(exc)) from None
+    if fmt == "csv":
+        text = io.StringIO()
+        write_counts_document(document, text)
+        return Response(text.getvalue(), mimetype="text/csv")
+    return json_response(document)
+
+
+def parse_json_body() -> Any:
+    """The request body as strict JSON; :class:`ApiError` (4xx) for anything else."""
+    if request.mimetype != "application/json":
+        raise ApiError(415, "unsupported_media_type", "Content-Type",
+                       "send the batch with 'Content-Type: application/json'")
+    charset = request.mimetype_params.get("charset", "utf-8").lower()
+    if charset not in ("utf-8", "utf8"):
+        raise ApiError(415, "unsupported_media_type", "Content-Type",
+                       f"the body must be UTF-8 JSON; got charset {charset!r}")
+    raw = request.get_data(cache=False)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, "bad_json", "body",
+                       f"the body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, "bad_json", "body", f"the body is not valid JSON: {exc}") from None
+    except ValueError as exc:
+        # raised by the strict hooks, or by int() for numbers beyond Python's digit limit
+        message = str(exc) if "digits" not in str(exc) else "a number has too many digits"
+        raise ApiError(400, "bad_json", "body", f"the body is not valid JSON: {message}") from None
+    except RecursionError:
+        raise ApiError(400, "bad_json", "body", "JSON nests too deeply") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                shown = key if len(key) <= 64 else key[:64] + "..."
+                raise ValueError(f"duplicate key {shown!r}")
+            seen.add(key)
+    return obj
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON; send finite numbers only")
+
+
+def _check_bearer(tokens: list[bytes]) -> None:
+    """Accept the request only with ``Authorization: Bearer <one of tokens>``."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    challenge = {"WWW-Authenticate": 'Bearer realm="veil"'}
+    if scheme.lower() != "bearer" or not given:
+        raise ApiError(401, "unauthorized", "Authorization",
+                       "send the header 'Authorization: Bearer <token>'", challenge)
+    given_bytes = given.strip().encode("utf-8", "surrogateescape")
+    matched = False
+    for token in tokens:
+        matched |= hmac.compare_digest(given_bytes, token)
+    if not matched:
+        raise ApiError(401, "unauthorized", "Authorization", "the bearer token is not valid",
+                       challenge)
+
+
+def _is_day(value: str) -> bool:
+    if len(value) != 10 or not value.isascii():
+        return False
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True

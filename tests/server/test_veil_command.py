@@ -1,0 +1,91 @@
+"""The ``veil`` command: subcommand groups come from the ``veil.commands`` entry points."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import EntryPoint, entry_points
+
+import pytest
+
+from veil.server import cli
+from veil.server.cli import build_parser, commands, main
+from veil.server.collector.cli import serve_config
+from veil.server.collector.config import DEFAULTS
+
+GROUPS = {
+    "analysis": ["decode", "map"],
+    "collector": ["serve", "export", "rebuild-aggregates", "backup"],
+    "simulations": ["demo", "experiment", "simulate"],
+}
+
+
+def fake_entry_point(name: str, module: str) -> EntryPoint:
+    return EntryPoint(name=name, value=f"{module}:COMMANDS", group=commands.ENTRY_POINT_GROUP)
+
+
+def test_each_package_registers_its_commands_and_help_lists_them_by_group_name() -> None:
+    registered = {ep.name: ep.value for ep in entry_points(group="veil.commands")}
+    assert registered == {
+        "analysis": "veil.server.analysis.cli:COMMANDS",
+        "collector": "veil.server.collector.cli:COMMANDS",
+        "simulations": "veil.simulations.cli:COMMANDS",
+    }
+    listed = [name for name, *_ in commands.iter_commands()]
+    assert listed == [name for group in sorted(GROUPS) for name in GROUPS[group]]
+    result = subprocess.run([sys.executable, "-m", "veil.server.cli", "--help"],
+                            capture_output=True, text=True, timeout=60, check=True)
+    assert all(name in result.stdout for name in listed)
+
+
+def test_listing_the_commands_loads_no_other_package_by_name_and_no_heavy_dependency() -> None:
+    code = (
+        "import sys\n"
+        "import veil.server.cli\n"
+        "assert 'veil.simulations' not in sys.modules, 'veil.server imports veil.simulations'\n"
+        "veil.server.cli.build_parser()\n"
+        "heavy = {'numpy', 'scipy', 'sklearn', 'matplotlib', 'flask', 'waitress'}\n"
+        "assert not heavy & set(sys.modules), sorted(heavy & set(sys.modules))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_group_missing_an_optional_dependency_is_skipped(tmp_path, monkeypatch) -> None:
+    (tmp_path / "veil_test_optional_group.py").write_text(
+        "import veil_test_absent_dependency\nCOMMANDS = []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = [fake_entry_point("optional", "veil_test_optional_group"),
+             fake_entry_point("uninstalled", "veil.server.veil_test_uninstalled.cli"),
+             *entry_points(group=commands.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(commands, "entry_points", lambda group: found)
+    assert "decode" in [name for name, *_ in commands.iter_commands()]
+
+
+def test_a_missing_veil_module_is_a_bug_and_is_not_hidden(tmp_path, monkeypatch) -> None:
+    (tmp_path / "veil_test_broken_group.py").write_text(
+        "import veil.server.veil_test_no_such_module\nCOMMANDS = []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = [fake_entry_point("broken", "veil_test_broken_group")]
+    monkeypatch.setattr(commands, "entry_points", lambda group: found)
+    with pytest.raises(ModuleNotFoundError, match="veil_test_no_such_module"):
+        list(commands.iter_commands())
+
+
+def test_a_dependency_missing_at_run_time_names_the_extra_to_install(monkeypatch, capsys) -> None:
+    def run(args: object) -> int:
+        raise ModuleNotFoundError("No module named 'flask'", name="flask")
+
+    monkeypatch.setattr(cli, "iter_commands", lambda: iter([("probe", "", lambda p: None, run)]))
+    assert main(["probe"]) == 2
+    assert capsys.readouterr().err == (
+        "veil probe: error: the optional dependency 'flask' is missing; "
+        "install it with: pip install 'veil[all]'\n")
+
+
+def test_serve_takes_its_option_defaults_from_the_collector_table(monkeypatch) -> None:
+    monkeypatch.delenv("VEIL_READ_TOKEN", raising=False)
+    monkeypatch.delenv("VEIL_UPLOAD_TOKEN", raising=False)
+    args = build_parser().parse_args(["serve", "--config", "metrics.toml", "--db", "veil.db"])
+    config = serve_config(args)
+    assert config.pop("REGISTRY") == "metrics.toml" and config.pop("DATABASE") == "veil.db"
+    assert {**config, "READ_TOKENS": tuple(config["READ_TOKENS"])} == DEFAULTS
