@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from flask import Flask, Response, current_app
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from veil.server.storage import StorageUnavailable
 
@@ -76,5 +76,6 @@ def _http_error(exc: HTTPException) -> Response:
         message = f"the request body is larger than {limit} bytes; send smaller batches"
     body = {"error": {"code": _HTTP_CODES.get(status, "http_error"), "field": None,
                       "message": message}}
-    headers = {"Allow": ", ".join(exc.valid_methods)} if getattr(exc, "valid_methods", None) else None
+    allowed = exc.valid_methods if isinstance(exc, MethodNotAllowed) else None
+    headers = {"Allow": ", ".join(allowed)} if allowed else None
     return json_response(body, status, headers)

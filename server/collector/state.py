@@ -28,4 +28,5 @@ class Collector:
 
 def current_collector() -> Collector:
     """The :class:`Collector` of the current app."""
-    return current_app.extensions[EXTENSION]
+    collector: Collector = current_app.extensions[EXTENSION]
+    return collector

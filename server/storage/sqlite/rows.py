@@ -62,7 +62,8 @@ def add_counts(left: bytes | None, right: bytes | None) -> bytes | None:
     b = np.frombuffer(right, dtype="<u8")
     if a.shape != b.shape:
         raise ValueError("add_counts: counter blobs of different lengths")
-    return (a + b).tobytes()
+    total: bytes = (a + b).tobytes()
+    return total
 
 
 def group_by_metric_day(rows: Iterable[tuple[Any, ...]],
