@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import sqlite3
 import stat
@@ -10,11 +11,14 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from veil.client import Client, StateError
+from veil.client import Client, StateError, Transport
 from veil.client.state import DATABASE_FILE, SECRET_FILE
+from veil.client.transport import Outcome
+from veil.shared.registry import Registry
 
 
 def mode(path: Path) -> int:
@@ -47,15 +51,46 @@ def test_secret_and_cohort_are_reused_and_differ_between_installations(
     other.close(timeout=1)
 
 
-def test_the_same_secret_gives_the_same_permanent_response(tmp_path, test_registry, offline_url):
-    """Restarting the app must not re-randomize memoized answers (that would average out)."""
-    answers = []
-    for _ in range(2):
-        client = Client(offline_url, tmp_path / "state", registry=test_registry)
-        encoder = client._encoder(client.registry["homepage"])
-        answers.append(encoder.memoized(encoder.memo_key("example.com")))
+class Recording(Transport):
+    """Acknowledges every batch and keeps its reports."""
+
+    def __init__(self) -> None:
+        self.reports: list[dict[str, Any]] = []
+
+    def send(self, url: str, body: bytes, reports: int, **options: Any) -> Outcome:
+        self.reports.extend(json.loads(body)["reports"])
+        return Outcome("acknowledged", 200, {"accepted": reports, "duplicates": 0, "rejected": 0})
+
+
+def test_the_same_secret_gives_the_same_permanent_response(tmp_path, offline_url):
+    """Restarting the app must not re-randomize memoized answers (that would average out).
+
+    With RAPPOR's one-time setting p = 0, q = 1 a report is its permanent response.
+    """
+    registry = Registry.from_toml("""
+[metrics.homepage]
+kind = "string"
+k = 32
+h = 2
+m = 4
+p = 0.0
+q = 1.0
+f = 0.5
+""")
+
+    def payload(state: Path) -> str:
+        transport = Recording()
+        client = Client(offline_url, state, registry=registry, transport=transport)
+        client.report("homepage", "example.com")
+        client.flush()
         client.close(timeout=1)
-    assert answers[0] == answers[1]
+        [report] = transport.reports
+        return str(report["payload"])
+
+    first = payload(tmp_path / "state")
+    assert payload(tmp_path / "state") == first
+    # another installation's permanent response differs (all 32 bits agree w.p. 0.625**32)
+    assert payload(tmp_path / "other") != first
 
 
 def test_wal_mode(tmp_path, test_registry, offline_url):
