@@ -5,15 +5,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from veil.shared.bits import hex_to_bits, realized
+from veil.shared.bits import hex_to_bits
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.base import MechanismParams
-from veil.shared.kinds.string import RAPPOR_CONSTRAINTS, StringParams, check_rappor_probs
+from veil.shared.kinds.string import (
+    RAPPOR_CONSTRAINTS,
+    RapporBits,
+    StringParams,
+    check_rappor_probs,
+)
 from veil.shared.privacy import (
     f_for_epsilon_inf,
-    rappor_effective_probs,
-    rappor_epsilon_1,
-    rappor_epsilon_inf,
 )
 from veil.shared.validation import check_fields
 
@@ -21,7 +23,7 @@ MAX_CATEGORIES = 4096
 
 
 @dataclasses.dataclass(frozen=True)
-class CategoryParams(MechanismParams):
+class CategoryParams(RapporBits, MechanismParams):
     """One bit per category (bit ``i`` is ``categories[i]``), then RAPPOR's PRR and IRR.
 
     With one bit set per value, RAPPOR's bounds apply with ``h = 1``.
@@ -72,21 +74,8 @@ class CategoryParams(MechanismParams):
             ) from None
 
     @property
-    def effective_probs(self) -> tuple[float, float]:
-        """``(p*, q*)`` for the realized probabilities."""
-        return rappor_effective_probs(realized(self.p), realized(self.q), realized(self.f))
-
-    @property
-    def statistic(self) -> str:
-        return "bits"
-
-    @property
-    def epsilon_1(self) -> float:
-        return rappor_epsilon_1(1, realized(self.p), realized(self.q), realized(self.f))
-
-    @property
-    def epsilon_inf(self) -> float:
-        return rappor_epsilon_inf(1, realized(self.f))
+    def hashes(self) -> int:
+        return 1
 
     def as_rappor(self) -> StringParams:
         """One cohort, one hash: bit ``i`` is category ``i``."""

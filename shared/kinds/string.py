@@ -36,8 +36,39 @@ def check_rappor_probs(owner: str, p: float, q: float) -> None:
         )
 
 
+class RapporBits:
+    """RAPPOR's probabilities and privacy math, for kinds whose reports are bit vectors
+    with :attr:`hashes` bits set per value before the permanent and instantaneous responses."""
+
+    p: float
+    q: float
+    f: float
+
+    @property
+    def hashes(self) -> int:
+        """Bits a value sets before randomization (``h`` for strings, 1 for categories)."""
+        raise NotImplementedError
+
+    @property
+    def statistic(self) -> str:
+        return "bits"
+
+    @property
+    def effective_probs(self) -> tuple[float, float]:
+        """``(p*, q*)`` of the combined PRR and IRR for the realized probabilities."""
+        return rappor_effective_probs(realized(self.p), realized(self.q), realized(self.f))
+
+    @property
+    def epsilon_1(self) -> float:
+        return rappor_epsilon_1(self.hashes, realized(self.p), realized(self.q), realized(self.f))
+
+    @property
+    def epsilon_inf(self) -> float:
+        return rappor_epsilon_inf(self.hashes, realized(self.f))
+
+
 @dataclasses.dataclass(frozen=True)
-class StringParams(MechanismParams):
+class StringParams(RapporBits, MechanismParams):
     """Bloom-filter RAPPOR: ``k`` bits, ``h`` hashes, ``m`` cohorts, IRR ``p``/``q``, PRR ``f``.
 
     Defaults are the RAPPOR paper's: 128 bits, 2 hashes, 64 cohorts, p=0.5,
@@ -72,21 +103,8 @@ class StringParams(MechanismParams):
         return self.m
 
     @property
-    def effective_probs(self) -> tuple[float, float]:
-        """``(p*, q*)`` of the combined PRR and IRR for the realized probabilities."""
-        return rappor_effective_probs(realized(self.p), realized(self.q), realized(self.f))
-
-    @property
-    def statistic(self) -> str:
-        return "bits"
-
-    @property
-    def epsilon_1(self) -> float:
-        return rappor_epsilon_1(self.h, realized(self.p), realized(self.q), realized(self.f))
-
-    @property
-    def epsilon_inf(self) -> float:
-        return rappor_epsilon_inf(self.h, realized(self.f))
+    def hashes(self) -> int:
+        return self.h
 
     def as_rappor(self) -> StringParams:
         return self
