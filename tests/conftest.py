@@ -2,10 +2,13 @@
 
 ``collector``         a ``veil serve`` subprocess (waitress), started fresh per test.
 ``collector_factory`` the same with options: ``collector_factory(upload_token="u", threads=2,
-                      registry=Registry(...), max_reports=10)``.
+                      workers=2, registry=Registry(...), max_reports=10)``.
 ``test_registry``     :data:`TEST_REGISTRY` (the registry both collectors serve).
 ``live_collector``    the same API served in-process by a werkzeug server thread (faster to start,
                       no kill/restart); still real HTTP on loopback.
+
+For API semantics without HTTP, ``tests/server/conftest.py`` has ``app`` and ``client``
+(Flask's test client).
 
 Each yields a :class:`CollectorHandle`::
 
@@ -105,7 +108,7 @@ class CollectorHandle:
     """A collector under test: where it listens, its credentials, and its lifecycle."""
 
     def __init__(self, workdir: Path, registry: Registry, *, upload_token: str | None = None,
-                 threads: int = 4, max_reports: int | None = None,
+                 threads: int = 4, workers: int = 1, max_reports: int | None = None,
                  max_body_bytes: int | None = None, recent_ids_limit: int | None = None) -> None:
         self.workdir = workdir
         self.registry = registry
@@ -115,6 +118,7 @@ class CollectorHandle:
         self.token = secrets.token_hex(16)
         self.upload_token = upload_token
         self.threads = threads
+        self.workers = workers
         self.max_reports = max_reports
         self.max_body_bytes = max_body_bytes
         self.recent_ids_limit = recent_ids_limit
@@ -129,6 +133,8 @@ class CollectorHandle:
                "--config", str(self.registry_path), "--db", str(self.db_path),
                "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(self.threads),
                "--read-token", self.token]
+        if self.workers != 1:
+            cmd += ["--workers", str(self.workers)]
         if self.upload_token:
             cmd += ["--upload-token", self.upload_token]
         if self.max_reports:

@@ -1,12 +1,33 @@
-"""Helpers for collector tests: build wire reports with the real encoders, predict counts."""
+"""Fixtures for collector tests: the app in-process, and wire reports with predicted counts.
+
+``app`` and ``client`` follow Flask's tutorial ``tests/conftest.py``: the
+collector app from ``create_app({"TESTING": True, ...})`` with
+:data:`TEST_REGISTRY`, a read token and a real SQLite file in ``tmp_path``, and
+its ``app.test_client()``. Use them for API semantics (status codes, JSON error
+bodies, validation, dedup, counts documents, tokens); keep ``collector`` (a
+``veil serve`` process) for what only a real server shows: waitress, workers,
+signals, crashes, restarts and the SDK over HTTP::
+
+    def test_upload(client, wire):
+        response = client.post("/v1/reports", json=wire.batch(wire.reports("dark_mode", [True])))
+        assert response.json["accepted"] == 1
+        assert client.counts("dark_mode")["reports"] == 1
+
+``app_factory(**settings)`` builds an app with other settings
+(``app_factory(UPLOAD_TOKEN="u", MAX_REPORTS_PER_BATCH=3)``).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
+from flask.testing import FlaskClient
 
 from veil.client.encoders import make_encoder
 from veil.shared.registry import Registry
@@ -54,6 +75,70 @@ class Wire:
         cohorts = [{"cohort": c, "reports": sizes[c], **statistic.to_entry(states[c])}
                    for c in range(params.cohorts)]
         return {"reports": sum(sizes), "cohorts": cohorts}
+
+
+class ApiClient(FlaskClient):
+    """Flask's test client, with the collector's read token and database at hand."""
+
+    @property
+    def token(self) -> str:
+        """The read token of the app."""
+        return self.application.config["READ_TOKENS"][0]
+
+    @property
+    def db_path(self) -> Path:
+        """The app's SQLite file."""
+        return Path(self.application.config["DATABASE"])
+
+    @property
+    def registry(self) -> Registry:
+        """The registry the app serves."""
+        return self.application.config["REGISTRY"]
+
+    def headers(self) -> dict[str, str]:
+        """The Authorization header carrying the read token."""
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def counts(self, metric: str, **query: str) -> dict[str, Any]:
+        """GET the counts document of ``metric`` (asserts a 200 answer)."""
+        response = self.get(f"/v1/metrics/{metric}/counts", query_string=query,
+                            headers=self.headers())
+        assert response.status_code == 200, response.get_data(as_text=True)
+        return response.json
+
+
+@pytest.fixture
+def app_factory(tmp_path: Path, test_registry: Registry) -> Iterator[Callable[..., Flask]]:
+    """Build collector apps on SQLite files in ``tmp_path``; their storage is closed after the
+    test. Keyword arguments override the settings of :mod:`veil.server.collector.config`."""
+    from veil.server.collector import EXTENSION, create_app
+
+    apps: list[Flask] = []
+
+    def make(**settings: Any) -> Flask:
+        app = create_app({"TESTING": True, "REGISTRY": test_registry,
+                          "DATABASE": tmp_path / f"veil{len(apps)}.db",
+                          "READ_TOKENS": [secrets.token_hex(16)], **settings})
+        app.test_client_class = ApiClient
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.extensions[EXTENSION].storage.close()
+
+
+@pytest.fixture
+def app(app_factory: Callable[..., Flask]) -> Flask:
+    """The collector app with :data:`TEST_REGISTRY`, a read token and open uploads."""
+    return app_factory()
+
+
+@pytest.fixture
+def client(app: Flask) -> ApiClient:
+    """The app's test client (:class:`ApiClient`)."""
+    client: ApiClient = app.test_client()
+    return client
 
 
 @pytest.fixture

@@ -1,4 +1,9 @@
-"""The HTTP API's contract: every error is 4xx JSON naming the field, reads need the token."""
+"""The HTTP API's contract: every error is 4xx JSON naming the field, reads need the token.
+
+The contract is checked in-process with Flask's test client (``client``); the
+tests at the end run ``veil serve`` for what only the real server shows: each
+route family answering through waitress, its body limit, and its log.
+"""
 
 from __future__ import annotations
 
@@ -7,33 +12,41 @@ import json
 import pytest
 import requests
 
+from veil.server.collector import EXTENSION
+
 JSON = {"Content-Type": "application/json"}
 
 
-def post(collector, body: bytes | str, headers: dict[str, str] | None = None) -> requests.Response:
+def post(client, body: bytes | str, content_type: str | None = "application/json"):
     data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
-    return requests.post(collector.url + "/v1/reports", data=data, headers=headers or JSON,
-                         timeout=30)
+    return client.post("/v1/reports", data=data, content_type=content_type)
 
 
-def error_of(response: requests.Response) -> dict:
-    """The ``error`` object of a JSON error response (asserting its shape)."""
+def error_of(response) -> dict:
+    """The ``error`` object of a JSON error response (asserting its shape); takes a test
+    client response or a ``requests`` one."""
     assert response.headers["Content-Type"].startswith("application/json"), response.text
-    error = response.json()["error"]
+    error = json.loads(response.text)["error"]
     assert set(error) == {"code", "field", "message"} and error["message"]
     return error
 
 
-def test_health_readiness_and_registry(live_collector):
-    assert requests.get(live_collector.url + "/healthz", timeout=10).json() == {"status": "ok"}
-    assert requests.get(live_collector.url + "/readyz", timeout=10).json() == {"status": "ready"}
-    served = requests.get(live_collector.url + "/v1/metrics", timeout=10)
+def as_received(value: str) -> str:
+    """A header value as a WSGI server hands it to the app: its UTF-8 bytes read as
+    latin-1 (PEP 3333), which is what the app saw when tests sent these bytes over HTTP."""
+    return value.encode("utf-8", "surrogatepass").decode("latin-1")
+
+
+def test_health_readiness_and_registry(client):
+    assert client.get("/healthz").json == {"status": "ok"}
+    assert client.get("/readyz").json == {"status": "ready"}
+    served = client.get("/v1/metrics")
     assert served.status_code == 200
-    assert served.json() == live_collector.registry.to_dict()
+    assert served.json == client.registry.to_dict()
 
 
-def test_openapi_document_lists_every_route(live_collector):
-    document = requests.get(live_collector.url + "/v1/openapi.json", timeout=10).json()
+def test_openapi_document_lists_every_route(client):
+    document = client.get("/v1/openapi.json").json
     assert document["openapi"].startswith("3.")
     assert set(document["paths"]) == {"/healthz", "/readyz", "/v1/openapi.json", "/v1/metrics",
                                       "/v1/reports", "/v1/metrics/{name}/counts"}
@@ -63,52 +76,42 @@ def test_openapi_document_lists_every_route(live_collector):
          "unknown_field"),
     ],
 )
-def test_batch_level_errors_are_400_json_naming_the_field(live_collector, body, field, code):
-    response = post(live_collector, body)
+def test_batch_level_errors_are_400_json_naming_the_field(client, body, field, code):
+    response = post(client, body)
     assert response.status_code == 400
     error = error_of(response)
     assert (error["field"], error["code"]) == (field, code)
 
 
-def test_invalid_utf8_is_refused(live_collector):
-    response = post(live_collector, b'{"version": 1, "batch_id": "\xff\xfe"}')
+def test_invalid_utf8_is_refused(client):
+    response = post(client, b'{"version": 1, "batch_id": "\xff\xfe"}')
     assert response.status_code == 400
     assert error_of(response)["code"] == "bad_json"
     assert "UTF-8" in error_of(response)["message"]
 
 
-def test_too_many_reports_in_one_batch(collector_factory, wire):
-    collector = collector_factory(max_reports=3)
+def test_too_many_reports_in_one_batch(app_factory, wire):
+    client = app_factory(MAX_REPORTS_PER_BATCH=3).test_client()
     batch = wire.batch(wire.reports("dark_mode", [True] * 4))
-    response = requests.post(collector.url + "/v1/reports", json=batch, timeout=30)
+    response = client.post("/v1/reports", json=batch)
     assert response.status_code == 400
     error = error_of(response)
     assert (error["field"], error["code"]) == ("reports", "too_many")
     assert "3" in error["message"]
 
 
-def test_oversized_body_is_413_json(collector_factory):
-    collector = collector_factory(max_body_bytes=4096)
-    response = post(collector, b"[" + b"0," * 4000 + b"0]")
-    assert response.status_code == 413
-    assert error_of(response)["code"] == "body_too_large"
-    assert "4096" in error_of(response)["message"]
-
-
 @pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
                                           "application/json; charset=latin-1"])
-def test_wrong_content_type_is_415(live_collector, wire, content_type):
+def test_wrong_content_type_is_415(client, wire, content_type):
     body = json.dumps(wire.batch(wire.reports("dark_mode", [True])))
-    headers = {"Content-Type": content_type} if content_type else {}
-    response = requests.post(live_collector.url + "/v1/reports", data=body.encode(),
-                             headers=headers, timeout=30)
+    response = post(client, body.encode(), content_type)
     assert response.status_code == 415
     assert error_of(response)["field"] == "Content-Type"
 
 
-def test_bad_reports_are_refused_one_by_one_and_good_ones_kept(live_collector, wire):
+def test_bad_reports_are_refused_one_by_one_and_good_ones_kept(client, wire):
     good = wire.reports("homepage", ["a.example", "b.example"])
-    k_hex = 2 * (live_collector.registry["homepage"].params.k // 8)
+    k_hex = 2 * (client.registry["homepage"].params.k // 8)
     bad = [
         {"id": "0" * 32, "metric": "homepage", "cohort": 0, "payload": "zz" * (k_hex // 2)},
         {"id": "1" * 32, "metric": "homepage", "cohort": 99, "payload": "00" * (k_hex // 2)},
@@ -123,9 +126,9 @@ def test_bad_reports_are_refused_one_by_one_and_good_ones_kept(live_collector, w
         {"id": "8" * 32, "metric": "dark_mode", "cohort": 0, "payload": 1},
     ]
     batch = wire.batch([good[0], *bad, good[1]])
-    response = requests.post(live_collector.url + "/v1/reports", json=batch, timeout=30)
+    response = client.post("/v1/reports", json=batch)
     assert response.status_code == 200
-    receipt = response.json()
+    receipt = response.json
     assert (receipt["accepted"], receipt["duplicates"], receipt["rejected"]) == (2, 0, len(bad))
     fields = [(e["index"], e["field"], e["code"]) for e in receipt["errors"]]
     assert fields == [
@@ -142,54 +145,51 @@ def test_bad_reports_are_refused_one_by_one_and_good_ones_kept(live_collector, w
         (11, "reports[11].cohort", "unknown_field"),
     ]
     assert receipt["errors"][0]["id"] == "0" * 32 and receipt["errors"][7]["id"] is None
-    assert live_collector.counts("homepage")["reports"] == 2
-    with pytest.raises(requests.HTTPError):
-        live_collector.counts("dark_mode")  # nothing stored: 0 < min_reports = 1
+    assert client.counts("homepage")["reports"] == 2
+    nothing = client.get("/v1/metrics/dark_mode/counts", headers=client.headers())
+    assert nothing.status_code == 409  # nothing stored: 0 < min_reports = 1
+    assert error_of(nothing)["code"] == "too_few_reports"
 
 
-def test_number_payloads_the_mechanism_cannot_produce_are_refused(live_collector, wire):
+def test_number_payloads_the_mechanism_cannot_produce_are_refused(client, wire):
     """Forged Laplace payloads (far out, off the grid) never reach the sums: counts stay
     finite JSON and the mean stays that of the honest reports."""
-    params = live_collector.registry["load_time"].params
+    params = client.registry["load_time"].params
     honest = wire.reports("load_time", [5.0] * 50)
     low, high = params.payload_range
     forged = [1e6, 1e300, -1e300, high + params.step, low - params.step, 5.0 + params.step / 3]
     bad = [{"id": f"{i:032x}", "metric": "load_time", "payload": v} for i, v in enumerate(forged)]
-    response = requests.post(live_collector.url + "/v1/reports", json=wire.batch(honest + bad),
-                             timeout=30)
-    receipt = response.json()
+    response = client.post("/v1/reports", json=wire.batch(honest + bad))
+    receipt = response.json
     assert (receipt["accepted"], receipt["rejected"]) == (50, len(forged))
     assert [e["code"] for e in receipt["errors"]] == ["out_of_range"] * 5 + ["off_grid"]
-    raw = requests.get(live_collector.url + "/v1/metrics/load_time/counts",
-                       headers=live_collector.headers(), timeout=10).text
+    raw = client.get("/v1/metrics/load_time/counts", headers=client.headers()).text
     document = json.loads(raw, parse_constant=lambda name: pytest.fail(f"{name} in counts"))
     assert document == {**document, **wire.expected("load_time", honest)}
 
 
-def test_counts_need_the_read_token(live_collector):
-    url = live_collector.url + "/v1/metrics/homepage/counts"
+def test_counts_need_the_read_token(client):
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic abc"},
-                    {"Authorization": f"Bearer {live_collector.token}x"},
+                    {"Authorization": f"Bearer {client.token}x"},
                     {"Authorization": "Bearer \u00e9"}):
-        response = requests.get(url, headers={k: v.encode() for k, v in headers.items()},
-                                timeout=10)
+        response = client.get("/v1/metrics/homepage/counts",
+                              headers={k: as_received(v) for k, v in headers.items()})
         assert response.status_code == 401
         assert error_of(response)["field"] == "Authorization"
         assert response.headers["WWW-Authenticate"].startswith("Bearer")
 
 
-def test_counts_refused_below_min_reports_with_the_numbers(live_collector, wire):
+def test_counts_refused_below_min_reports_with_the_numbers(client, wire):
     sent = wire.reports("rare", ["x"] * 49)
-    requests.post(live_collector.url + "/v1/reports", json=wire.batch(sent), timeout=30)
-    url = live_collector.url + "/v1/metrics/rare/counts"
-    response = requests.get(url, headers=live_collector.headers(), timeout=10)
+    client.post("/v1/reports", json=wire.batch(sent))
+    response = client.get("/v1/metrics/rare/counts", headers=client.headers())
     assert response.status_code == 409
     error = error_of(response)
     assert error["code"] == "too_few_reports"
     assert "49" in error["message"] and "50" in error["message"]
     more = wire.reports("rare", ["x"])
-    requests.post(live_collector.url + "/v1/reports", json=wire.batch(more), timeout=30)
-    assert live_collector.counts("rare")["reports"] == 50
+    client.post("/v1/reports", json=wire.batch(more))
+    assert client.counts("rare")["reports"] == 50
 
 
 @pytest.mark.parametrize(
@@ -204,45 +204,92 @@ def test_counts_refused_below_min_reports_with_the_numbers(live_collector, wire)
         ("/v1/metrics/homepage/counts?limit=3", 400, "unknown_parameter", "limit"),
     ],
 )
-def test_counts_query_errors(live_collector, path, status, code, field):
-    response = requests.get(live_collector.url + path, headers=live_collector.headers(),
-                            timeout=10)
+def test_counts_query_errors(client, path, status, code, field):
+    response = client.get(path, headers=client.headers())
     assert response.status_code == status
     error = error_of(response)
     assert (error["code"], error["field"]) == (code, field)
 
 
-def test_unknown_routes_and_methods_are_json(live_collector):
-    response = requests.get(live_collector.url + "/v1/nothing", timeout=10)
+def test_csv_counts_are_google_rappor_rows(client, wire):
+    sent = wire.reports("homepage", ["x.example"] * 12)
+    client.post("/v1/reports", json=wire.batch(sent))
+    response = client.get("/v1/metrics/homepage/counts?format=csv", headers=client.headers())
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/csv")
+    rows = [list(map(int, line.split(","))) for line in response.text.splitlines()]
+    expected = wire.expected("homepage", sent)["cohorts"]
+    assert rows == [[entry["reports"], *entry["ones"]] for entry in expected]
+
+
+def test_unknown_routes_and_methods_are_json(client):
+    response = client.get("/v1/nothing")
     assert response.status_code == 404 and error_of(response)["code"] == "not_found"
-    response = requests.get(live_collector.url + "/v1/reports", timeout=10)
+    response = client.get("/v1/reports")
     assert response.status_code == 405 and error_of(response)["code"] == "method_not_allowed"
     assert "POST" in response.headers["Allow"]
 
 
-def test_upload_token_when_configured(collector_factory, wire):
-    collector = collector_factory(upload_token="up-secret")
+def test_upload_token_when_configured(app_factory, wire):
+    client = app_factory(UPLOAD_TOKEN="up-secret").test_client()
     batch = wire.batch(wire.reports("dark_mode", [True]))
-    url = collector.url + "/v1/reports"
-    refused = requests.post(url, json=batch, timeout=30)
+    refused = client.post("/v1/reports", json=batch)
     assert refused.status_code == 401 and error_of(refused)["field"] == "Authorization"
-    wrong = requests.post(url, json=batch, headers={"Authorization": "Bearer nope"}, timeout=30)
+    wrong = client.post("/v1/reports", json=batch, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
-    accepted = requests.post(url, json=batch, headers={"Authorization": "Bearer up-secret"},
-                             timeout=30)
-    assert accepted.status_code == 200 and accepted.json()["accepted"] == 1
+    accepted = client.post("/v1/reports", json=batch,
+                           headers={"Authorization": "Bearer up-secret"})
+    assert accepted.status_code == 200 and accepted.json["accepted"] == 1
     # the read token is not an upload token
-    other = requests.post(url, json=wire.batch(wire.reports("dark_mode", [True])),
-                          headers=collector.headers(), timeout=30)
+    other = client.post("/v1/reports", json=wire.batch(wire.reports("dark_mode", [True])),
+                        headers=client.headers())
     assert other.status_code == 401
 
 
-def test_nothing_about_the_client_is_stored(collector, wire):
-    """No address or user agent in the database or the server's log."""
+def test_unavailable_storage_is_503_with_retry_after(app, client, wire):
+    """A collector whose database is gone answers 503 (clients retry), never a traceback."""
+    app.extensions[EXTENSION].storage.close()
+    batch = wire.batch(wire.reports("dark_mode", [True]))
+    response = client.post("/v1/reports", json=batch)
+    assert response.status_code == 503 and response.headers["Retry-After"] == "5"
+    assert error_of(response)["code"] == "unavailable"
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and error_of(ready)["code"] == "unavailable"
+
+
+# ---------------------------------------------------------------------------------------------
+# over the wire: veil serve (waitress) on 127.0.0.1
+
+
+def test_every_route_answers_over_http_and_nothing_about_the_client_is_kept(collector, wire):
+    """Through ``veil serve``, each route family answers, errors included (JSON bodies,
+    ``WWW-Authenticate``, ``Allow``); afterwards no address or user agent is in the
+    database or the server's log."""
     agent = "VeilProbeAgent/9.9"
-    batch = wire.batch(wire.reports("dark_mode", [True, False]))
-    requests.post(collector.url + "/v1/reports", json=batch, headers={"User-Agent": agent},
-                  timeout=30)
+    url = collector.url
+    with requests.Session() as session:
+        session.headers["User-Agent"] = agent
+        assert session.get(url + "/healthz", timeout=10).json() == {"status": "ok"}
+        assert session.get(url + "/readyz", timeout=10).json() == {"status": "ready"}
+        assert session.get(url + "/v1/metrics", timeout=10).json() == collector.registry.to_dict()
+        document = session.get(url + "/v1/openapi.json", timeout=10).json()
+        assert "/v1/metrics/{name}/counts" in document["paths"]
+        batch = wire.batch(wire.reports("dark_mode", [True, False]))
+        receipt = session.post(url + "/v1/reports", json=batch, timeout=30)
+        assert receipt.status_code == 200 and receipt.json()["accepted"] == 2
+        counts = session.get(url + "/v1/metrics/dark_mode/counts", headers=collector.headers(),
+                             timeout=10)
+        assert counts.status_code == 200 and counts.json()["reports"] == 2
+        bad = session.post(url + "/v1/reports", data=b"{not json", headers=JSON, timeout=30)
+        assert bad.status_code == 400 and error_of(bad)["code"] == "bad_json"
+        unauthorized = session.get(url + "/v1/metrics/dark_mode/counts", timeout=10)
+        assert unauthorized.status_code == 401
+        assert error_of(unauthorized)["field"] == "Authorization"
+        assert unauthorized.headers["WWW-Authenticate"].startswith("Bearer")
+        missing = session.get(url + "/v1/nothing", timeout=10)
+        assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
+        wrong_method = session.get(url + "/v1/reports", timeout=10)
+        assert wrong_method.status_code == 405 and "POST" in wrong_method.headers["Allow"]
     collector.stop()
     files = [p for p in collector.workdir.iterdir() if p.is_file()]
     assert any(p.name == "veil.db" for p in files)
@@ -252,29 +299,11 @@ def test_nothing_about_the_client_is_stored(collector, wire):
         assert b"127.0.0.1" not in data, path.name
 
 
-def test_unavailable_storage_is_503_with_retry_after(tmp_path, wire):
-    """A collector whose database is gone answers 503 (clients retry), never a traceback."""
-    import threading
-
-    from werkzeug.serving import make_server
-
-    from veil.server.collector import EXTENSION, create_app
-
-    app = create_app({"REGISTRY": wire.registry, "DATABASE": tmp_path / "v.db",
-                      "READ_TOKENS": ["t"]})
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}"
-        app.extensions[EXTENSION].storage.close()
-        batch = wire.batch(wire.reports("dark_mode", [True]))
-        response = requests.post(url + "/v1/reports", json=batch, timeout=10)
-        assert response.status_code == 503 and response.headers["Retry-After"] == "5"
-        assert error_of(response)["code"] == "unavailable"
-        ready = requests.get(url + "/readyz", timeout=10)
-        assert ready.status_code == 503 and error_of(ready)["code"] == "unavailable"
-    finally:
-        server.shutdown()
-        thread.join(10)
-        server.server_close()
+def test_oversized_body_is_413_json(collector_factory):
+    """``--max-body-bytes`` reaches the app, and waitress lets Flask answer 413 as JSON."""
+    collector = collector_factory(max_body_bytes=4096)
+    response = requests.post(collector.url + "/v1/reports", data=b"[" + b"0," * 4000 + b"0]",
+                             headers=JSON, timeout=30)
+    assert response.status_code == 413
+    assert error_of(response)["code"] == "body_too_large"
+    assert "4096" in error_of(response)["message"]

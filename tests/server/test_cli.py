@@ -1,4 +1,9 @@
-"""The operator commands: veil serve (workers, errors), export, rebuild-aggregates, backup."""
+"""The operator commands: veil serve (workers, errors), export, rebuild-aggregates, backup.
+
+Every command runs as a ``veil`` process. The maintenance commands read a database
+filled through Flask's test client (``client``): the app is the collector without
+its HTTP server, so the database is the one a collector writes.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from pathlib import Path
 
 import requests
 
+from veil.server.collector import EXTENSION
 from veil.server.storage import open_storage
 
 
@@ -33,20 +39,25 @@ def children_of(parent: int) -> list[int]:
     return found
 
 
-def upload(collector, wire, metric: str, values: list) -> list[dict]:
+def upload(client, wire, metric: str, values: list) -> list[dict]:
     sent = wire.reports(metric, values)
-    response = requests.post(collector.url + "/v1/reports", json=wire.batch(sent), timeout=30)
-    assert response.json()["accepted"] == len(sent)
+    response = client.post("/v1/reports", json=wire.batch(sent))
+    assert response.json["accepted"] == len(sent)
     return sent
 
 
-def test_export_writes_google_rappor_params_and_counts(collector, wire, tmp_path):
-    sent = upload(collector, wire, "homepage", ["a.example", "b.example"] * 10)
-    collector.stop()
+def stop(app) -> None:
+    """Close the app's storage, as a collector does when it stops."""
+    app.extensions[EXTENSION].storage.close()
+
+
+def test_export_writes_google_rappor_params_and_counts(app, client, wire, tmp_path):
+    sent = upload(client, wire, "homepage", ["a.example", "b.example"] * 10)
+    stop(app)
     out = tmp_path / "export"
-    result = veil("export", "--db", str(collector.db_path), "--metric", "homepage", "--out", str(out))
+    result = veil("export", "--db", str(client.db_path), "--metric", "homepage", "--out", str(out))
     assert result.returncode == 0, result.stderr
-    params = collector.registry["homepage"].params
+    params = client.registry["homepage"].params
     assert (out / "params.csv").read_text().splitlines() == [
         "k,h,m,p,q,f", f"{params.k},{params.h},{params.m},{params.p},{params.q},{params.f}"]
     rows = [list(map(int, line.split(","))) for line in (out / "counts.csv").read_text().splitlines()]
@@ -55,11 +66,11 @@ def test_export_writes_google_rappor_params_and_counts(collector, wire, tmp_path
     assert all(len(row) == params.k + 1 for row in rows) and len(rows) == params.m
 
 
-def test_export_of_a_category_metric_and_refusals(collector, wire, tmp_path):
-    upload(collector, wire, "browser", ["chrome"] * 3)
-    upload(collector, wire, "rare", ["x"] * 3)
-    collector.stop()
-    db = str(collector.db_path)
+def test_export_of_a_category_metric_and_refusals(app, client, wire, tmp_path):
+    upload(client, wire, "browser", ["chrome"] * 3)
+    upload(client, wire, "rare", ["x"] * 3)
+    stop(app)
+    db = str(client.db_path)
     out = tmp_path / "cat"
     assert veil("export", "--db", db, "--metric", "browser", "--out", str(out)).returncode == 0
     assert (out / "params.csv").read_text().splitlines()[1] == "4,1,1,0.5,0.75,0.5"
@@ -73,24 +84,22 @@ def test_export_of_a_category_metric_and_refusals(collector, wire, tmp_path):
     assert missing.returncode == 2 and "no Veil database" in missing.stderr
 
 
-def test_rebuild_aggregates_and_backup_commands(collector, wire, tmp_path):
-    upload(collector, wire, "homepage", ["a", "b", "c"] * 5)
-    before = collector.counts("homepage")
-    rebuilt = veil("rebuild-aggregates", "--db", str(collector.db_path))  # beside the live server
+def test_rebuild_aggregates_and_backup_commands(client, wire, tmp_path):
+    upload(client, wire, "homepage", ["a", "b", "c"] * 5)
+    before = client.counts("homepage")
+    # beside the running app: another process holds the database open
+    rebuilt = veil("rebuild-aggregates", "--db", str(client.db_path))
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "15 reports" in rebuilt.stdout
-    assert collector.counts("homepage") == before
+    assert client.counts("homepage") == before
     copy = tmp_path / "backup.db"
-    assert veil("backup", "--db", str(collector.db_path), "--out", str(copy)).returncode == 0
+    assert veil("backup", "--db", str(client.db_path), "--out", str(copy)).returncode == 0
     with open_storage(copy) as storage:
         assert storage.counts("homepage") == before
 
 
 def test_serve_with_two_worker_processes(collector_factory, wire):
-    collector = collector_factory()
-    collector.stop()
-    collector.command = lambda original=collector.command: [*original(), "--workers", "2"]
-    collector.start()
+    collector = collector_factory(workers=2)
     sent = []
     with requests.Session() as session:
         for _ in range(10):
@@ -130,10 +139,7 @@ def test_sigint_stops_serve_cleanly(collector):
 
 
 def test_a_dead_worker_stops_the_whole_server(collector_factory):
-    collector = collector_factory()
-    collector.stop()
-    collector.command = lambda original=collector.command: [*original(), "--workers", "2"]
-    collector.start()
+    collector = collector_factory(workers=2)
     first, second = children_of(collector.process.pid)
     os.kill(first, signal.SIGKILL)
     assert collector.process.wait(15) == 1

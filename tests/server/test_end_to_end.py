@@ -52,18 +52,6 @@ def test_counts_survive_a_clean_restart(collector, wire):
     assert collector.counts("homepage")["cohorts"] == wire.expected("homepage", sent)["cohorts"]
 
 
-def test_csv_counts_are_google_rappor_rows(collector, wire):
-    sent = wire.reports("homepage", ["x.example"] * 12)
-    requests.post(collector.url + "/v1/reports", json=wire.batch(sent), timeout=30)
-    response = requests.get(collector.url + "/v1/metrics/homepage/counts?format=csv",
-                            headers=collector.headers(), timeout=30)
-    assert response.status_code == 200
-    assert response.headers["Content-Type"].startswith("text/csv")
-    rows = [list(map(int, line.split(","))) for line in response.text.splitlines()]
-    expected = wire.expected("homepage", sent)["cohorts"]
-    assert rows == [[entry["reports"], *entry["ones"]] for entry in expected]
-
-
 def test_real_clients_upload_to_veil_serve_and_counts_match_bit_for_bit(collector, wire, tmp_path):
     """Several installations (distinct secrets and cohorts) flush through the SDK."""
     from veil.client import Client

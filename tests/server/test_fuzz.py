@@ -1,11 +1,15 @@
-"""Property-based fuzzing of POST /v1/reports: no input gives a 5xx or changes counts unless valid."""
+"""Property-based fuzzing of POST /v1/reports: no input gives a 5xx or changes counts unless valid.
+
+Requests go through Flask's test client; with ``TESTING`` an unhandled exception in
+the app fails the example with its traceback instead of becoming a 500.
+"""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from urllib.parse import quote, urlencode
 
-import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,68 +52,66 @@ def totals(db_path) -> tuple[int, int]:
     return raw, aggregated
 
 
-def check(collector, body: bytes) -> None:
-    before = totals(collector.db_path)
+def check(client, body: bytes) -> None:
+    before = totals(client.db_path)
     assert before[0] == before[1]
-    response = requests.post(collector.url + "/v1/reports", data=body,
-                             headers={"Content-Type": "application/json"}, timeout=30)
+    response = client.post("/v1/reports", data=body, content_type="application/json")
     assert response.status_code < 500, response.text
-    after = totals(collector.db_path)
+    after = totals(client.db_path)
     assert after[0] == after[1]
     if response.status_code == 200:
-        receipt = response.json()
+        receipt = response.json
         assert after[0] - before[0] == receipt["accepted"]
     else:
-        assert set(response.json()["error"]) == {"code", "field", "message"}
+        assert set(response.json["error"]) == {"code", "field", "message"}
         assert after == before
 
 
 @SETTINGS
 @given(body=st.binary(max_size=300))
-def test_arbitrary_bytes(live_collector, body):
-    check(live_collector, body)
+def test_arbitrary_bytes(client, body):
+    check(client, body)
 
 
 @SETTINGS
 @given(value=json_values)
-def test_arbitrary_json(live_collector, value):
-    check(live_collector, json.dumps(value).encode())
+def test_arbitrary_json(client, value):
+    check(client, json.dumps(value).encode())
 
 
 @SETTINGS
 @given(batch=batches, ensure_ascii=st.booleans())
-def test_batch_shaped_json(live_collector, batch, ensure_ascii):
-    check(live_collector, json.dumps(batch, ensure_ascii=ensure_ascii).encode("utf-8",
-                                                                              "surrogatepass"))
+def test_batch_shaped_json(client, batch, ensure_ascii):
+    check(client, json.dumps(batch, ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass"))
 
 
 @SETTINGS
 @given(data=st.data())
-def test_valid_reports_mixed_with_junk_are_counted_exactly_once(live_collector, wire, data):
+def test_valid_reports_mixed_with_junk_are_counted_exactly_once(client, wire, data):
     """Genuine reports (some resent) among junk: accepted = the genuine ones not seen before."""
-    pool = getattr(live_collector, "fuzz_pool", None)
+    pool = getattr(client, "fuzz_pool", None)
     if pool is None:
         pool = [*wire.reports("homepage", ["a", "b", "c"] * 4),
                 *wire.reports("dark_mode", [True, False] * 3),
                 *wire.reports("load_time", [1.0, 9.0])]
-        live_collector.fuzz_pool = pool
-        live_collector.fuzz_seen = set()
+        client.fuzz_pool = pool
+        client.fuzz_seen = set()
     genuine = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=6))
     junk = data.draw(st.lists(invalid_reports, max_size=4))
     mixed = data.draw(st.permutations([*genuine, *junk]))
     batch = wire.batch(mixed)
-    response = requests.post(live_collector.url + "/v1/reports", json=batch, timeout=30)
+    response = client.post("/v1/reports", json=batch)
     assert response.status_code == 200, response.text
-    receipt = response.json()
-    fresh = {r["id"] for r in genuine} - live_collector.fuzz_seen
-    live_collector.fuzz_seen |= fresh
+    receipt = response.json
+    fresh = {r["id"] for r in genuine} - client.fuzz_seen
+    client.fuzz_seen |= fresh
     assert receipt["accepted"] == len(fresh)
     assert receipt["rejected"] == len(junk)
     assert receipt["accepted"] + receipt["duplicates"] == len(genuine)
-    stored = [r for r in pool if r["id"] in live_collector.fuzz_seen]
+    stored = [r for r in pool if r["id"] in client.fuzz_seen]
     for metric in ("homepage", "dark_mode"):
         if any(r["metric"] == metric for r in stored):
-            assert live_collector.counts(metric)["cohorts"] == wire.expected(metric, stored)["cohorts"]
+            assert client.counts(metric)["cohorts"] == wire.expected(metric, stored)["cohorts"]
 
 
 @SETTINGS
@@ -118,12 +120,12 @@ def test_valid_reports_mixed_with_junk_are_counted_exactly_once(live_collector, 
                              max_size=3),
        token=st.one_of(st.none(), st.text(max_size=20).filter(
            lambda t: "\r" not in t and "\n" not in t)))
-def test_counts_endpoint_never_fails_on_odd_names_queries_or_tokens(live_collector, name, query,
-                                                                    token):
-    headers = live_collector.headers() if token is None else {
-        "Authorization": ("Bearer " + token).encode("utf-8", "surrogatepass")}
-    response = requests.get(f"{live_collector.url}/v1/metrics/{requests.utils.quote(name, safe='')}"
-                            "/counts", params=query, headers=headers, timeout=30)
+def test_counts_endpoint_never_fails_on_odd_names_queries_or_tokens(client, name, query, token):
+    # the token's UTF-8 bytes as a WSGI server hands them to the app: read as latin-1 (PEP 3333)
+    headers = client.headers() if token is None else {
+        "Authorization": ("Bearer " + token).encode("utf-8", "surrogatepass").decode("latin-1")}
+    response = client.get(f"/v1/metrics/{quote(name, safe='')}/counts",
+                          query_string=urlencode(query), headers=headers)
     assert response.status_code < 500, response.text
     if response.status_code != 200:
-        assert set(response.json()["error"]) == {"code", "field", "message"}
+        assert set(response.json["error"]) == {"code", "field", "message"}

@@ -1,4 +1,8 @@
-"""Report ids make uploads idempotent: retries and concurrent resends count each report once."""
+"""Report ids make uploads idempotent: retries and concurrent resends count each report once.
+
+Resends one after the other go through Flask's test client; concurrent uploads go
+to ``veil serve`` (waitress, 8 threads) over HTTP.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +12,24 @@ import threading
 import requests
 
 
-def test_same_batch_twice_counts_once(collector, wire):
+def test_same_batch_twice_counts_once(client, wire):
     sent = wire.reports("homepage", ["a.example", "b.example", "c.example"] * 5)
     batch = wire.batch(sent)
-    first = requests.post(collector.url + "/v1/reports", json=batch, timeout=30).json()
-    second = requests.post(collector.url + "/v1/reports", json=batch, timeout=30).json()
+    first = client.post("/v1/reports", json=batch).json
+    second = client.post("/v1/reports", json=batch).json
     assert (first["accepted"], first["duplicates"]) == (15, 0)
     assert (second["accepted"], second["duplicates"]) == (0, 15)
-    assert collector.counts("homepage")["cohorts"] == wire.expected("homepage", sent)["cohorts"]
+    assert client.counts("homepage")["cohorts"] == wire.expected("homepage", sent)["cohorts"]
 
 
-def test_repeats_within_a_batch_and_partial_overlap(live_collector, wire):
+def test_repeats_within_a_batch_and_partial_overlap(client, wire):
     old = wire.reports("browser", ["chrome", "safari"])
-    requests.post(live_collector.url + "/v1/reports", json=wire.batch(old), timeout=30)
+    client.post("/v1/reports", json=wire.batch(old))
     new = wire.reports("browser", ["firefox", "other", "chrome"])
     batch = wire.batch([new[0], old[0], new[1], new[0], old[1], new[2], new[2]])
-    receipt = requests.post(live_collector.url + "/v1/reports", json=batch, timeout=30).json()
+    receipt = client.post("/v1/reports", json=batch).json
     assert (receipt["accepted"], receipt["duplicates"], receipt["rejected"]) == (3, 4, 0)
-    assert live_collector.counts("browser")["cohorts"] == wire.expected(
-        "browser", old + new)["cohorts"]
+    assert client.counts("browser")["cohorts"] == wire.expected("browser", old + new)["cohorts"]
 
 
 def test_concurrent_overlapping_uploads_lose_and_double_nothing(collector_factory, wire):
