@@ -7,6 +7,7 @@ storage, the error handlers, then the routes. Nothing happens at import time.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import Flask
@@ -18,6 +19,9 @@ from veil.server.collector.state import EXTENSION, Collector
 from veil.server.storage import open_storage
 from veil.shared.errors import VeilError
 from veil.shared.registry import Registry
+
+#: RFC 6750's b64token: what a bearer token may be made of
+_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
@@ -33,6 +37,15 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         registry = Registry.load(registry)
     tokens = app.config["READ_TOKENS"]
     tokens = [tokens] if isinstance(tokens, str) else [t for t in tokens if t]
+    for setting, values in (("READ_TOKENS", tokens), ("UPLOAD_TOKEN", [app.config["UPLOAD_TOKEN"]])):
+        for token in values:
+            if token is not None and not _TOKEN.fullmatch(token):
+                raise VeilError(
+                    f"{setting}: a bearer token may hold only letters, digits and - . _ ~ + / "
+                    "(then = padding), as RFC 6750 says; HTTP headers carry nothing else "
+                    "reliably. Generate one with: python3 -c 'import secrets; "
+                    "print(secrets.token_urlsafe(32))'"
+                )
     max_reports = app.config["MAX_REPORTS_PER_BATCH"]
     if isinstance(max_reports, bool) or not isinstance(max_reports, int) or max_reports < 1:
         raise VeilError(f"MAX_REPORTS_PER_BATCH must be a positive integer; got {max_reports!r}")

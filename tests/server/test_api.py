@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from veil.server.collector import EXTENSION
+from veil.shared.errors import VeilError
 
 JSON = {"Content-Type": "application/json"}
 
@@ -244,6 +245,14 @@ def test_upload_token_when_configured(app_factory, wire):
     other = client.post("/v1/reports", json=wire.batch(wire.reports("dark_mode", [True])),
                         headers=client.headers())
     assert other.status_code == 401
+
+
+@pytest.mark.parametrize("setting", ["READ_TOKENS", "UPLOAD_TOKEN"])
+@pytest.mark.parametrize("token", ["t\u00f6k\u00e9n", "with space", "a:b", "=abc"])
+def test_tokens_that_headers_cannot_carry_are_refused_at_start(app_factory, setting, token):
+    """A token outside RFC 6750's b64token could never match what a client sends."""
+    with pytest.raises(VeilError, match=f"{setting}: a bearer token may hold only"):
+        app_factory(**{setting: token})
 
 
 def test_unavailable_storage_is_503_with_retry_after(app, client, wire):
