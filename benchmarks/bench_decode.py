@@ -31,6 +31,7 @@ Run (on a quiet machine: the figures are timings):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import subprocess
@@ -141,7 +142,8 @@ def compare_selection() -> None:
     from scipy import optimize, stats
 
     from veil.server.analysis import build_map, simulate_string_counts
-    from veil.server.analysis.strings import _lasso_select, _refit, bit_estimates
+    from veil.server.analysis.selection import WhitenedSystem, lasso_select, refit
+    from veil.server.analysis.strings import bit_estimates
     from veil.shared.kinds import StringParams
 
     params = StringParams(k=K, h=H, m=M)
@@ -152,25 +154,24 @@ def compare_selection() -> None:
     shares = true_shares()
     index = {value: i for i, value in enumerate(true_values())}
     share, variance = bit_estimates(params, reports, ones)
-    weight = np.where(np.isfinite(variance), 1 / np.sqrt(variance), 0.0).ravel()
-    y = share.ravel() * weight
     print(f"{'candidates':>10} {'selection':<28} {'selected':>8} {'found':>5} {'FP':>3} "
           f"{'TVD':>6} {'seconds':>7}")
     for size, true_count in SIZES[:2]:
         candidates = candidate_list(size, true_count)
-        design = build_map(params, candidates)
-        design.data = design.data * weight[design.indices]
-        norms = np.sqrt(np.asarray(design.multiply(design).sum(axis=0)).ravel())
+        with_background = WhitenedSystem.build(share, variance, build_map(params, candidates), True)
+        design, y, weight, norms = (with_background.design, with_background.y,
+                                    with_background.weight, with_background.norms)
         z = stats.norm.isf(0.05 / size)
         methods = ["lasso + background", "nnls over all + background",
                    "marginal score + background", "lasso, no background"]
         for method in methods:
             if method.startswith("nnls") and size > 1_000:
                 continue  # a dense (m*k) x candidates matrix: 650 MB at 10,000
-            background = None if "no background" in method else weight
+            system = (dataclasses.replace(with_background, background=None)
+                      if "no background" in method else with_background)
             started = time.perf_counter()
             if method.startswith("lasso"):
-                selected = _lasso_select(design, norms, y, background, z)
+                selected = lasso_select(system, z)
             elif method.startswith("nnls"):
                 dense = np.column_stack([design.toarray(), weight])
                 solution, _ = optimize.nnls(dense, y, maxiter=20_000)
@@ -178,7 +179,8 @@ def compare_selection() -> None:
             else:
                 residual = y - weight * (weight @ y) / (weight @ weight)
                 selected = np.flatnonzero(design.T @ residual > z * np.maximum(norms, 1e-300))
-            columns, theta, *_ = _refit(design, y, background, selected, 0.05, "bonferroni", size)
+            solution = refit(system, selected, 0.05, "bonferroni", size)
+            columns, theta = solution.columns, solution.theta
             seconds = time.perf_counter() - started
             estimate = np.zeros(VALUES)
             decoy_mass = 0.0

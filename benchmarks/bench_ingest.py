@@ -32,6 +32,7 @@ from pathlib import Path
 
 import requests
 
+from veil.server.analysis.sources import fetch_counts
 from veil.server.storage import open_storage
 from veil.shared.registry import Registry
 from veil.shared.wire import Report, make_batch, make_report
@@ -140,8 +141,7 @@ def bench_ingest(batches: int, batch_size: int, threads: int, workers: int, uplo
             latencies.clear()
             finished.clear()
             wall = run(list(bodies))
-            stored = requests.get(url + "/v1/metrics/homepage/counts",
-                                  headers={"Authorization": "Bearer bench"}, timeout=60).json()
+            stored = fetch_counts(url, "bench", "homepage")
         finally:
             process.terminate()
             process.wait(30)

@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import requests
 
 from veil.client import Client
+from veil.server.analysis.sources import fetch_counts
 from veil.shared.errors import VeilError
+from veil.shared.privacy import sequential
 from veil.shared.registry import Registry
 from veil.simulations.demo_config import DemoConfig
 from veil.simulations.populations import distribution_weights
@@ -130,7 +131,9 @@ class Collector:
             self.process.stdout.close()
 
 
-def run_installation(url: str, state_dir: Path, sites: list[str], dark: bool, minutes: float) -> dict:
+def run_installation(
+    url: str, state_dir: Path, sites: list[str], dark: bool, minutes: float
+) -> dict[str, Any]:
     """One installation: the real client reports its values and uploads them."""
     with Client(url, state_dir, timeout=30.0) as client:
         for site in sites:
@@ -142,15 +145,6 @@ def run_installation(url: str, state_dir: Path, sites: list[str], dark: bool, mi
     if not result.ok or result.accepted != len(sites) + 2:
         raise VeilError(f"an installation's upload failed: {result}")
     return {"accepted": result.accepted, "epsilon": spent.total, "per_metric": spent.per_metric}
-
-
-def fetch_counts(url: str, metric: str) -> dict[str, Any]:
-    """The counts document of ``metric`` over HTTP, with the read token."""
-    response = requests.get(f"{url}/v1/metrics/{metric}/counts",
-                            headers={"Authorization": f"Bearer {READ_TOKEN}"}, timeout=30)
-    if response.status_code != 200:
-        raise VeilError(f"reading counts of {metric} failed: {response.status_code} {response.text}")
-    return response.json()
 
 
 def _interval(row: dict[str, Any], total: int) -> str:
@@ -186,7 +180,8 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         print(f"{config.installations} installations used the real client: {accepted} reports "
               f"accepted in {upload_seconds:.1f} s ({config.installations / upload_seconds:.0f} "
               "installations/s, each with its own state directory and outbox)")
-        documents = {name: fetch_counts(collector.url, name) for name in registry}
+        documents = {name: fetch_counts(collector.url, READ_TOKEN, name, timeout=30.0)
+                     for name in registry}
     finally:
         if collector is not None:
             collector.stop()
@@ -230,8 +225,10 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         print(f"  {name:<16} {metric.kind:<8} epsilon_1 = {metric.params.epsilon_1:5.2f} per report, "
               f"epsilon_inf = {metric.params.epsilon_inf:5.2f} per distinct value, however often reported")
     spent = outcomes[0]["epsilon"]
-    bound = sum(metric.params.epsilon_inf for metric in registry.values()) + (
-        config.sites_per_installation - 1) * registry["homepage"].params.epsilon_inf
+    # each distinct value reported costs epsilon_inf (privacy_map of its values), metrics add up
+    values_reported = {"homepage": config.sites_per_installation}
+    bound = sequential(metric.params.privacy_map(values_reported.get(name, 1))
+                       for name, metric in registry.items())
     print(f"  one installation's ledger: epsilon = {spent:.2f} in total (sequential composition: "
           f"{config.sites_per_installation} sites, 1 setting and 1 number, each reported once so "
           f"far); reporting the same values again, however often, costs at most {bound:.2f}")
@@ -255,7 +252,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     }
 
 
-def _plot(rows: list[dict[str, Any]], truth: Counter, total: int, path: Path) -> None:
+def _plot(rows: list[dict[str, Any]], truth: Counter[str], total: int, path: Path) -> None:
     """Detected strings: estimates with 95% intervals, and the truth."""
     shown = rows[:15]
     figure = new_figure(6.4, max(2.5, 0.35 * len(shown) + 1.2))

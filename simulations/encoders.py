@@ -1,8 +1,9 @@
 """The simulation face of each kind: many installations' reports at once, as wire payloads.
 
-:data:`SIMULATORS` maps a kind to a function ``(params, values, rng, clients=None)``
-returning :class:`SimulatedReports` with the same law as the SDK's encoder (numpy's
-generators instead of the CSPRNG, which is fine for simulation and only for it).
+Each kind's simulation encoder is marked with :func:`simulates`; :data:`SIMULATORS` maps
+the kind to that function ``(params, values, rng, clients=None)`` returning :class:`SimulatedReports`
+with the same law as the SDK's encoder (numpy's generators instead of the CSPRNG,
+which is fine for simulation and only for it).
 ``values`` are the metric's own values (strings, category names, booleans, numbers);
 ``clients[r]``, when given, says which installation made report ``r`` (reports of one
 installation and value share their memoized response).
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -41,6 +42,31 @@ class SimulatedReports:
     payloads: list[Any]
 
 
+class Simulator(Protocol):
+    """A simulation encoder marked with the parameter class it simulates."""
+
+    params_type: type[MechanismParams]
+
+    def __call__(self, params: Any, values: Sequence[Any], rng: np.random.Generator,
+                 clients: np.ndarray | None = None) -> SimulatedReports: ...
+
+
+def simulates(
+    params_type: type[MechanismParams],
+) -> Callable[[Callable[..., SimulatedReports]], Simulator]:
+    """Mark a function as the simulation encoder of ``params_type``.
+
+    :func:`~veil.shared.kinds.base.implements` sets the function's ``params_type`` at run
+    time; the cast tells the type checker the function is now a :class:`Simulator`.
+    """
+    mark = implements(params_type)
+
+    def simulator(function: Callable[..., SimulatedReports]) -> Simulator:
+        return cast(Simulator, mark(function))
+
+    return simulator
+
+
 def _client_cohorts(params: MechanismParams, n: int, rng: np.random.Generator,
                     clients: np.ndarray | None) -> np.ndarray:
     """A uniformly random cohort per installation (the SDK derives one from its seed)."""
@@ -49,10 +75,11 @@ def _client_cohorts(params: MechanismParams, n: int, rng: np.random.Generator,
     if clients is None:
         return rng.integers(0, params.cohorts, n)
     _, index = np.unique(np.asarray(clients), return_inverse=True)
-    return rng.integers(0, params.cohorts, index.max(initial=-1) + 1)[index.reshape(-1)]
+    cohorts: np.ndarray = rng.integers(0, params.cohorts, index.max(initial=-1) + 1)
+    return cohorts[index.reshape(-1)]
 
 
-@implements(StringParams)
+@simulates(StringParams)
 def simulate_strings(params: StringParams, values: Sequence[str], rng: np.random.Generator,
                      clients: np.ndarray | None = None) -> SimulatedReports:
     """Bloom-filter RAPPOR reports of string ``values``."""
@@ -63,7 +90,7 @@ def simulate_strings(params: StringParams, values: Sequence[str], rng: np.random
     return SimulatedReports(cohorts, reports.payloads())
 
 
-@implements(CategoryParams)
+@simulates(CategoryParams)
 def simulate_categories(params: CategoryParams, values: Sequence[str], rng: np.random.Generator,
                         clients: np.ndarray | None = None) -> SimulatedReports:
     """One-hot basic RAPPOR reports of category names ``values``."""
@@ -72,7 +99,7 @@ def simulate_categories(params: CategoryParams, values: Sequence[str], rng: np.r
     return SimulatedReports(reports.cohorts, reports.payloads())
 
 
-@implements(BooleanParams)
+@simulates(BooleanParams)
 def simulate_booleans(params: BooleanParams, values: Sequence[bool], rng: np.random.Generator,
                       clients: np.ndarray | None = None) -> SimulatedReports:
     """Randomized-response answers (0/1) of boolean ``values``."""
@@ -80,7 +107,7 @@ def simulate_booleans(params: BooleanParams, values: Sequence[bool], rng: np.ran
     return SimulatedReports(np.zeros(len(values), np.int64), answers.tolist())
 
 
-@implements(NumberParams)
+@simulates(NumberParams)
 def simulate_numbers(params: NumberParams, values: Sequence[float], rng: np.random.Generator,
                      clients: np.ndarray | None = None) -> SimulatedReports:
     """Noisy grid values (laplace, gaussian) or 1BitMean bits of numeric ``values``."""
@@ -88,10 +115,8 @@ def simulate_numbers(params: NumberParams, values: Sequence[float], rng: np.rand
     return SimulatedReports(np.zeros(len(values), np.int64), out.tolist())
 
 
-Simulator = Callable[..., SimulatedReports]
-
 #: the simulation encoder of each kind, keyed by its parameter class's kind
 SIMULATORS: dict[str, Simulator] = {
-    simulator.params_type.kind: simulator  # type: ignore[attr-defined]
+    simulator.params_type.kind: simulator
     for simulator in (simulate_strings, simulate_categories, simulate_booleans, simulate_numbers)
 }

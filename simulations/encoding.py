@@ -2,8 +2,9 @@
 
 Every kind gets the same mechanism as :mod:`veil.client.encoders`:
 
-* the same Bloom hashing (:func:`veil.shared.hashing.bloom_indices`; each
-  distinct value is hashed once per cohort and then looked up by index);
+* the same Bloom hashing (:func:`veil.shared.hashing.bloom_indices`, through the
+  candidate map's :func:`veil.server.analysis.candidate_map.bloom_index_array`:
+  each distinct value is hashed once per cohort and then looked up by index);
 * the same realized probabilities ``N / 2**32`` (:func:`veil.shared.bits.realize`),
   drawn exactly: a Bernoulli(``N / 2**32``) word is built bit-sliced from
   uniform 64-bit words, digit by digit, as :func:`veil.shared.bits.bernoulli_mask`
@@ -16,16 +17,9 @@ Reports are bit matrices packed into ``uint64`` words: bit ``i`` of a report
 is bit ``i % 64`` of word ``i // 64``, so the little-endian bytes of a row are
 exactly the wire payload.
 
-The fast path for the common simulation "one report per client" skips the
-report matrix and draws the per-cohort counts directly. Given the Bloom
-filters of a cohort's clients, report bits are independent across bits and
-reports, and a bit reads 1 with probability ``q*`` when its Bloom bit is set
-and ``p*`` otherwise; so with ``A`` clients of cohort ``c`` whose Bloom bit
-``i`` is set among ``N_c``, the count of ones is exactly
-``Binomial(A, q*) + Binomial(N_c - A, p*)``, independently for every
-``(c, i)``. With ``r`` reports per client of one value the PRR is drawn once
-per client (``Binomial(A, 1 - f/2) + Binomial(N_c - A, f/2)`` PRR ones), then
-the ``r`` IRRs of every client: ``Binomial(r X, q) + Binomial(r (N_c - X), p)``.
+The fast paths skip the report matrix and draw the per-cohort counts directly
+with the analysis' exact sampler (:mod:`veil.server.analysis.synthetic`, which
+also serves strings: :func:`~veil.server.analysis.synthetic.string_counts_from_values`).
 
 Randomness comes from a seeded :class:`numpy.random.Generator`: reproducible,
 fast, and NOT for production. Real reports come only from the client SDK,
@@ -37,13 +31,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from fractions import Fraction
 
 import numpy as np
 
+from veil.server.analysis.candidate_map import bloom_index_array
+from veil.server.analysis.synthetic import draw_bit_counts
 from veil.shared.bits import PROB_BITS, PROB_ONE, realize
 from veil.shared.errors import ParameterError
-from veil.shared.hashing import bloom_indices, value_bytes
 from veil.shared.kinds import BooleanParams, CategoryParams, NumberParams, StringParams
 
 WORD_BITS = 64
@@ -121,14 +115,6 @@ def payloads(words: np.ndarray, k: int) -> list[str]:
     return [row.tobytes().hex() for row in raw]
 
 
-def effective_probs(p: float, q: float, f: float) -> tuple[float, float]:
-    """``(p*, q*)`` computed exactly from the realized ``p``, ``q``, ``f``."""
-    pr, qr, fr = (Fraction(realize(x), PROB_ONE) for x in (p, q, f))
-    p_star = fr * (pr + qr) / 2 + (1 - fr) * pr
-    q_star = fr * (pr + qr) / 2 + (1 - fr) * qr
-    return float(p_star), float(q_star)
-
-
 @dataclasses.dataclass(frozen=True)
 class RapporNoise:
     """RAPPOR's PRR and IRR on packed ``k``-bit vectors with realized ``p``, ``q``, ``f``."""
@@ -142,13 +128,15 @@ class RapporNoise:
         """Permanent responses: each bit replaced w.p. ``f`` by a fair coin."""
         replace = bernoulli_words(realize(self.f), bloom.shape, rng)
         coin = random_words(rng, bloom.shape)
-        return ((bloom & ~replace) | (coin & replace)) & valid_mask(self.k)
+        prr: np.ndarray = ((bloom & ~replace) | (coin & replace)) & valid_mask(self.k)
+        return prr
 
     def irr(self, prr: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Instantaneous responses: 1 w.p. ``q`` where the PRR bit is 1, ``p`` where 0."""
         p_mask = bernoulli_words(realize(self.p), prr.shape, rng)
         q_mask = bernoulli_words(realize(self.q), prr.shape, rng)
-        return ((prr & q_mask) | (~prr & p_mask)) & valid_mask(self.k)
+        irr: np.ndarray = ((prr & q_mask) | (~prr & p_mask)) & valid_mask(self.k)
+        return irr
 
     def encode(
         self, bloom: np.ndarray, memo: np.ndarray | None, rng: np.random.Generator
@@ -216,18 +204,9 @@ class BitReports:
 # ---------------------------------------------------------------- strings
 
 
-def bloom_index_table(params: StringParams, values: Sequence[str]) -> np.ndarray:
-    """``(m, n_values, h)`` Bloom bit indices: each value hashed once per cohort."""
-    data = [value_bytes(value) for value in values]
-    table = np.empty((params.m, len(data), params.h), dtype=np.int64)
-    for cohort in range(params.m):
-        table[cohort] = [bloom_indices(item, cohort, params.k, params.h) for item in data]
-    return table
-
-
 def bloom_table(params: StringParams, values: Sequence[str]) -> np.ndarray:
-    """``(m, n_values, words)`` packed Bloom filters of ``values`` in every cohort."""
-    return pack_indices(bloom_index_table(params, values), params.k)
+    """``(n_values, m, words)`` packed Bloom filters of ``values`` in every cohort."""
+    return pack_indices(bloom_index_array(params, values, progress=False), params.k)
 
 
 def encode_strings(
@@ -249,63 +228,9 @@ def encode_strings(
     if values.shape != cohorts.shape:
         raise ParameterError("cohorts", "need one cohort per report")
     first, memo = memo_rows(clients, values)
-    bloom = table[cohorts[first], values[first]]
+    bloom = table[values[first], cohorts[first]]
     noise = RapporNoise(params.k, params.p, params.q, params.f)
     return BitReports(noise.encode(bloom, memo, rng), cohorts, params.k)
-
-
-def bit_counts_from_truth(
-    true_ones: np.ndarray,
-    reports: np.ndarray,
-    p: float,
-    q: float,
-    f: float,
-    rng: np.random.Generator,
-    reports_per_client: int = 1,
-) -> np.ndarray:
-    """Exact draw of the ones counts given ``true_ones[c, i]`` clients with bit ``i`` set.
-
-    ``reports[c]`` clients in cohort ``c`` each send ``reports_per_client``
-    reports of their value (see the module docstring for why this is exact).
-    """
-    clients = np.broadcast_to(np.asarray(reports)[:, None], true_ones.shape)
-    if reports_per_client == 1:
-        p_star, q_star = effective_probs(p, q, f)
-        return rng.binomial(true_ones, q_star) + rng.binomial(clients - true_ones, p_star)
-    fr = realize(f) / PROB_ONE
-    prr_ones = rng.binomial(true_ones, 1 - fr / 2) + rng.binomial(clients - true_ones, fr / 2)
-    r = reports_per_client
-    pr, qr = realize(p) / PROB_ONE, realize(q) / PROB_ONE
-    return rng.binomial(r * prr_ones, qr) + rng.binomial(r * (clients - prr_ones), pr)
-
-
-def aggregate_strings(
-    params: StringParams,
-    index_table: np.ndarray,
-    cohort_hist: np.ndarray,
-    rng: np.random.Generator,
-    reports_per_client: int = 1,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Fast path: ``(reports per cohort, ones per cohort and bit)`` without a report matrix.
-
-    ``cohort_hist[c, v]`` clients of cohort ``c`` hold value ``v``;
-    ``index_table`` comes from :func:`bloom_index_table`.
-    """
-    m, n_values = cohort_hist.shape
-    if index_table.shape[:2] != (m, n_values):
-        raise ParameterError("cohort_hist", "shape must be (m, number of values) of the table")
-    true_ones = np.zeros((m, params.k), dtype=np.int64)
-    hist = cohort_hist.astype(np.int64)
-    for cohort in range(m):
-        bloom = np.zeros((n_values, params.k), dtype=bool)
-        for j in range(params.h):
-            bloom[np.arange(n_values), index_table[cohort, :, j]] = True
-        true_ones[cohort] = hist[cohort] @ bloom
-    clients = hist.sum(axis=1)
-    ones = bit_counts_from_truth(
-        true_ones, clients, params.p, params.q, params.f, rng, reports_per_client
-    )
-    return clients * reports_per_client, ones
 
 
 # ---------------------------------------------------------------- categories
@@ -333,7 +258,7 @@ def aggregate_categories(
     """Fast path for one report per client: ``(reports, ones per bit)`` from category counts."""
     hist = np.asarray(hist, dtype=np.int64)
     total = int(hist.sum())
-    ones = bit_counts_from_truth(hist[None, :], np.array([total]), params.p, params.q, params.f, rng)
+    ones = draw_bit_counts(params, hist[None, :], np.array([total]), rng)
     return total, ones[0]
 
 
@@ -391,7 +316,8 @@ def grid_points(params: NumberParams, values: np.ndarray, thresholds: np.ndarray
     position = (np.clip(x, params.low, params.high) - params.low) / params.step
     below = np.minimum(np.floor(position), params.resolution).astype(np.int64)
     up = (position - below) * PROB_ONE > thresholds
-    return np.minimum(below + up, params.resolution)
+    points: np.ndarray = np.minimum(below + up, params.resolution)
+    return points
 
 
 def encode_numbers(
@@ -412,6 +338,7 @@ def encode_numbers(
     grid = grid_points(params, values, thresholds[client_index].astype(float))
     first, memo = memo_rows(None if clients is None else client_ids, grid)
     j = grid[first]
+    out: np.ndarray
     if params.mechanism == "1bitmean":
         numerators = np.array(
             [params.one_bit_numerator(point) for point in range(params.resolution + 1)], np.uint64

@@ -12,12 +12,14 @@ import math
 import re
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from veil.server.analysis.candidate_map import build_map
+from veil.server.analysis.synthetic import string_counts_from_values
 from veil.shared.kinds import BooleanParams, StringParams
 from veil.shared.privacy import parallel, sequential
-from veil.simulations.encoding import aggregate_strings, bloom_index_table
 from veil.simulations.oracles import ORACLES, Oracle
 from veil.simulations.populations import DISTRIBUTIONS, Population
 from veil.simulations.report import Results, new_figure, progress
@@ -58,7 +60,7 @@ def rr_vs_laplace(quick: bool = False, seed: int = 1) -> Results:
     trials = 200 if quick else 2000
     params = BooleanParams.for_epsilon(epsilon)
     yes_given_no, yes_given_yes = params.yes_probs
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in progress(sizes, "rr-vs-laplace"):
         n_yes = round(share * n)
         truth = float(n_yes)
@@ -113,7 +115,7 @@ def laplace_mean(quick: bool = False, seed: int = 1) -> Results:
         "+1 sd": sample.mean + float(sample.distances.std(ddof=1)),
         "+2 sd": sample.mean + 2 * float(sample.distances.std(ddof=1)),
     }
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, delta in levels.items():
         exceed = float((sample.distances > delta).mean())
         for epsilon in progress(epsilons, f"laplace-mean {label}"):
@@ -164,7 +166,7 @@ def composition(quick: bool = False, seed: int = 1) -> Results:
     epsilon, n = 1.0, 10000
     bins = [2, 4, 8, 16] if quick else [2, 4, 8, 16, 32, 64]
     trials = 30 if quick else 200
-    rows = []
+    rows: list[dict[str, Any]] = []
     for d in progress(bins, "composition"):
         truth = rng.multinomial(n, np.full(d, 1 / d))
         values = np.repeat(np.arange(d), truth)
@@ -230,7 +232,7 @@ def variances(quick: bool = False, seed: int = 1) -> Results:
     counts = rng.multinomial(n, probs / probs.sum())
     values = np.repeat(np.arange(d), counts)
     zero = counts == 0
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in ORACLES:
         for epsilon in progress(epsilons, f"variances {name}"):
             oracle = Oracle(name, epsilon, d)
@@ -286,7 +288,8 @@ def simulate_counts(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(true counts per value, reports per cohort, ones per cohort and bit)`` (fast path)."""
     hist = population.cohort_histogram(clients, params.m, rng)
-    reports, ones = aggregate_strings(params, bloom_index_table(params, population.values), hist, rng)
+    true_map = build_map(params, population.values, progress=False)
+    reports, ones = string_counts_from_values(params, true_map, hist, rng)
     return hist.sum(axis=0), reports, ones
 
 
@@ -347,7 +350,7 @@ def regression(quick: bool = False, seed: int = 1) -> Results:
     """google/rappor's regression matrix at the 'small' size: 5 distributions x 5 configurations."""
     rng = np.random.default_rng(seed)
     n_values, clients = 100, 100_000 if quick else 1_000_000
-    rows = []
+    rows: list[dict[str, Any]] = []
     cases = [(d, c) for d in DISTRIBUTIONS for c in REGRESSION_CONFIGS]
     for distribution, (config, (p, q, f), extra, drop) in progress(cases, "regression"):
         params = StringParams(k=8, h=2, m=128, p=p, q=q, f=f)
@@ -398,7 +401,7 @@ def detection(quick: bool = False, seed: int = 1) -> Results:
     sizes = [10**4, 3 * 10**4, 10**5] if quick else sorted(
         [10**e for e in (4, 5, 6, 7)] + [3 * 10**e for e in (4, 5, 6)])
     populations = (("zipf1.5", 200 if quick else 1000), ("exp", 100))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for distribution, n_values in populations:
         population = Population.named(distribution, n_values)
         candidates = list(population.values) + [
@@ -414,16 +417,18 @@ def detection(quick: bool = False, seed: int = 1) -> Results:
     axes = figure.subplots(1, 3)
     for (distribution, n_values), color in zip(populations, ("#0072B2", "#D55E00"), strict=True):
         sel = [r for r in rows if r["distribution"] == distribution]
-        n = [r["reports"] for r in sel]
+        report_counts = [r["reports"] for r in sel]
         label = f"{distribution} ({n_values} values)"
-        axes[0].semilogx(n, [r["recall"] for r in sel], "o-", color=color, label=f"recall, {label}")
-        axes[0].semilogx(n, [r["precision"] for r in sel], "s--", color=color, mfc="none",
-                         label="precision")
-        axes[1].loglog(n, [max(r["detected"], 0.5) for r in sel], "o-", color=color, label=label)
-        axes[2].loglog(n, [r["smallest_detected_share"] for r in sel], "o", color=color,
-                       label=f"smallest detected, {distribution}")
-        axes[2].loglog(n, [r["min_detectable_share"] for r in sel], "-", color=color, alpha=0.6,
-                       label="detectable (80% power)")
+        axes[0].semilogx(report_counts, [r["recall"] for r in sel], "o-", color=color,
+                         label=f"recall, {label}")
+        axes[0].semilogx(report_counts, [r["precision"] for r in sel], "s--", color=color,
+                         mfc="none", label="precision")
+        axes[1].loglog(report_counts, [max(r["detected"], 0.5) for r in sel], "o-", color=color,
+                       label=label)
+        axes[2].loglog(report_counts, [r["smallest_detected_share"] for r in sel], "o",
+                       color=color, label=f"smallest detected, {distribution}")
+        axes[2].loglog(report_counts, [r["min_detectable_share"] for r in sel], "-", color=color,
+                       alpha=0.6, label="detectable (80% power)")
     axes[0].set(xlabel="reports N", title="recall and precision", ylim=(0, 1.05))
     axes[1].set(xlabel="reports N", title="strings detected")
     axes[2].set(xlabel="reports N", title="share needed to be seen")

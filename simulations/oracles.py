@@ -80,7 +80,8 @@ class Oracle:
         """Variance of each count estimate for true ``counts`` (n_v p(1-p) + (n-n_v) q(1-q)) / (p-q)^2."""
         p, q = self.probs
         n = counts.sum()
-        return (counts * p * (1 - p) + (n - counts) * q * (1 - q)) / (p - q) ** 2
+        variance: np.ndarray = (counts * p * (1 - p) + (n - counts) * q * (1 - q)) / (p - q) ** 2
+        return variance
 
     def support_counts(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Encode every user's value and count, per value, the reports that support it."""
@@ -93,13 +94,15 @@ class Oracle:
         if self.name in ("SUE", "OUE"):
             bits = rng.random((n, d)) < q
             bits[np.arange(n), values] = rng.random(n) < p
-            return bits.sum(axis=0)
+            supports: np.ndarray = bits.sum(axis=0)
+            return supports
         g = self.g
         hashes = rng.integers(0, g, size=(n, d))
         own = hashes[np.arange(n), values]
         keep = rng.random(n) < p
         reported = np.where(keep, own, (own + rng.integers(1, g, size=n)) % g)
-        return (hashes == reported[:, None]).sum(axis=0)
+        hits: np.ndarray = (hashes == reported[:, None]).sum(axis=0)
+        return hits
 
     def estimate(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Unbiased count estimates ``(I_v - n q) / (p - q)`` from one round of reports."""

@@ -49,7 +49,8 @@ def distribution_weights(name: str, n: int) -> np.ndarray:
         raise ParameterError(
             "distribution", f"unknown distribution {name!r}; choose one of {', '.join(DISTRIBUTIONS)}"
         )
-    return weights / weights.sum()
+    normalized: np.ndarray = weights / weights.sum()
+    return normalized
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,8 +5,8 @@ Two encoding paths are measured for string reports:
 * ``matrix``: every report is materialized (Bloom bits, PRR, IRR as packed
   ``uint64`` words), in chunks of one million, then aggregated into the
   collector's per-cohort counts;
-* ``fast``: the per-cohort counts are drawn directly (exact for one report
-  per client; see :mod:`veil.simulations.encoding`).
+* ``fast``: the per-cohort counts are drawn directly (exact; see
+  :mod:`veil.server.analysis.synthetic`).
 
 Then the counts are decoded with the analysis' string decoder.
 """
@@ -19,13 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from veil.server.analysis.candidate_map import bloom_index_array, indices_to_map
+from veil.server.analysis.synthetic import string_counts_from_values
 from veil.shared.kinds import StringParams
-from veil.simulations.encoding import (
-    aggregate_strings,
-    bloom_index_table,
-    encode_strings,
-    pack_indices,
-)
+from veil.simulations.encoding import encode_strings, pack_indices
 from veil.simulations.populations import Population
 from veil.simulations.report import progress
 
@@ -78,15 +75,16 @@ def run_simulation(
     """Simulate ``reports`` one-per-client string reports and time every stage."""
     timings = SimulationTimings(reports=reports)
     start = time.perf_counter()
-    index = bloom_index_table(params, population.values)
+    index = bloom_index_array(params, population.values, progress=False)
     table = pack_indices(index, params.k)
+    true_map = indices_to_map(index, params.k, params.m)
     timings.hashing = time.perf_counter() - start
 
     counts: tuple[np.ndarray, np.ndarray] | None = None
     if path in ("fast", "both"):
         start = time.perf_counter()
         hist = population.cohort_histogram(reports, params.m, rng)
-        counts = aggregate_strings(params, index, hist, rng)
+        counts = string_counts_from_values(params, true_map, hist, rng)
         timings.fast = time.perf_counter() - start
     if path in ("matrix", "both"):
         encode = aggregate = 0.0

@@ -25,7 +25,13 @@ import numpy as np
 
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
-from veil.server.analysis.results import FREQUENCY_COLUMNS, NUMBER_COLUMNS, DecodeResult
+from veil.server.analysis.results import (
+    FREQUENCY_COLUMNS,
+    NUMBER_COLUMNS,
+    DecodeResult,
+    frequency_rows,
+    number_row,
+)
 from veil.server.analysis.stats import check_level, one_sided_p_values, z_quantile
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError
@@ -74,25 +80,6 @@ def _base_summary(counts: CountsArrays, started: float, confidence: float) -> di
     }
 
 
-def _share_rows(
-    labels: list[str], share: np.ndarray, se: np.ndarray, total: int, z: float
-) -> list[dict[str, Any]]:
-    p_values = one_sided_p_values(share, se)
-    return [
-        {
-            "string": label,
-            "estimate": float(share[i] * total),
-            "std_error": float(se[i] * total),
-            "proportion": float(share[i]),
-            "prop_std_error": float(se[i]),
-            "prop_low_95": float(max(share[i] - z * se[i], 0.0)),
-            "prop_high_95": float(min(share[i] + z * se[i], 1.0)),
-            "p_value": float(p_values[i]),
-        }
-        for i, label in enumerate(labels)
-    ]
-
-
 @decodes(CategoryParams)
 def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Share of reports in each category, with standard errors and intervals."""
@@ -108,7 +95,8 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
     share = (ones / total - p_star) / spread
     rho = np.clip((ones + 0.5) / (total + 1.0), p_star, q_star)
     se = np.sqrt(rho * (1 - rho) / (total * spread**2))
-    rows = _share_rows(list(params.categories), share, se, total, z_quantile(confidence))
+    rows = frequency_rows(list(params.categories), share, se, one_sided_p_values(share, se), total,
+                          z_quantile(confidence))
     summary = _base_summary(counts, started, confidence)
     summary.update(
         {
@@ -136,7 +124,9 @@ def decode_boolean(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
     share_true = (mean - yes_if_false) / spread
     se = float(np.sqrt(mean * (1 - mean) / (total * spread**2)))
     share = np.array([share_true, 1 - share_true])
-    rows = _share_rows(["true", "false"], share, np.array([se, se]), total, z_quantile(confidence))
+    std_errors = np.array([se, se])
+    rows = frequency_rows(["true", "false"], share, std_errors,
+                          one_sided_p_values(share, std_errors), total, z_quantile(confidence))
     summary = _base_summary(counts, started, confidence)
     summary.update({"yes_share": mean, "yes_if_false": yes_if_false, "yes_if_true": yes_if_true})
     return DecodeResult("boolean", FREQUENCY_COLUMNS, rows, summary,
@@ -173,13 +163,7 @@ def decode_number(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS
         details = {"report_variance": variance, "noise_variance": params.noise_variance()}
     # The true mean lies in [low, high], so intersecting the interval with it keeps its
     # coverage; the estimate itself stays unclipped (clipping would bias it).
-    row = {
-        "statistic": "mean",
-        "estimate": float(mean),
-        "std_error": se,
-        "low_95": float(min(max(mean - z * se, params.low), params.high)),
-        "high_95": float(max(min(mean + z * se, params.high), params.low)),
-    }
+    row = number_row("mean", mean, se, z, params.low, params.high)
     summary = _base_summary(counts, started, confidence)
     summary.update(details)
     if not params.low - z * se <= mean <= params.high + z * se:

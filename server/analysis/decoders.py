@@ -10,8 +10,8 @@ decoder of a parameter class;
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, cast
 
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.results import DecodeResult
@@ -45,8 +45,20 @@ class Decoder(Protocol):
     def __call__(self, counts: CountsArrays, options: DecodeOptions = ...) -> DecodeResult: ...
 
 
-#: mark a function ``(counts, options) -> DecodeResult`` as the decoder of a parameter class
-decodes = implements
+def decodes(
+    params_type: type[MechanismParams],
+) -> Callable[[Callable[[CountsArrays, DecodeOptions], DecodeResult]], Decoder]:
+    """Mark a function ``(counts, options) -> DecodeResult`` as the decoder of ``params_type``.
+
+    :func:`~veil.shared.kinds.base.implements` sets the function's ``params_type`` at run
+    time; the cast tells the type checker the function is now a :class:`Decoder`.
+    """
+    mark = implements(params_type)
+
+    def decoder(function: Callable[[CountsArrays, DecodeOptions], DecodeResult]) -> Decoder:
+        return cast(Decoder, mark(function))
+
+    return decoder
 
 
 #: the options of a decode that asks for nothing in particular

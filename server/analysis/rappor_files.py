@@ -155,7 +155,7 @@ def write_counts_document(document: dict[str, Any], target: PathOrFile) -> tuple
 def rappor_params(params: MechanismParams) -> StringParams:
     """The google/rappor parameters of a RAPPOR metric; :class:`ParameterError` otherwise."""
     rappor = params.as_rappor()
-    if rappor is None:
+    if not isinstance(rappor, StringParams):
         raise ParameterError(
             "kind",
             f"google/rappor files exist only for metrics reported with RAPPOR bits (strings, "
@@ -198,8 +198,10 @@ def read_map(
         row_index.append(np.unique(indices - 1))
     if len(set(candidates)) != len(candidates):
         seen: set[str] = set()
-        duplicate = next(c for c in candidates if c in seen or seen.add(c))
-        raise ParameterError("map", f"{name}: candidate {duplicate!r} is listed twice")
+        for candidate in candidates:
+            if candidate in seen:
+                raise ParameterError("map", f"{name}: candidate {candidate!r} is listed twice")
+            seen.add(candidate)
     counts = np.array([r.size for r in row_index], dtype=np.int64)
     indptr = np.concatenate([[0], np.cumsum(counts)])
     data = np.concatenate(row_index) if row_index else np.zeros(0, dtype=np.int64)

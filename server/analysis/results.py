@@ -1,4 +1,8 @@
-"""The decoded result: a table (rows of dicts, or a NumPy record array) and a summary."""
+"""The decoded result: a table (rows of dicts, or a NumPy record array) and a summary.
+
+Every decoder builds its rows here (:func:`frequency_rows`, :func:`number_row`), so a
+table's keys are always its declared columns.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import csv
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,51 @@ FREQUENCY_COLUMNS = (
 )
 #: results.csv columns for numbers (one row per statistic)
 NUMBER_COLUMNS = ("statistic", "estimate", "std_error", "low_95", "high_95")
+
+
+def frequency_rows(
+    labels: Sequence[str],
+    shares: np.ndarray,
+    std_errors: np.ndarray,
+    p_values: np.ndarray,
+    total: int,
+    z: float,
+) -> list[dict[str, Any]]:
+    """Rows of :data:`FREQUENCY_COLUMNS`: each share of ``total`` reports as a count and a
+    proportion, with its ``z`` interval clipped to [0, 1] (a share cannot leave it)."""
+    return [
+        _row(
+            FREQUENCY_COLUMNS,
+            label,
+            float(share * total),
+            float(se * total),
+            float(share),
+            float(se),
+            float(max(share - z * se, 0.0)),
+            float(min(share + z * se, 1.0)),
+            float(p_value),
+        )
+        for label, share, se, p_value in zip(labels, shares, std_errors, p_values, strict=True)
+    ]
+
+
+def number_row(
+    statistic: str, estimate: float, std_error: float, z: float, low: float, high: float
+) -> dict[str, Any]:
+    """A row of :data:`NUMBER_COLUMNS`: ``estimate`` with its ``z`` interval clipped to
+    ``[low, high]``, where the true value lies (the estimate itself stays unclipped)."""
+    return _row(
+        NUMBER_COLUMNS,
+        statistic,
+        float(estimate),
+        float(std_error),
+        float(min(max(estimate - z * std_error, low), high)),
+        float(max(min(estimate + z * std_error, high), low)),
+    )
+
+
+def _row(columns: tuple[str, ...], *values: Any) -> dict[str, Any]:
+    return dict(zip(columns, values, strict=True))
 
 
 @dataclasses.dataclass

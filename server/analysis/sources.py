@@ -44,7 +44,7 @@ def fetch_counts(
         hint = " (check --token: it must be a read token)" if response.status_code == 401 else ""
         raise SourceError(f"GET {url} answered {response.status_code} {detail}{hint}")
     try:
-        document = response.json()
+        document: dict[str, Any] = response.json()
     except ValueError:
         raise SourceError(f"GET {url} did not return JSON") from None
     return document

@@ -52,7 +52,8 @@ def adjust_p_values(p_values: np.ndarray, correction: str, n_tests: int | None =
     if correction == "none" or p.size == 0:
         return p.copy()
     if correction == "bonferroni":
-        return np.minimum(p * n, 1.0)
+        bonferroni: np.ndarray = np.minimum(p * n, 1.0)
+        return bonferroni
     order = np.argsort(p)
     ranked = p[order] * n / np.arange(1, p.size + 1)
     ranked = np.minimum.accumulate(ranked[::-1])[::-1]

@@ -21,32 +21,37 @@ The pipeline, with the variance of the mechanism known at every step:
 3. Selection: non-negative Lasso (scikit-learn, CSC input) on unit-norm columns
    with the penalty at the z-score a lone string needs under the correction
    (Bonferroni: ``alpha / n_candidates``), so a candidate with no signal enters
-   only with about that probability. It is
-   solved on a working set (candidates whose marginal score passes half the
-   threshold once the background is removed) and the working set grows until
-   the Karush-Kuhn-Tucker conditions hold for every candidate, so the solution
-   is that of the Lasso over all candidates at a fraction of the cost.
+   only with about that probability (:func:`~veil.server.analysis.selection.lasso_select`).
 4. Estimates: non-negative least squares (SciPy) on the selection, standard
    errors from ``(X' W X)^-1``, one-sided z-tests, the chosen multiple-testing
    correction over all candidates, and refits until every reported string is
-   significant.
+   significant (:mod:`veil.server.analysis.selection`).
+
+:class:`StringDecoder` runs these steps as the stages of :meth:`~StringDecoder.fit`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import optimize, stats
+from scipy import stats
 
 from veil.server.analysis.candidate_map import build_map
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
-from veil.server.analysis.results import FREQUENCY_COLUMNS, DecodeResult
+from veil.server.analysis.results import FREQUENCY_COLUMNS, DecodeResult, frequency_rows
+from veil.server.analysis.selection import (
+    MAX_REFITS,
+    LeastSquares,
+    WhitenedSystem,
+    lasso_select,
+    refit_with_additions,
+)
 from veil.server.analysis.stats import (
     adjust_p_values,
     check_correction,
@@ -56,12 +61,10 @@ from veil.server.analysis.stats import (
     z_quantile,
 )
 from veil.shared.errors import ParameterError
-from veil.shared.kinds import StringParams
+from veil.shared.kinds import MechanismParams, StringParams
 
 #: power at which :attr:`StringDecoder.summary_` states the smallest detectable share
 DETECTION_POWER = 0.8
-_MAX_REFITS = 20
-_MAX_WORKING_SET_ROUNDS = 20
 
 
 def bit_estimates(
@@ -83,11 +86,18 @@ def bit_estimates(
     return share, np.broadcast_to(variance, share.shape).copy()
 
 
-def _check_inputs(
-    params: StringParams, reports: Any, ones: Any, source: str
-) -> tuple[np.ndarray, np.ndarray]:
+def _string_params(params: MechanismParams) -> StringParams:
+    """``params`` if they are a string metric's; a :class:`ParameterError` otherwise."""
     if not isinstance(params, StringParams):
         raise ParameterError("params", "StringDecoder needs StringParams (k, h, m, p, q, f)")
+    return params
+
+
+def _check_counts(
+    params: MechanismParams, reports: Any, ones: Any, source: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validation: whole, consistent counts of the shape ``params`` say, as int64 arrays."""
+    params = _string_params(params)
     reports = np.asarray(reports)
     ones = np.asarray(ones)
     if reports.shape != (params.m,):
@@ -125,6 +135,15 @@ def _check_inputs(
             "the reports carry no information about the values; use f < 1",
         )
     return reports, ones
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """The checked test settings of one fit."""
+
+    correction: str
+    alpha: float
+    confidence: float
 
 
 class StringDecoder:
@@ -176,30 +195,50 @@ class StringDecoder:
         google/rappor ``map.csv``). ``source`` names the input in errors.
         """
         started = time.perf_counter()
-        correction = check_correction(self.correction)
-        alpha = check_level(self.alpha, "alpha")
-        confidence = check_level(self.confidence, "confidence")
-        params = self.params
-        reports, ones = _check_inputs(params, reports, ones, source)
+        settings = _Settings(
+            check_correction(self.correction),
+            check_level(self.alpha, "alpha"),
+            check_level(self.confidence, "confidence"),
+        )
+        reports, ones = _check_counts(self.params, reports, ones, source)
+        names, matrix = self._check_candidates(candidates, candidate_map)
+        system = self._unbiased_counts(reports, ones, matrix)
+        solution = self._select(system, settings, len(names))
+        rows = self._infer(names, solution, settings, int(reports.sum()))
+        self.summary_ = self._summary(reports, matrix, system, solution, settings, started)
+        self.result_ = DecodeResult(
+            "string", FREQUENCY_COLUMNS, rows, self.summary_,
+            f"{self.summary_['detected']} of {self.summary_['candidates']} candidates detected "
+            f"({self.summary_['allocated_proportion']:.1%} of reports)",
+        )
+        return self
+
+    def _check_candidates(
+        self, candidates: Sequence[str], candidate_map: sp.spmatrix | None
+    ) -> tuple[list[str], sp.csc_matrix]:
+        """Validation: the candidates as strings and their float CSC map of shape ``(m*k, n)``."""
         if isinstance(candidates, str | bytes):
             raise ParameterError("candidates", "give a list of candidate strings, not one string")
-        candidates = [str(c) for c in candidates]
-        if not candidates:
+        names = [str(c) for c in candidates]
+        if not names:
             raise ParameterError("candidates", "give at least one candidate string")
         if candidate_map is None:
-            candidate_map = build_map(params, candidates, progress=self.progress)
-        candidate_map = sp.csc_matrix(candidate_map, dtype=float)
-        rows = params.m * params.k
-        if candidate_map.shape != (rows, len(candidates)):
+            candidate_map = build_map(self.params, names, progress=self.progress)
+        matrix = sp.csc_matrix(candidate_map, dtype=float)
+        rows = self.params.m * self.params.k
+        if matrix.shape != (rows, len(names)):
             raise ParameterError(
                 "map",
-                f"the candidate map has shape {candidate_map.shape}; expected "
-                f"(m*k, candidates) = ({rows}, {len(candidates)})",
+                f"the candidate map has shape {matrix.shape}; expected "
+                f"(m*k, candidates) = ({rows}, {len(names)})",
             )
-        n_candidates = len(candidates)
-        total = int(reports.sum())
+        return names, matrix
 
-        share, variance = bit_estimates(params, reports, ones)
+    def _unbiased_counts(
+        self, reports: np.ndarray, ones: np.ndarray, candidate_map: sp.csc_matrix
+    ) -> WhitenedSystem:
+        """Unbiased bit shares and counts with their variances, and the whitened system."""
+        share, variance = bit_estimates(self.params, reports, ones)
         self.bit_shares_, self.bit_variances_ = share, variance
         # t_ij = (c_ij - p* N_j) / (q* - p*): unbiased counts of reports with each bit set
         cohort_reports = reports.astype(float)[:, None]
@@ -208,32 +247,38 @@ class StringDecoder:
             cohort_reports > 0, np.where(np.isfinite(variance), variance, 0.0) * cohort_reports**2,
             0.0,
         )
-        weight = np.where(np.isfinite(variance), 1.0 / np.sqrt(variance), 0.0).ravel()
-        y = share.ravel() * weight
-        design = candidate_map.copy()
-        design.data = design.data * weight[design.indices]
-        norms = np.sqrt(np.asarray(design.multiply(design).sum(axis=0)).ravel())
-        equations = int(np.count_nonzero(weight))
-        background = weight.copy() if self.background else None
+        return WhitenedSystem.build(share, variance, candidate_map, self.background)
 
-        # Penalty = the z a lone string needs under the correction: Bonferroni's
-        # alpha / n; for Benjamini-Hochberg (D + 1) alpha / n once D strings are
-        # found (its threshold for one more discovery), repeated until D settles.
+    def _select(self, system: WhitenedSystem, settings: _Settings, n_candidates: int) -> LeastSquares:
+        """Selection by the Lasso, then least squares on it.
+
+        Penalty = the z a lone string needs under the correction: Bonferroni's
+        alpha / n; for Benjamini-Hochberg (D + 1) alpha / n once D strings are
+        found (its threshold for one more discovery), repeated until D settles.
+        """
+        correction, alpha = settings.correction, settings.alpha
         discoveries = 0
-        for _ in range(_MAX_REFITS):
+        for _ in range(MAX_REFITS):
             tests = 1 if correction == "none" else n_candidates
             z_select = float(stats.norm.isf(alpha * (discoveries + 1) / tests))
-            selected = _lasso_select(design, norms, y, background, z_select)
-            columns, theta, cov, back, back_var = _refit_with_additions(
-                design, norms, y, background, selected, z_select, alpha, correction, n_candidates
+            selected = lasso_select(system, z_select)
+            solution = refit_with_additions(
+                system, selected, z_select, alpha, correction, n_candidates
             )
-            if correction != "bh" or columns.size <= discoveries:
+            if correction != "bh" or solution.columns.size <= discoveries:
                 break
-            discoveries = columns.size
+            discoveries = solution.columns.size
         self.lasso_selected_ = int(selected.size)
         self.selection_z_ = z_select
+        return solution
 
-        z = z_quantile(confidence)
+    def _infer(
+        self, candidates: list[str], solution: LeastSquares, settings: _Settings, total: int
+    ) -> list[dict[str, Any]]:
+        """Inference: estimates, standard errors, p-values and detections of every
+        candidate; returns the result rows of the detected ones, largest first."""
+        n_candidates = len(candidates)
+        columns, theta, cov = solution.columns, solution.theta, solution.covariance
         estimates = np.zeros(n_candidates)
         std_errors = np.zeros(n_candidates)
         raw_p = np.ones(n_candidates)
@@ -242,9 +287,9 @@ class StringDecoder:
         std_errors[columns] = se
         raw_p[columns] = one_sided_p_values(theta, se)
         adjusted = np.ones(n_candidates)
-        adjusted[columns] = adjust_p_values(raw_p[columns], correction, n_candidates)
+        adjusted[columns] = adjust_p_values(raw_p[columns], settings.correction, n_candidates)
         detected = np.zeros(n_candidates, dtype=bool)
-        detected[columns] = adjusted[columns] < alpha
+        detected[columns] = adjusted[columns] < settings.alpha
 
         self.candidates_ = candidates
         self.proportions_ = estimates
@@ -254,89 +299,65 @@ class StringDecoder:
         self.adjusted_p_values_ = adjusted
         self.detected_ = detected
         self.covariance_ = cov
-        self.background_share_ = back
+        self.background_share_ = solution.background_share
 
-        fitted = design[:, columns] @ theta if columns.size else np.zeros(rows)
-        if background is not None:
-            fitted = fitted + back * background
         order = columns[np.argsort(-theta, kind="stable")] if columns.size else columns
-        table = []
-        for s in order:
-            low = max(estimates[s] - z * std_errors[s], 0.0)
-            high = min(estimates[s] + z * std_errors[s], 1.0)
-            table.append(
-                {
-                    "string": candidates[s],
-                    "estimate": float(estimates[s] * total),
-                    "std_error": float(std_errors[s] * total),
-                    "proportion": float(estimates[s]),
-                    "prop_std_error": float(std_errors[s]),
-                    "prop_low_95": float(low),
-                    "prop_high_95": float(high),
-                    "p_value": float(raw_p[s]),
-                }
-            )
-        row_reports = np.repeat(reports.astype(float), params.k)
-        strings_share = candidate_map[:, columns] @ theta if columns.size else np.zeros(rows)
-        bit_mass = {
-            "total": float(row_reports @ share.ravel()),
-            "detected": float(row_reports @ strings_share),
-            "missing": float(back * row_reports.sum()),
-        }
-        # a lone string's standard error: 1 / its whitened column's norm once the
-        # background column is partialled out
-        lone = norms**2
-        if background is not None:
-            lone = lone - (design.T @ background) ** 2 / float(background @ background)
-        self.summary_ = self._summary(
-            reports, np.sqrt(np.clip(lone, 0.0, None)), y, weight, fitted, columns, theta, back, back_var, bit_mass,
-            equations, n_candidates, alpha, correction, confidence, started,
+        return frequency_rows(
+            [candidates[s] for s in order], estimates[order], std_errors[order], raw_p[order],
+            total, z_quantile(settings.confidence),
         )
-        self.result_ = DecodeResult(
-            "string", FREQUENCY_COLUMNS, table, self.summary_,
-            f"{self.summary_['detected']} of {self.summary_['candidates']} candidates detected "
-            f"({self.summary_['allocated_proportion']:.1%} of reports)",
-        )
-        return self
 
     def _summary(
-        self, reports: np.ndarray, norms: np.ndarray, y: np.ndarray, weight: np.ndarray,
-        fitted: np.ndarray, columns: np.ndarray, theta: np.ndarray, back: float,
-        back_var: float, bit_mass: dict[str, float], equations: int, n_candidates: int,
-        alpha: float, correction: str, confidence: float, started: float,
+        self,
+        reports: np.ndarray,
+        candidate_map: sp.csc_matrix,
+        system: WhitenedSystem,
+        solution: LeastSquares,
+        settings: _Settings,
+        started: float,
     ) -> dict[str, Any]:
+        """Sample, fit quality, the detection limit and the privacy cost of the fit."""
         params = self.params
         total = int(reports.sum())
+        n_candidates = len(self.candidates_)
+        columns, theta, back = solution.columns, solution.theta, solution.background_share
         p_star, q_star = params.effective_probs
-        residual = y - fitted
-        total_ss = float(y @ y)
+        residual = system.y - system.fitted(solution)
+        total_ss = float(system.y @ system.y)
         residual_ss = float(residual @ residual)
-        dof = max(equations - columns.size - (1 if self.background else 0), 1)
+        dof = max(system.equations - columns.size - (1 if self.background else 0), 1)
         explained_ss = max(total_ss - residual_ss, 0.0)
         unexplained_ss = max(residual_ss - dof, 0.0)
         signal_ss = explained_ss + unexplained_ss
         # expected distinct bits per value: k (1 - (1 - 1/k)^h)
         bits_per_value = params.k * (1 - (1 - 1 / params.k) ** params.h)
         missing = back * params.k / bits_per_value if self.background else None
-        missing_se = np.sqrt(back_var) * params.k / bits_per_value if self.background else None
+        missing_se = (
+            np.sqrt(solution.background_variance) * params.k / bits_per_value
+            if self.background else None
+        )
+        norms = system.lone_norms()
         usable = norms > 0
         typical_se = float(np.median(1.0 / norms[usable])) if usable.any() else float("inf")
-        z_detect = critical_z(alpha, correction, n_candidates) + float(stats.norm.isf(1 - DETECTION_POWER))
-        noise_sd = float(np.median(1.0 / weight[weight > 0]))
+        z_detect = critical_z(settings.alpha, settings.correction, n_candidates) + float(
+            stats.norm.isf(1 - DETECTION_POWER)
+        )
+        noise_sd = float(np.median(1.0 / system.weight[system.weight > 0]))
+        bit_mass = self._bit_mass(reports, candidate_map, solution)
         return {
             "kind": "string",
             "reports": total,
             "cohorts": params.m,
             "cohorts_with_reports": int(np.count_nonzero(reports)),
-            "equations": equations,
+            "equations": system.equations,
             "candidates": n_candidates,
             "candidates_unusable": int(np.count_nonzero(~usable)),
             "lasso_selected": self.lasso_selected_,
             "selection_z": self.selection_z_,
             "detected": int(columns.size),
-            "correction": correction,
-            "alpha": alpha,
-            "confidence": confidence,
+            "correction": settings.correction,
+            "alpha": settings.alpha,
+            "confidence": settings.confidence,
             "allocated_proportion": float(theta.sum()) if columns.size else 0.0,
             "allocated_reports": float(theta.sum() * total) if columns.size else 0.0,
             "missing_proportion": None if missing is None else float(missing),
@@ -363,145 +384,25 @@ class StringDecoder:
             "elapsed_seconds": time.perf_counter() - started,
         }
 
+    def _bit_mass(
+        self, reports: np.ndarray, candidate_map: sp.csc_matrix, solution: LeastSquares
+    ) -> dict[str, float]:
+        """Reports' set bits in all, explained by the detected strings, and by the background."""
+        columns = solution.columns
+        row_reports = np.repeat(reports.astype(float), self.params.k)
+        strings_share = (
+            candidate_map[:, columns] @ solution.theta if columns.size
+            else np.zeros(candidate_map.shape[0])
+        )
+        return {
+            "total": float(row_reports @ self.bit_shares_.ravel()),
+            "detected": float(row_reports @ strings_share),
+            "missing": float(solution.background_share * row_reports.sum()),
+        }
+
 
 def _ratio(part: float, whole: float) -> float | None:
     return part / whole if whole > 0 else None
-
-
-def _lasso_select(
-    design: sp.csc_matrix,
-    norms: np.ndarray,
-    y: np.ndarray,
-    background: np.ndarray | None,
-    z_select: float,
-) -> np.ndarray:
-    """Candidates the non-negative Lasso keeps at penalty ``z_select`` (unit-norm columns)."""
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import Lasso
-
-    rows = design.shape[0]
-    usable = np.flatnonzero(norms > 0)
-    if usable.size == 0:
-        return usable
-    scale = np.zeros_like(norms)
-    scale[usable] = 1.0 / norms[usable]
-    unit = design @ sp.diags(scale)
-    unit = sp.csc_matrix(unit)
-    base = y
-    back_unit = None
-    if background is not None and np.any(background):
-        back_unit = background / np.linalg.norm(background)
-        coef = max(float(back_unit @ y), 0.0)
-        base = y - coef * back_unit
-    score = unit.T @ base
-    working = usable[score[usable] > z_select / 2]
-    model = Lasso(
-        alpha=z_select / rows, fit_intercept=False, positive=True, max_iter=10_000, tol=1e-6,
-        selection="cyclic",
-    )
-    # the background column is scaled up so that its penalty is negligible
-    back_column = None if back_unit is None else sp.csc_matrix((back_unit * 1e3)[:, None])
-    for _ in range(_MAX_WORKING_SET_ROUNDS):
-        blocks = [unit[:, working]] if working.size else []
-        if back_column is not None:
-            blocks.append(back_column)
-        if not blocks:
-            return working
-        matrix = sp.hstack(blocks, format="csc")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            model.fit(matrix, y)
-        residual = y - matrix @ model.coef_
-        gradient = unit.T @ residual
-        outside = np.setdiff1d(usable, working, assume_unique=True)
-        violators = outside[gradient[outside] > z_select * (1 + 1e-6)]
-        if violators.size == 0:
-            break
-        working = np.union1d(working, violators)
-    coef = model.coef_[: working.size]
-    return working[coef > 0]
-
-
-def _refit_with_additions(
-    design: sp.csc_matrix,
-    norms: np.ndarray,
-    y: np.ndarray,
-    background: np.ndarray | None,
-    selected: np.ndarray,
-    z_select: float,
-    alpha: float,
-    correction: str,
-    n_candidates: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
-    """:func:`_refit`, then add candidates whose score on the refit's residual passes
-    ``z_select`` and refit again (each candidate is added at most once).
-
-    The Lasso shrinks the strings it keeps, so a string whose bits overlap theirs
-    can stay below the penalty; once the kept strings are refitted without
-    shrinkage, its score shows.
-    """
-    tried = np.zeros(design.shape[1], dtype=bool)
-    tried[selected] = True
-    usable = norms > 0
-    safe_norms = np.where(usable, norms, 1.0)
-    for _ in range(_MAX_REFITS):
-        columns, theta, cov, back, back_var = _refit(
-            design, y, background, selected, alpha, correction, n_candidates
-        )
-        residual = y - (design[:, columns] @ theta if columns.size else 0.0)
-        if background is not None:
-            residual = residual - back * background
-        score = (design.T @ residual) / safe_norms
-        new = np.flatnonzero(usable & ~tried & (score > z_select))
-        if new.size == 0:
-            break
-        tried[new] = True
-        selected = np.union1d(columns, new)
-    return columns, theta, cov, back, back_var
-
-
-def _refit(
-    design: sp.csc_matrix,
-    y: np.ndarray,
-    background: np.ndarray | None,
-    selected: np.ndarray,
-    alpha: float,
-    correction: str,
-    n_candidates: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
-    """Non-negative least squares on the selection, dropping non-significant strings.
-
-    Returns the kept columns, their shares, their covariance, and the background
-    share with its variance.
-    """
-    columns = np.asarray(selected, dtype=np.int64)
-    back_norm2 = float(background @ background) if background is not None else 0.0
-    for _ in range(_MAX_REFITS):
-        dense = design[:, columns].toarray() if columns.size else np.zeros((design.shape[0], 0))
-        target, partial = y, dense
-        if back_norm2 > 0:
-            # the background share is free (not constrained to be >= 0), so a list that
-            # misses nothing gives unbiased estimates; partial it out (Frisch-Waugh)
-            loading = (background @ dense) / back_norm2
-            target = y - background * (background @ y) / back_norm2
-            partial = dense - np.outer(background, loading)
-        if columns.size:
-            theta, _ = optimize.nnls(partial, target, maxiter=50 * columns.size + 100)
-            cov = np.linalg.pinv(partial.T @ partial, hermitian=True)
-        else:
-            theta, cov = np.zeros(0), np.zeros((0, 0))
-        se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-        p_values = one_sided_p_values(theta, se)
-        adjusted = adjust_p_values(p_values, correction, n_candidates)
-        keep = (theta > 0) & (adjusted < alpha)
-        if keep.all():
-            back = back_var = 0.0
-            if back_norm2 > 0:
-                back = float(background @ (y - dense @ theta)) / back_norm2
-                back_var = 1.0 / back_norm2 + float(loading @ cov @ loading)
-            return columns, theta, cov, back, back_var
-        columns = columns[keep]
-    raise ParameterError("fit", "the selection did not settle; check the counts and map")
 
 
 @decodes(StringParams)
@@ -514,7 +415,7 @@ def decode_strings(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
             "to look for (a file with one per line, or a google/rappor map.csv)",
         )
     decoder = StringDecoder(
-        counts.params,
+        _string_params(counts.params),
         correction=options.correction,
         alpha=options.alpha,
         confidence=options.confidence,

@@ -15,16 +15,15 @@ import numpy as np
 import pytest
 
 from veil.client.encoders import make_encoder
+from veil.server.analysis.candidate_map import bloom_index_array, indices_to_map
+from veil.server.analysis.synthetic import string_counts_from_values
 from veil.shared.bits import PROB_ONE, bit_list, realize, realized
 from veil.shared.hashing import bloom_bits
 from veil.shared.kinds import BooleanParams, CategoryParams, NumberParams, StringParams
 from veil.shared.registry import Metric
 from veil.simulations.encoding import (
     aggregate_categories,
-    aggregate_strings,
-    bloom_index_table,
     bloom_table,
-    effective_probs,
     encode_booleans,
     encode_categories,
     encode_numbers,
@@ -65,7 +64,7 @@ def test_bloom_table_matches_shared_hashing() -> None:
     table = bloom_table(params, values)
     for cohort in range(params.m):
         for v, value in enumerate(values):
-            packed = int(table[cohort, v, 0]) | (int(table[cohort, v, 1]) << 64)
+            packed = int(table[v, cohort, 0]) | (int(table[v, cohort, 1]) << 64)
             assert packed == bloom_bits(value, cohort, params.k, params.h)
 
 
@@ -90,7 +89,7 @@ def test_string_bits_match_sdk(p: float, q: float, f: float) -> None:
     table = bloom_table(params, ["apple"])
     sim = encode_strings(params, table, np.zeros(N_SIM, np.int64), np.full(N_SIM, cohort),
                          np.random.default_rng(7)).bits()
-    p_star, q_star = effective_probs(p, q, f)
+    p_star, q_star = params.effective_probs
     bloom = bit_list(bloom_bits("apple", cohort, 16, 2), 16)
     for i in range(16):
         pi = q_star if bloom[i] else p_star
@@ -218,12 +217,12 @@ def test_fast_path_and_report_matrix_have_the_same_law(reports_per_client: int) 
     population = Population.named("zipf1", 20)
     rng = np.random.default_rng(21)
     hist = population.cohort_histogram(30000, params.m, rng)
-    index = bloom_index_table(params, population.values)
+    index = bloom_index_array(params, population.values)
     table = bloom_table(params, population.values)
-    bloom_bits_set = np.zeros((params.m, len(population), params.k), dtype=np.int64)
+    bloom_bits_set = np.zeros((len(population), params.m, params.k), dtype=np.int64)
     for j in range(params.h):
         np.put_along_axis(bloom_bits_set, index[:, :, j : j + 1], 1, axis=2)
-    true_ones = np.einsum("cv,cvk->ck", hist, bloom_bits_set)
+    true_ones = np.einsum("cv,vck->ck", hist, bloom_bits_set)
     clients = hist.sum(axis=1)[:, None]
     fr, pr, qr = (realize(x) / PROB_ONE for x in (params.f, params.p, params.q))
     mean = np.zeros_like(true_ones, dtype=float)
@@ -234,7 +233,8 @@ def test_fast_path_and_report_matrix_have_the_same_law(reports_per_client: int) 
             r * (prr_one * qr * (1 - qr) + (1 - prr_one) * pr * (1 - pr))
             + r**2 * (qr - pr) ** 2 * prr_one * (1 - prr_one)
         )
-    _, fast = aggregate_strings(params, index, hist, rng, reports_per_client=r)
+    true_map = indices_to_map(index, params.k, params.m)
+    _, fast = string_counts_from_values(params, true_map, hist, rng, reports_per_client=r)
     cohorts = np.repeat(np.repeat(np.arange(params.m), len(population)), hist.ravel())
     values = np.repeat(np.tile(np.arange(len(population)), params.m), hist.ravel())
     matrix = encode_strings(params, table, np.repeat(values, r), np.repeat(cohorts, r), rng,
