@@ -51,8 +51,9 @@ K_BYTES = 16
 
 def random_reports(n: int) -> list[dict]:
     """Wire reports with uniformly random 128-bit payloads (what IRR output looks like)."""
-    return [make_report(os.urandom(16).hex(), "homepage", i % 64, os.urandom(K_BYTES).hex())
-            for i in range(n)]
+    fingerprint = REGISTRY["homepage"].params.fingerprint
+    return [make_report(os.urandom(16).hex(), "homepage", i % 64, os.urandom(K_BYTES).hex(),
+                        fingerprint) for i in range(n)]
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:

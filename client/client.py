@@ -249,7 +249,7 @@ class Client:
         encoder = self._encoder(spec)
         key = encoder.memo_key(value)
         wire = make_report(secrets.token_hex(16), spec.name, encoder.cohort,
-                           encoder.finish(encoder.memoized(key)))
+                           encoder.finish(encoder.memoized(key)), spec.params.fingerprint)
         validate_report(wire, self.registry)
         body = _JSON.encode(wire)
         with self._lock:

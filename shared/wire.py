@@ -2,18 +2,24 @@
 
 A batch is a JSON object::
 
-    {"version": 1,
+    {"version": 2,
      "batch_id": "<32 lowercase hex: random, new per batch>",
      "reports": [
         {"id": "<32 lowercase hex: random 16 bytes>", "metric": "homepage",
+         "params": "<16 hex: the fingerprint of the parameters it was encoded with>",
          "cohort": 12, "payload": "<hex bit vector>"},
-        {"id": "...", "metric": "dark_mode", "payload": 1}
+        {"id": "...", "metric": "dark_mode", "params": "...", "payload": 1}
      ]}
 
-``cohort`` is present exactly for kinds that have cohorts (``string``). A
-report carries nothing else: never a raw value, never a device identifier,
-never a timestamp (the collector files reports under the day it received
-them). Client and collector call the same :func:`validate_batch`.
+``cohort`` is present exactly for kinds that have cohorts (``string``).
+``params`` is :attr:`MechanismParams.fingerprint` of the parameters the client
+encoded the report with: a report whose fingerprint is not the metric's is
+refused (``stale_params``), never decoded with parameters it was not made with.
+Version 1 batches (reports without ``params``) are still accepted, unchecked,
+for clients that predate version 2. A report carries nothing else: never a raw
+value, never a device identifier, never a timestamp (the collector files reports
+under the day it received them). Client and collector call the same
+:func:`validate_batch`.
 """
 
 from __future__ import annotations
@@ -27,9 +33,14 @@ from veil.shared.bits import HEX_DIGITS
 from veil.shared.errors import WireFormatError
 from veil.shared.registry import Registry
 
-WIRE_VERSION = 1
-REPORT_KEYS = frozenset({"id", "metric", "cohort", "payload"})
-REQUIRED_KEYS = frozenset({"id", "metric", "payload"})
+WIRE_VERSION = 2
+#: versions a collector accepts: 1 has no parameter fingerprints
+SUPPORTED_VERSIONS = (1, 2)
+REPORT_KEYS = frozenset({"id", "metric", "params", "cohort", "payload"})
+REQUIRED_KEYS = frozenset({"id", "metric", "params", "payload"})
+#: what version 1 reports carry (no ``params``)
+REPORT_KEYS_V1 = REPORT_KEYS - {"params"}
+REQUIRED_KEYS_V1 = REQUIRED_KEYS - {"params"}
 BATCH_KEYS = frozenset({"version", "batch_id", "reports"})
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
@@ -47,13 +58,10 @@ class Report(NamedTuple):
     payload: Any
     value: Any
 
-    def to_wire(self, with_cohort: bool = True) -> dict[str, Any]:
-        """The JSON object for this report."""
-        out: dict[str, Any] = {"id": self.id, "metric": self.metric}
-        if with_cohort:
-            out["cohort"] = self.cohort
-        out["payload"] = self.payload
-        return out
+    def to_wire(self, params: str | None, with_cohort: bool = True) -> dict[str, Any]:
+        """The JSON object for this report, with the fingerprint ``params`` (``None``: version 1)."""
+        return make_report(self.id, self.metric, self.cohort if with_cohort else None,
+                           self.payload, params)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -79,18 +87,23 @@ class BatchValidation:
     errors: list[ReportError]
 
 
-def make_report(report_id: str, metric: str, cohort: int | None, payload: Any) -> dict[str, Any]:
-    """The wire object for one report (``cohort`` omitted when ``None``)."""
+def make_report(report_id: str, metric: str, cohort: int | None, payload: Any,
+                params: str | None) -> dict[str, Any]:
+    """The wire object for one report (``cohort`` omitted when ``None``; ``params``, the
+    fingerprint of the parameters it was encoded with, omitted when ``None``: version 1)."""
     out: dict[str, Any] = {"id": report_id, "metric": metric}
+    if params is not None:
+        out["params"] = params
     if cohort is not None:
         out["cohort"] = cohort
     out["payload"] = payload
     return out
 
 
-def make_batch(batch_id: str, reports: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The wire object for a batch."""
-    return {"version": WIRE_VERSION, "batch_id": batch_id, "reports": list(reports)}
+def make_batch(batch_id: str, reports: Iterable[Mapping[str, Any]],
+               version: int = WIRE_VERSION) -> dict[str, Any]:
+    """The wire object for a batch (``version`` 1 only for reports without fingerprints)."""
+    return {"version": version, "batch_id": batch_id, "reports": list(reports)}
 
 
 def join_batch(batch_id: str, reports: Iterable[str]) -> str:
@@ -101,7 +114,7 @@ def join_batch(batch_id: str, reports: Iterable[str]) -> str:
     """
     envelope = make_batch(batch_id, ())
     del envelope["reports"]
-    # '{"version":1,"batch_id":"..."}' without its closing brace, then the reports
+    # '{"version":2,"batch_id":"..."}' without its closing brace, then the reports
     return f'{_COMPACT.encode(envelope)[:-1]},"reports":[{",".join(reports)}]}}'
 
 
@@ -117,7 +130,8 @@ def _check_id(value: Any, field: str) -> str:
     return str(value)
 
 
-def validate_report(obj: Any, registry: Registry, field: str = "report") -> Report:
+def validate_report(obj: Any, registry: Registry, field: str = "report",
+                    version: int = WIRE_VERSION) -> Report:
     """Check one report against its metric; raise :class:`WireFormatError` naming the field.
 
     This runs once per report the collector receives, so the common case (a
@@ -125,16 +139,20 @@ def validate_report(obj: Any, registry: Registry, field: str = "report") -> Repo
     """
     if type(obj) is not dict and not isinstance(obj, Mapping):
         raise WireFormatError(field, "must be a JSON object", "wrong_type")
+    allowed, required = (REPORT_KEYS, REQUIRED_KEYS) if version >= 2 else (
+        REPORT_KEYS_V1, REQUIRED_KEYS_V1)
     keys = obj.keys()
-    if not REQUIRED_KEYS <= keys <= REPORT_KEYS:
-        unknown = sorted(set(obj) - REPORT_KEYS, key=str)
+    if not required <= keys <= allowed:
+        unknown = sorted(set(obj) - allowed, key=str)
         if unknown:
             raise WireFormatError(
                 f"{field}.{unknown[0]}",
-                f"is not a report field (allowed: {', '.join(sorted(REPORT_KEYS))})",
+                f"is not a report field of wire version {version} "
+                f"(allowed: {', '.join(sorted(allowed))})",
                 "unknown_field",
             )
-        missing = next(key for key in ("id", "metric", "payload") if key not in obj)
+        missing = next(key for key in ("id", "metric", "params", "payload")
+                       if key in required and key not in obj)
         raise WireFormatError(f"{field}.{missing}", "is required", "missing")
     report_id = _check_id(obj["id"], f"{field}.id")
     name = obj["metric"]
@@ -147,6 +165,16 @@ def validate_report(obj: Any, registry: Registry, field: str = "report") -> Repo
             "unknown_metric",
         )
     params = metric.params
+    if version >= 2 and obj["params"] != params.fingerprint:
+        given = obj["params"]
+        shown = given if isinstance(given, str) and len(given) <= 64 else "(invalid)"
+        raise WireFormatError(
+            f"{field}.params",
+            f"the report was encoded with parameters {shown!r} but metric {name!r} has "
+            f"{params.fingerprint!r}: fetch the registry (GET /v1/metrics) and encode anew; "
+            "reports made with other parameters cannot be decoded",
+            "stale_params",
+        )
     if params.has_cohorts:
         cohort = obj.get("cohort")
         if type(cohort) is not int or not 0 <= cohort < params.cohorts:
@@ -182,9 +210,11 @@ def validate_batch(
             str(unknown[0]), "is not a batch field (allowed: batch_id, reports, version)", "unknown_field"
         )
     version = obj.get("version")
-    if type(version) is not int or version != WIRE_VERSION:
+    if type(version) is not int or version not in SUPPORTED_VERSIONS:
         raise WireFormatError(
-            "version", f"must be {WIRE_VERSION}; this collector speaks wire version {WIRE_VERSION}",
+            "version",
+            f"must be {WIRE_VERSION} (or 1, without parameter fingerprints); this collector "
+            f"speaks wire versions {', '.join(map(str, SUPPORTED_VERSIONS))}",
             "unsupported_version",
         )
     batch_id = _check_id(obj.get("batch_id"), "batch_id")
@@ -202,7 +232,7 @@ def validate_batch(
     errors: list[ReportError] = []
     for index, item in enumerate(reports):
         try:
-            valid.append(validate_report(item, registry, f"reports[{index}]"))
+            valid.append(validate_report(item, registry, f"reports[{index}]", version))
         except WireFormatError as exc:
             raw_id = item.get("id") if isinstance(item, Mapping) else None
             report_id = raw_id if _is_id(raw_id) else None

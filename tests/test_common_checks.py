@@ -72,7 +72,8 @@ def sdk_reports(params: MechanismParams, values: list[Any], seed: int) -> list[d
     out = []
     for index, value in enumerate(values):
         encoder = make_encoder(metric, rnd.randbytes(32), index, random_bytes=rnd.randbytes)
-        out.append(make_report(f"{index:032x}", "m", encoder.cohort, encoder.encode(value)))
+        out.append(make_report(f"{index:032x}", "m", encoder.cohort, encoder.encode(value),
+                               params.fingerprint))
     return out
 
 

@@ -102,21 +102,27 @@ def merge_registry(stored: Registry | None, given: Registry, with_data: Collecti
                    where: str) -> Registry:
     """The registry to record when ``given`` replaces ``stored`` in a store at ``where``.
 
-    A metric holding reports (``with_data``) keeps its parameters: changing them
-    raises :class:`RegistryMismatchError`. Metrics dropped from ``given`` but holding
-    reports stay, so that their counts can still be exported and decoded.
+    A metric's parameters, once recorded, are permanent: a registry that changes
+    them raises :class:`RegistryMismatchError`, whether or not reports are stored
+    yet (``with_data`` only words the message). Otherwise a collector still running
+    with the old registry, or a client holding it, would store reports that the
+    new parameters misread. A change of parameters is a new metric (a new name,
+    e.g. ``homepage.v2``). Metrics dropped from ``given`` stay recorded, so their
+    counts can still be exported and decoded and their parameters stay reserved.
     """
     if stored is None:
         return given
-    for name in sorted(set(with_data) & set(stored) & set(given)):
+    for name in sorted(set(stored) & set(given)):
         if stored[name].params != given[name].params:
+            held = ("holds reports made with the old ones" if name in with_data
+                    else "recorded the old ones, which running collectors and clients use")
             raise RegistryMismatchError(
                 f"metric {name!r}: the registry changes its parameters "
                 f"({stored[name].params.to_dict()} -> {given[name].params.to_dict()}) "
-                f"but {where} holds reports made with the old ones; give the "
-                "changed metric a new name instead"
+                f"but {where} {held}. Parameters are permanent: publish the change as a new "
+                f"metric (e.g. {name + '.v2'!r}) and keep or remove the old one"
             )
-    kept = [stored[name] for name in sorted(set(with_data) & set(stored)) if name not in given]
+    kept = [stored[name] for name in sorted(stored) if name not in given]
     return Registry([*given.values(), *kept], version=given.version)
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -59,6 +62,20 @@ class MechanismParams:
     def parse_payload(self, payload: Any, field: str = "payload") -> Any:
         """Check a wire payload and return its value (bits, 0/1 or a float)."""
         raise NotImplementedError
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """16 hex digits naming these parameters: the first 8 bytes of the SHA-256 of
+        :meth:`to_dict` as compact JSON with sorted keys, whole numbers of float fields
+        written as floats (``low = 0`` and ``low = 0.0`` are the same parameters). Reports
+        carry it, so that a report encoded with other parameters is refused, not misread."""
+        values = self.to_dict()
+        for field in dataclasses.fields(self):
+            value = values[field.name]
+            if "float" in str(field.type) and isinstance(value, int) and not isinstance(value, bool):
+                values[field.name] = float(value)
+        text = json.dumps(values, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
         """The parameters as a JSON/TOML-ready mapping, ``kind`` first."""

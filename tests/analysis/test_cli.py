@@ -136,7 +136,8 @@ def _upload(collector, metric: str, values: list, seed: int) -> None:
         encoder = make_encoder(definition, (seed * 100_000 + i).to_bytes(32, "big"), i,
                                random.Random(seed * 100_000 + i).randbytes)
         payload = encoder.encode(value)
-        reports.append(make_report(secrets.token_hex(16), metric, encoder.cohort, payload))
+        reports.append(make_report(secrets.token_hex(16), metric, encoder.cohort, payload,
+                                   definition.params.fingerprint))
     for start in range(0, len(reports), 1000):
         batch = make_batch(secrets.token_hex(16), reports[start : start + 1000])
         response = requests.post(collector.url + "/v1/reports", json=batch, timeout=30)

@@ -27,6 +27,7 @@ from veil.client import (
     Transport,
 )
 from veil.client.transport import Outcome, RetryPolicy, retry_after
+from veil.shared.kinds import BooleanParams
 from veil.shared.registry import Registry
 from veil.shared.wire import join_batch, make_report, validate_batch
 
@@ -181,7 +182,8 @@ def test_only_the_default_transport_has_a_session(tmp_path, test_registry, offli
 
 
 def one_report_batch() -> bytes:
-    report = make_report(secrets.token_hex(16), "dark_mode", None, 1)
+    report = make_report(secrets.token_hex(16), "dark_mode", None, 1,
+                         BooleanParams().fingerprint)
     return join_batch(secrets.token_hex(16), [json.dumps(report)]).encode()
 
 

@@ -170,9 +170,13 @@ def test_interrupted_upload_is_queued_again_on_start(live_collector, tmp_path, o
 
 
 def test_rejected_reports_are_dropped_counted_and_logged(live_collector, tmp_path, caplog):
-    """Reports encoded for other parameters than the collector's are refused: dropped, counted."""
+    """Reports encoded for other parameters than the collector's are refused: dropped, counted.
+
+    Only f differs (the collector has f=0.5), so the payloads have the right shape: only
+    the parameter fingerprint they carry tells that they cannot be decoded.
+    """
     mismatched = Registry.from_dict({"metrics": {
-        "homepage": {"kind": "string", "k": 64, "h": 2, "m": 4},  # the collector has k=32
+        "homepage": {"kind": "string", "k": 32, "h": 2, "m": 4, "f": 0.25},
         "dark_mode": {"kind": "boolean"},
     }})
     client = Client(live_collector.url, tmp_path / "state", registry=mismatched)
@@ -185,7 +189,7 @@ def test_rejected_reports_are_dropped_counted_and_logged(live_collector, tmp_pat
     assert result.ok
     assert (result.sent, result.accepted, result.rejected, result.remaining) == (5, 2, 3, 0)
     assert client.dropped == 3
-    assert "wrong_length" in caplog.text
+    assert "stale_params" in caplog.text
     client.close()
     with Client(live_collector.url, tmp_path / "state", registry=mismatched) as reopened:
         assert reopened.dropped == 3  # the counter is durable

@@ -49,7 +49,7 @@ class Wire:
             seed = index if cohort_seed is None else cohort_seed
             encoder = make_encoder(self.registry[metric], os.urandom(32), seed)
             out.append(make_report(os.urandom(16).hex(), metric, encoder.cohort,
-                                   encoder.encode(value)))
+                                   encoder.encode(value), self.registry[metric].params.fingerprint))
         return out
 
     @staticmethod

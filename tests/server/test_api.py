@@ -23,6 +23,14 @@ def post(client, body: bytes | str, content_type: str | None = "application/json
     return client.post("/v1/reports", data=data, content_type=content_type)
 
 
+def with_params(registry, report):
+    """A hand-made version 2 report: with its metric's parameter fingerprint (if any)."""
+    if not isinstance(report, dict):
+        return report
+    metric = registry.get(report.get("metric"))
+    return {"params": metric.params.fingerprint if metric else "0" * 16, **report}
+
+
 def error_of(response) -> dict:
     """The ``error`` object of a JSON error response (asserting its shape); takes a test
     client response or a ``requests`` one."""
@@ -66,7 +74,7 @@ def test_openapi_document_lists_every_route(client):
         ("9" * 5000, "body", "bad_json"),
         ("\ud800", "body", "bad_json"),
         ("[]", "body", "wrong_type"),
-        ('{"version": 2, "batch_id": "' + "a" * 32 + '", "reports": []}', "version",
+        ('{"version": 3, "batch_id": "' + "a" * 32 + '", "reports": []}', "version",
          "unsupported_version"),
         ('{"version": true, "batch_id": "' + "a" * 32 + '", "reports": []}', "version",
          "unsupported_version"),
@@ -126,6 +134,7 @@ def test_bad_reports_are_refused_one_by_one_and_good_ones_kept(client, wire):
         {"id": "7" * 32, "metric": "dark_mode", "payload": 1, "ip": "10.0.0.1"},
         {"id": "8" * 32, "metric": "dark_mode", "cohort": 0, "payload": 1},
     ]
+    bad = [with_params(client.registry, report) for report in bad]
     batch = wire.batch([good[0], *bad, good[1]])
     response = client.post("/v1/reports", json=batch)
     assert response.status_code == 200
@@ -159,7 +168,8 @@ def test_number_payloads_the_mechanism_cannot_produce_are_refused(client, wire):
     honest = wire.reports("load_time", [5.0] * 50)
     low, high = params.payload_range
     forged = [1e6, 1e300, -1e300, high + params.step, low - params.step, 5.0 + params.step / 3]
-    bad = [{"id": f"{i:032x}", "metric": "load_time", "payload": v} for i, v in enumerate(forged)]
+    bad = [with_params(client.registry, {"id": f"{i:032x}", "metric": "load_time", "payload": v})
+           for i, v in enumerate(forged)]
     response = client.post("/v1/reports", json=wire.batch(honest + bad))
     receipt = response.json
     assert (receipt["accepted"], receipt["rejected"]) == (50, len(forged))

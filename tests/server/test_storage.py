@@ -204,7 +204,8 @@ def test_a_merge_by_another_process_keeps_every_id_a_duplicate(tmp_path, wire):
 
 def wire_counts(wire, reports):
     """The counts document a store must give for ``reports`` of ``homepage``, all days."""
-    expected = wire.expected("homepage", [r.to_wire() for r in reports])
+    fingerprint = wire.registry["homepage"].params.fingerprint
+    expected = wire.expected("homepage", [r.to_wire(fingerprint) for r in reports])
     return {"metric": "homepage", "kind": "string", "params": wire.registry["homepage"].to_dict(),
             "start": None, "end": None, **expected}
 
@@ -396,3 +397,27 @@ def test_open_storage_picks_the_backend_from_the_url(tmp_path, wire, monkeypatch
     with pytest.raises(StorageError, match="names no file"):
         open_storage("sqlite:///", create=True)
     assert BACKENDS["sqlite"] is SQLiteStorage
+
+
+def test_recorded_parameters_are_permanent_even_without_reports(tmp_path, wire):
+    """A rolling deploy where a second collector changes a metric nobody reported yet is
+    refused at its start, and the first keeps a usable database (it used to end in 503s
+    and 'cannot reshape' for good)."""
+    path = tmp_path / "veil.db"
+    first = open_storage(path, wire.registry, create=True)
+    changed = wire.registry.to_dict()
+    changed["metrics"]["homepage"]["k"] = 64
+    with pytest.raises(RegistryMismatchError, match=r"homepage.*recorded the old ones.*homepage\.v2"):
+        open_storage(path, Registry.from_dict(changed))
+    # a metric dropped from the registry stays recorded: it cannot come back changed either
+    dropped = wire.registry.to_dict()
+    del dropped["metrics"]["homepage"]
+    open_storage(path, Registry.from_dict(dropped)).close()
+    with pytest.raises(RegistryMismatchError, match="homepage"):
+        open_storage(path, Registry.from_dict(changed))
+    reports = valid(wire, wire.reports("homepage", ["a.example"] * 5))
+    assert first.insert(reports).accepted == 5
+    assert first.counts("homepage")["reports"] == 5
+    first.close()
+    with open_storage(path) as reopened:
+        assert reopened.registry["homepage"].params == wire.registry["homepage"].params

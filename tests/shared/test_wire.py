@@ -29,6 +29,8 @@ categories = ["a", "b", "c"]
 """
 )
 ID = "0123456789abcdef0123456789abcdef"
+#: each metric's parameter fingerprint, which version 2 reports carry
+FP = {name: metric.params.fingerprint for name, metric in REGISTRY.items()}
 
 
 def batch(*reports):
@@ -38,10 +40,10 @@ def batch(*reports):
 def test_valid_reports_of_every_kind():
     result = validate_batch(
         batch(
-            make_report(ID, "homepage", 3, "ff00"),
-            make_report("1" * 32, "flag", None, 1),
-            make_report("2" * 32, "load", None, -3.125),  # grid step 10/64: n = -20
-            make_report("3" * 32, "browser", None, "05"),
+            make_report(ID, "homepage", 3, "ff00", FP["homepage"]),
+            make_report("1" * 32, "flag", None, 1, FP["flag"]),
+            make_report("2" * 32, "load", None, -3.125, FP["load"]),  # grid step 10/64: n = -20
+            make_report("3" * 32, "browser", None, "05", FP["browser"]),
         ),
         REGISTRY,
     )
@@ -49,7 +51,8 @@ def test_valid_reports_of_every_kind():
     assert [r.value for r in result.reports] == [0xFF, 1, -3.125, 5]
     assert result.reports[0].cohort == 3
     assert result.reports[1].cohort == 0
-    assert result.reports[0].to_wire() == make_report(ID, "homepage", 3, "ff00")
+    assert result.reports[0].to_wire(FP["homepage"]) == make_report(ID, "homepage", 3, "ff00",
+                                                                    FP["homepage"])
 
 
 @pytest.mark.parametrize(
@@ -82,7 +85,11 @@ def test_valid_reports_of_every_kind():
     ],
 )
 def test_bad_report_is_refused_alone(report, field, code):
-    good = make_report("9" * 32, "flag", None, 0)
+    if isinstance(report, dict):  # a version 2 report: with its metric's fingerprint, if any
+        metric = report.get("metric")
+        report = {"params": FP.get(metric, "0" * 16) if isinstance(metric, str) else "0" * 16,
+                  **report}
+    good = make_report("9" * 32, "flag", None, 0, FP["flag"])
     result = validate_batch(batch(report, good), REGISTRY)
     assert [r.id for r in result.reports] == ["9" * 32]
     [error] = result.errors
@@ -95,7 +102,7 @@ def test_bad_report_is_refused_alone(report, field, code):
     ("body", "field", "code"),
     [
         ([], "body", "wrong_type"),
-        ({"version": 2, "batch_id": ID, "reports": []}, "version", "unsupported_version"),
+        ({"version": 3, "batch_id": ID, "reports": []}, "version", "unsupported_version"),
         ({"version": True, "batch_id": ID, "reports": []}, "version", "unsupported_version"),
         ({"version": 1.0, "batch_id": ID, "reports": []}, "version", "unsupported_version"),
         ({"version": 1, "batch_id": "x", "reports": []}, "batch_id", "bad_id"),
@@ -113,9 +120,9 @@ def test_batch_level_errors_raise(body, field, code):
 def test_join_batch_is_make_batch_from_serialized_reports():
     """Joining reports stored as JSON text gives the same compact document as make_batch."""
     reports = [
-        make_report(ID, "homepage", 3, "ff00"),
-        make_report("1" * 32, "flag", None, 1),
-        make_report("2" * 32, "load", None, -3.125),
+        make_report(ID, "homepage", 3, "ff00", FP["homepage"]),
+        make_report("1" * 32, "flag", None, 1, FP["flag"]),
+        make_report("2" * 32, "load", None, -3.125, FP["load"]),
     ]
     texts = [json.dumps(report, separators=(",", ":")) for report in reports]
     text = join_batch("f" * 32, texts)
@@ -126,7 +133,7 @@ def test_join_batch_is_make_batch_from_serialized_reports():
 
 
 def test_batch_size_limit():
-    reports = [make_report(f"{i:032x}", "flag", None, 1) for i in range(3)]
+    reports = [make_report(f"{i:032x}", "flag", None, 1, FP["flag"]) for i in range(3)]
     assert len(validate_batch(batch(*reports), REGISTRY, max_reports=3).reports) == 3
     with pytest.raises(WireFormatError, match="limit is 2 per batch"):
         validate_batch(batch(*reports), REGISTRY, max_reports=2)
@@ -147,3 +154,47 @@ def test_number_payloads_are_bounded_and_on_the_grid():
         assert info.value.code == "out_of_range"
     # a payload within float rounding of the grid is taken as its grid point
     assert params.parse_payload(5 * step + 1e-12) == 5 * step
+
+
+def test_reports_must_carry_the_fingerprint_of_the_metric_parameters():
+    """A report encoded with other parameters is refused, never decoded with these."""
+    other = Registry.from_toml("""
+[metrics.homepage]
+kind = "string"
+k = 16
+h = 2
+m = 4
+f = 0.25
+""")["homepage"].params
+    reports = [
+        make_report(ID, "homepage", 3, "ff00", other.fingerprint),
+        {"id": "1" * 32, "metric": "flag", "payload": 1},
+        make_report("2" * 32, "flag", None, 1, FP["flag"]),
+    ]
+    result = validate_batch(batch(*reports), REGISTRY)
+    assert [(e.index, e.field, e.code) for e in result.errors] == [
+        (0, "reports[0].params", "stale_params"), (1, "reports[1].params", "missing")]
+    assert "fetch the registry" in result.errors[0].message
+    assert [r.id for r in result.reports] == ["2" * 32]
+
+
+def test_version_1_batches_are_accepted_without_fingerprints():
+    """Clients older than wire version 2 keep working; version 1 reports carry no params."""
+    legacy = make_batch("f" * 32, [make_report(ID, "flag", None, 1, None)], version=1)
+    assert [r.id for r in validate_batch(legacy, REGISTRY).reports] == [ID]
+    mixed = make_batch("f" * 32, [make_report(ID, "flag", None, 1, FP["flag"])], version=1)
+    [error] = validate_batch(mixed, REGISTRY).errors
+    assert (error.field, error.code) == ("reports[0].params", "unknown_field")
+
+
+def test_fingerprints_name_the_parameters():
+    """Equal parameters share a fingerprint; any change of a parameter changes it."""
+    params = REGISTRY["homepage"].params
+    again = Registry.from_dict(REGISTRY.to_dict())["homepage"].params
+    assert params.fingerprint == again.fingerprint and len(params.fingerprint) == 16
+    changed = {type(params).from_dict({**params.to_dict(), key: value}).fingerprint
+               for key, value in [("k", 32), ("h", 3), ("m", 8), ("p", 0.25), ("q", 0.8),
+                                  ("f", 0.25)]}
+    assert params.fingerprint not in changed and len(changed) == 6
+    number = REGISTRY["load"].params  # low = 0 and high = 10 are written as integers
+    assert number.fingerprint == type(number)(low=0.0, high=10.0).fingerprint
