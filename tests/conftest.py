@@ -2,7 +2,8 @@
 
 ``collector``         a ``veil serve`` subprocess (waitress), started fresh per test.
 ``collector_factory`` the same with options: ``collector_factory(upload_token="u", threads=2,
-                      workers=2, registry=Registry(...), max_reports=10)``.
+                      workers=2, registry=Registry(...), max_reports=10)``; any other
+                      ``veil serve`` arguments as ``serve_args=["--connection-limit", "8"]``.
 ``test_registry``     :data:`TEST_REGISTRY` (the registry both collectors serve).
 ``live_collector``    the same API served in-process by a werkzeug server thread (faster to start,
                       no kill/restart); still real HTTP on loopback.
@@ -36,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,8 @@ class CollectorHandle:
 
     def __init__(self, workdir: Path, registry: Registry, *, upload_token: str | None = None,
                  threads: int = 4, workers: int = 1, max_reports: int | None = None,
-                 max_body_bytes: int | None = None, recent_ids_limit: int | None = None) -> None:
+                 max_body_bytes: int | None = None, recent_ids_limit: int | None = None,
+                 serve_args: Sequence[str] = ()) -> None:
         self.workdir = workdir
         self.registry = registry
         self.registry_path = workdir / "metrics.toml"
@@ -122,6 +124,7 @@ class CollectorHandle:
         self.max_reports = max_reports
         self.max_body_bytes = max_body_bytes
         self.recent_ids_limit = recent_ids_limit
+        self.serve_args = list(serve_args)
         self.port = 0
         self.url = ""
         self.process: subprocess.Popen[str] | None = None
@@ -143,7 +146,7 @@ class CollectorHandle:
             cmd += ["--max-body-bytes", str(self.max_body_bytes)]
         if self.recent_ids_limit:
             cmd += ["--recent-ids-limit", str(self.recent_ids_limit)]
-        return cmd
+        return cmd + self.serve_args
 
     def start(self) -> None:
         """Start ``veil serve`` and wait until it prints its URL and answers /readyz."""

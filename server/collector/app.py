@@ -10,10 +10,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from flask import Flask
+from flask import Flask, Response
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from veil.server.collector.config import DEFAULTS
-from veil.server.collector.responses import register_error_handlers
+from veil.server.collector.limits import upload_limits
+from veil.server.collector.responses import json_response, register_error_handlers
 from veil.server.collector.routes import api
 from veil.server.collector.state import EXTENSION, Collector
 from veil.server.storage import open_storage
@@ -24,9 +26,18 @@ from veil.shared.registry import Registry
 _TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 
+class CollectorFlask(Flask):
+    """Flask, answering ``OPTIONS`` in JSON like every other request."""
+
+    def make_default_options_response(self) -> Response:
+        """``{"allow": [methods]}`` and the ``Allow`` header, for any route."""
+        methods = sorted(super().make_default_options_response().allow)
+        return json_response({"allow": methods}, headers={"Allow": ", ".join(methods)})
+
+
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     """Build a collector app; :mod:`veil.server.collector.config` lists the settings."""
-    app = Flask(__name__)
+    app = CollectorFlask(__name__)
     app.config.update(DEFAULTS)
     app.config.update(config or {})
     for key in ("REGISTRY", "DATABASE"):
@@ -37,7 +48,10 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         registry = Registry.load(registry)
     tokens = app.config["READ_TOKENS"]
     tokens = [tokens] if isinstance(tokens, str) else [t for t in tokens if t]
-    for setting, values in (("READ_TOKENS", tokens), ("UPLOAD_TOKEN", [app.config["UPLOAD_TOKEN"]])):
+    upload_tokens = app.config["UPLOAD_TOKEN"]
+    upload_tokens = [upload_tokens] if isinstance(upload_tokens, str) else [
+        t for t in upload_tokens or () if t]
+    for setting, values in (("READ_TOKENS", tokens), ("UPLOAD_TOKEN", upload_tokens)):
         for token in values:
             if token is not None and not _TOKEN.fullmatch(token):
                 raise VeilError(
@@ -49,12 +63,15 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     max_reports = app.config["MAX_REPORTS_PER_BATCH"]
     if isinstance(max_reports, bool) or not isinstance(max_reports, int) or max_reports < 1:
         raise VeilError(f"MAX_REPORTS_PER_BATCH must be a positive integer; got {max_reports!r}")
-    options = {} if app.config["RECENT_IDS_LIMIT"] is None else {
-        "recent_ids_limit": app.config["RECENT_IDS_LIMIT"]}
+    options = {option: app.config[key] for key, option in (
+        ("RECENT_IDS_LIMIT", "recent_ids_limit"), ("MIN_FREE_BYTES", "min_free_bytes"),
+    ) if app.config[key] is not None}
     storage = open_storage(app.config["DATABASE"], registry, create=True, **options)
     app.extensions[EXTENSION] = Collector(
-        registry, storage, tokens, app.config["UPLOAD_TOKEN"], max_reports
+        registry, storage, tokens, upload_tokens, max_reports, upload_limits(app.config)
     )
+    if app.config["PROXY_HOPS"]:
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=app.config["PROXY_HOPS"])  # type: ignore[method-assign]
     register_error_handlers(app)
     app.register_blueprint(api)
     return app

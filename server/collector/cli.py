@@ -32,11 +32,34 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=DEFAULTS["WORKERS"],
                         help=f"server processes sharing the port (default {DEFAULTS['WORKERS']}; "
                         "more use more cores)")
+    parser.add_argument("--connection-limit", type=int, default=DEFAULTS["CONNECTION_LIMIT"],
+                        help=f"open connections per worker; more wait to be accepted "
+                        f"(default {DEFAULTS['CONNECTION_LIMIT']})")
+    parser.add_argument("--channel-timeout", type=int, default=DEFAULTS["CHANNEL_TIMEOUT"],
+                        help=f"seconds a connection may stay silent before it is closed "
+                        f"(default {DEFAULTS['CHANNEL_TIMEOUT']})")
+    parser.add_argument("--receive-timeout", type=int, default=DEFAULTS["RECEIVE_TIMEOUT"],
+                        help=f"seconds a client may take to send one request from its first byte; "
+                        f"slower ones are disconnected (default {DEFAULTS['RECEIVE_TIMEOUT']})")
     parser.add_argument("--read-token", action="append", default=None,
                         help="bearer token for reading counts (repeatable; default: env VEIL_READ_TOKEN)")
-    parser.add_argument("--upload-token", default=None,
-                        help="require this bearer token to upload (default: env VEIL_UPLOAD_TOKEN, "
-                        "else uploads are open)")
+    parser.add_argument("--upload-token", action="append", default=None,
+                        help="require a bearer token to upload (repeatable: one per client group, "
+                        "each rate-limited on its own; default: env VEIL_UPLOAD_TOKEN, else "
+                        "uploads are open)")
+    parser.add_argument("--network-rate", type=float, default=DEFAULTS["NETWORK_RATE"],
+                        help="reports a second each source network (/24 or /48) may upload, "
+                        "in bursts of --burst-seconds of it; more get 429 (default: no limit)")
+    parser.add_argument("--token-rate", type=float, default=DEFAULTS["TOKEN_RATE"],
+                        help="reports a second each upload token may upload (default: no limit)")
+    parser.add_argument("--token-daily-cap", type=int, default=DEFAULTS["TOKEN_DAILY_CAP"],
+                        help="reports each upload token may upload per UTC day (default: no cap)")
+    parser.add_argument("--burst-seconds", type=float, default=DEFAULTS["RATE_BURST_SECONDS"],
+                        help=f"seconds of a rate a burst may use "
+                        f"(default {DEFAULTS['RATE_BURST_SECONDS']:g})")
+    parser.add_argument("--proxy-hops", type=int, default=DEFAULTS["PROXY_HOPS"],
+                        help="reverse proxies in front whose X-Forwarded-For names the client, "
+                        "for --network-rate (default 0: trust no header)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULTS["MAX_CONTENT_LENGTH"],
                         help=f"largest request body accepted "
                         f"(default {DEFAULTS['MAX_CONTENT_LENGTH'] / 2**20:g} MiB)")
@@ -47,6 +70,9 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
                         help="new report ids kept (in each worker's memory too) before a merge "
                         "into the id index (default: the storage's, see docs/operations.md; "
                         "larger: rarer, longer merge pauses)")
+    parser.add_argument("--min-free-bytes", type=int, default=DEFAULTS["MIN_FREE_BYTES"],
+                        help="/readyz answers 503 while the database's filesystem has less free "
+                        "space (default: the storage's, 64 MiB)")
 
 
 def serve_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,14 +81,24 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
         "REGISTRY": args.config,
         "DATABASE": args.db,
         "READ_TOKENS": args.read_token or [t for t in [os.environ.get("VEIL_READ_TOKEN")] if t],
-        "UPLOAD_TOKEN": args.upload_token or os.environ.get("VEIL_UPLOAD_TOKEN") or None,
+        "UPLOAD_TOKEN": args.upload_token or [
+            t for t in [os.environ.get("VEIL_UPLOAD_TOKEN")] if t],
+        "NETWORK_RATE": args.network_rate,
+        "TOKEN_RATE": args.token_rate,
+        "TOKEN_DAILY_CAP": args.token_daily_cap,
+        "RATE_BURST_SECONDS": args.burst_seconds,
+        "PROXY_HOPS": args.proxy_hops,
         "MAX_CONTENT_LENGTH": args.max_body_bytes,
         "MAX_REPORTS_PER_BATCH": args.max_reports,
         "RECENT_IDS_LIMIT": args.recent_ids_limit,
+        "MIN_FREE_BYTES": args.min_free_bytes,
         "HOST": args.host,
         "PORT": args.port,
         "THREADS": args.threads,
         "WORKERS": args.workers,
+        "CONNECTION_LIMIT": args.connection_limit,
+        "CHANNEL_TIMEOUT": args.channel_timeout,
+        "RECEIVE_TIMEOUT": args.receive_timeout,
     }
 
 
@@ -72,11 +108,20 @@ def run_serve(args: argparse.Namespace) -> int:
     from veil.server.storage import open_storage
     from veil.shared.registry import Registry
 
-    for name in ("threads", "workers"):
+    for name in ("threads", "workers", "connection_limit", "channel_timeout", "receive_timeout"):
         if getattr(args, name) < 1:
-            raise VeilError(f"--{name} must be at least 1; got {getattr(args, name)}")
+            option = "--" + name.replace("_", "-")
+            raise VeilError(f"{option} must be at least 1; got {getattr(args, name)}")
     if args.recent_ids_limit is not None and args.recent_ids_limit < 1:
         raise VeilError(f"--recent-ids-limit must be at least 1; got {args.recent_ids_limit}")
+    for name in ("network_rate", "token_rate", "token_daily_cap", "proxy_hops"):
+        if getattr(args, name) < 0:
+            option = "--" + name.replace("_", "-")
+            raise VeilError(f"{option} must be 0 (off) or more; got {getattr(args, name)}")
+    if args.burst_seconds <= 0:
+        raise VeilError(f"--burst-seconds must be more than 0; got {args.burst_seconds}")
+    if args.min_free_bytes is not None and args.min_free_bytes < 0:
+        raise VeilError(f"--min-free-bytes must be at least 0; got {args.min_free_bytes}")
     if args.max_body_bytes < 1024:
         raise VeilError(f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
     config = serve_config(args)

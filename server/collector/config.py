@@ -9,17 +9,39 @@ App settings (read by ``create_app``):
 ``REGISTRY``              registry TOML path or a :class:`~veil.shared.registry.Registry` (required)
 ``DATABASE``              storage URL or SQLite file path (required; created if missing)
 ``READ_TOKENS``           bearer tokens for read endpoints (a string or a list; none: reads refused)
-``UPLOAD_TOKEN``          bearer token required to upload (default: uploads are open)
-``MAX_CONTENT_LENGTH``    largest request body in bytes (default 8 MiB; larger gives 413)
-``MAX_REPORTS_PER_BATCH`` largest batch (default 5,000 reports)
+``UPLOAD_TOKEN``          bearer token(s) required to upload (a string or a list; default: uploads
+                          are open)
+``NETWORK_RATE``          reports a second each source network (/24, /48) may upload on average,
+                          in bursts of ``RATE_BURST_SECONDS`` worth (default 0: no limit)
+``TOKEN_RATE``            the same for each upload token (default 0: no limit)
+``TOKEN_DAILY_CAP``       reports each upload token may upload per UTC day (default 0: no cap)
+``RATE_BURST_SECONDS``    how many seconds of a rate a burst may use (default 10; a burst is never
+                          smaller than ``MAX_REPORTS_PER_BATCH``)
+``PROXY_HOPS``            reverse proxies in front whose ``X-Forwarded-For`` names the client
+                          (default 0: the peer address is the client's)
+``MAX_CONTENT_LENGTH``    largest request body in bytes (default 2 MiB; larger gives 413): twice
+                          the SDK's default batch (1,000,000 bytes), room for 5,000 reports of up
+                          to about 1,000 bits; the SDK halves a batch answered 413
+``MAX_REPORTS_PER_BATCH`` largest batch (default 5,000 reports); it also bounds the JSON values a
+                          body may hold before it is parsed (400 ``too_many`` above)
 ``RECENT_IDS_LIMIT``      new report ids kept before a merge into the id index
                           (SQLite only; default ``None``: the backend's own, ``veil.server.storage.RECENT_IDS_LIMIT``)
+``MIN_FREE_BYTES``        ``/readyz`` answers 503 while the database's filesystem has less free space
+                          (SQLite only; default ``None``: the backend's own, 64 MiB,
+                          ``veil.server.storage.MIN_FREE_BYTES``)
 
 Serving settings (read by ``veil serve``, ignored by the app):
 
 ``HOST``, ``PORT``        where to listen (default 127.0.0.1:8080; port 0 picks a free one)
 ``THREADS``               threads serving requests in each worker process (default 4)
 ``WORKERS``               server processes sharing the listening socket (default 1)
+``CONNECTION_LIMIT``      open connections each worker serves at once; more wait in the listen
+                          backlog (default 100, waitress's)
+``CHANNEL_TIMEOUT``       seconds a connection may stay silent (no request in progress, nothing
+                          received or sent) before it is closed (default 30; waitress's is 120)
+``RECEIVE_TIMEOUT``       seconds a client may take to send one request, headers and body, from
+                          its first byte; a slower one is disconnected, so connections that trickle
+                          bytes cannot hold the connection limit (default 30)
 """
 
 from __future__ import annotations
@@ -28,12 +50,21 @@ from typing import Any
 
 DEFAULTS: dict[str, Any] = {
     "READ_TOKENS": (),
-    "UPLOAD_TOKEN": None,
-    "MAX_CONTENT_LENGTH": 8 * 1024 * 1024,
+    "UPLOAD_TOKEN": (),
+    "NETWORK_RATE": 0.0,
+    "TOKEN_RATE": 0.0,
+    "TOKEN_DAILY_CAP": 0,
+    "RATE_BURST_SECONDS": 10.0,
+    "PROXY_HOPS": 0,
+    "MAX_CONTENT_LENGTH": 2 * 1024 * 1024,
     "MAX_REPORTS_PER_BATCH": 5000,
     "RECENT_IDS_LIMIT": None,
+    "MIN_FREE_BYTES": None,
     "HOST": "127.0.0.1",
     "PORT": 8080,
     "THREADS": 4,
     "WORKERS": 1,
+    "CONNECTION_LIMIT": 100,
+    "CHANNEL_TIMEOUT": 30,
+    "RECEIVE_TIMEOUT": 30,
 }

@@ -124,7 +124,7 @@ def openapi_document(max_body: int, max_reports: int) -> dict[str, Any]:
             "/healthz": {"get": {"summary": "Liveness", "responses": {
                 "200": {"description": "the process answers",
                         "content": {"application/json": {"schema": status}}}}}},
-            "/readyz": {"get": {"summary": "Readiness (database answers)", "responses": {
+            "/readyz": {"get": {"summary": "Readiness (writes can succeed)", "responses": {
                 "200": {"description": "ready",
                         "content": {"application/json": {"schema": status}}},
                 "503": _error("database unavailable")}}},

@@ -64,18 +64,28 @@ def _storage_unavailable(exc: Exception) -> Response:
 _HTTP_CODES = {
     400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
     408: "request_timeout", 413: "body_too_large", 415: "unsupported_media_type",
-    429: "too_many_requests", 500: "internal_error", 503: "unavailable",
+    429: "too_many_requests", 431: "headers_too_large", 500: "internal_error",
+    501: "not_implemented", 503: "unavailable",
 }
+
+
+def http_error_body(status: int, message: str) -> dict[str, Any]:
+    """The JSON error body for an HTTP error ``status`` that has no more specific code."""
+    return {"error": {"code": _HTTP_CODES.get(status, "http_error"), "field": None,
+                      "message": message}}
+
+
+def too_large_message(limit: int) -> str:
+    """The message of a 413 answer to a body over ``limit`` bytes."""
+    return f"the request body is larger than {limit} bytes; send smaller batches"
 
 
 def _http_error(exc: HTTPException) -> Response:
     status = exc.code or 500
     message = exc.description or exc.name
     if status == 413:
-        limit = current_app.config["MAX_CONTENT_LENGTH"]
-        message = f"the request body is larger than {limit} bytes; send smaller batches"
-    body = {"error": {"code": _HTTP_CODES.get(status, "http_error"), "field": None,
-                      "message": message}}
+        message = too_large_message(current_app.config["MAX_CONTENT_LENGTH"])
+    body = http_error_body(status, message)
     allowed = exc.valid_methods if isinstance(exc, MethodNotAllowed) else None
     headers = {"Allow": ", ".join(allowed)} if allowed else None
     return json_response(body, status, headers)

@@ -3,7 +3,9 @@
 Request bodies are parsed strictly: UTF-8 only, no NaN or Infinity, no
 duplicate keys, nesting bounded by the parser's recursion limit and integers
 by Python's 4,300-digit limit, so malformed input is a 4xx, never a 5xx. The
-routes store and log no client address or user agent.
+number of JSON values is bounded before parsing (:func:`max_json_values`), so a
+body of tiny values (``[{},{},...]``) cannot cost tens of bytes of memory per
+byte sent. The routes store and log no client address or user agent.
 """
 
 from __future__ import annotations
@@ -12,17 +14,19 @@ import datetime as dt
 import hmac
 import io
 import json
+import math
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
 
 from veil.server.analysis.rappor_files import write_counts_document
+from veil.server.collector.limits import network_of
 from veil.server.collector.openapi import openapi_document
 from veil.server.collector.responses import ApiError, json_response
 from veil.server.collector.state import current_collector
 from veil.server.storage import StorageUnavailable, TooFewReportsError
 from veil.shared.errors import WireFormatError
-from veil.shared.wire import validate_batch
+from veil.shared.wire import BATCH_KEYS, REPORT_KEYS, validate_batch
 
 api = Blueprint("api", __name__)
 
@@ -35,7 +39,7 @@ def healthz() -> Response:
 
 @api.get("/readyz")
 def readyz() -> Response:
-    """Readiness: the database answers a query."""
+    """Readiness: writes can be expected to succeed (``Storage.ping``)."""
     try:
         current_collector().storage.ping()
     except StorageUnavailable as exc:
@@ -60,13 +64,20 @@ def metrics() -> Response:
 def reports() -> Response:
     """Validate a batch, durably store its valid reports, answer per-report outcomes."""
     state = current_collector()
-    if state.upload_token is not None:
-        _check_bearer([state.upload_token])
-    body = parse_json_body()
+    token = _check_bearer(state.upload_tokens) if state.upload_tokens else None
+    body = parse_json_body(state.max_reports)
     try:
         result = validate_batch(body, state.registry, max_reports=state.max_reports)
     except WireFormatError as exc:
         raise ApiError(400, exc.code, exc.field, exc.message) from None
+    refused = state.limits.check(network_of(request.remote_addr),
+                                 None if token is None else token.decode(),
+                                 len(result.reports) + len(result.errors))
+    if refused is not None:
+        wait, why = refused
+        raise ApiError(429, "rate_limited", None,
+                       f"{why}; retry after {math.ceil(wait)} s (nothing was stored)",
+                       {"Retry-After": str(math.ceil(wait))})
     stored = state.storage.insert(result.reports)
     return json_response({
         "batch_id": result.batch_id,
@@ -120,8 +131,20 @@ def counts(name: str) -> Response:
     return json_response(document)
 
 
-def parse_json_body() -> Any:
-    """The request body as strict JSON; :class:`ApiError` (4xx) for anything else."""
+def max_json_values(max_reports: int) -> int:
+    """The objects, arrays and commas allowed in a batch body of at most ``max_reports`` reports.
+
+    A valid batch has at most one object and one comma per report field (and one
+    comma between reports), plus the batch's own: twice that is allowed, so that
+    reports with stray fields still get their own errors.
+    """
+    return 2 * (max_reports * (len(REPORT_KEYS) + 1) + len(BATCH_KEYS) + 1)
+
+
+def parse_json_body(max_reports: int) -> Any:
+    """The body of a batch of at most ``max_reports`` reports as strict JSON; :class:`ApiError`
+    (4xx) for anything else, and ``too_many`` for more objects, arrays and commas than
+    :func:`max_json_values` (counted in the raw bytes, before any object is built)."""
     if request.mimetype != "application/json":
         raise ApiError(415, "unsupported_media_type", "Content-Type",
                        "send the batch with 'Content-Type: application/json'")
@@ -130,6 +153,12 @@ def parse_json_body() -> Any:
         raise ApiError(415, "unsupported_media_type", "Content-Type",
                        f"the body must be UTF-8 JSON; got charset {charset!r}")
     raw = request.get_data(cache=False)
+    values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+    max_values = max_json_values(max_reports)
+    if values > max_values:
+        raise ApiError(400, "too_many", "body",
+                       f"the body has {values} JSON objects, arrays and commas; a batch of at most "
+                       f"{max_reports} reports has at most {max_values}: split it")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -163,8 +192,8 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON; send finite numbers only")
 
 
-def _check_bearer(tokens: list[bytes]) -> None:
-    """Accept the request only with ``Authorization: Bearer <one of tokens>``."""
+def _check_bearer(tokens: list[bytes]) -> bytes:
+    """Accept the request only with ``Authorization: Bearer <one of tokens>``; return it."""
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
     challenge = {"WWW-Authenticate": 'Bearer realm="veil"'}
@@ -172,12 +201,14 @@ def _check_bearer(tokens: list[bytes]) -> None:
         raise ApiError(401, "unauthorized", "Authorization",
                        "send the header 'Authorization: Bearer <token>'", challenge)
     given_bytes = given.strip().encode("utf-8", "surrogateescape")
-    matched = False
-    for token in tokens:
-        matched |= hmac.compare_digest(given_bytes, token)
-    if not matched:
+    matched = None
+    for token in tokens:  # every comparison runs, in constant time, whichever matches
+        if hmac.compare_digest(given_bytes, token):
+            matched = token
+    if matched is None:
         raise ApiError(401, "unauthorized", "Authorization", "the bearer token is not valid",
                        challenge)
+    return matched
 
 
 def _is_day(value: str) -> bool:

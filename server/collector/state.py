@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from flask import current_app
 
+from veil.server.collector.limits import UploadLimits
 from veil.server.storage import Storage
 from veil.shared.registry import Registry
 
@@ -17,12 +18,14 @@ class Collector:
     """What the routes need: registry served to clients, storage and limits."""
 
     def __init__(self, registry: Registry, storage: Storage, read_tokens: Iterable[str],
-                 upload_token: str | None, max_reports: int) -> None:
+                 upload_tokens: Iterable[str], max_reports: int,
+                 limits: UploadLimits | None = None) -> None:
         self.registry = registry
         self.storage = storage
         self.read_tokens = [token.encode("utf-8") for token in read_tokens]
-        self.upload_token = upload_token.encode("utf-8") if upload_token else None
+        self.upload_tokens = [token.encode("utf-8") for token in upload_tokens]
         self.max_reports = max_reports
+        self.limits = limits or UploadLimits()
         self.registry_json = json.dumps(registry.to_dict())
 
 

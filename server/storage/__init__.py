@@ -3,9 +3,13 @@
 :class:`Storage` (in :mod:`~veil.server.storage.base`) is everything the
 collector, the command line and the analysis use; :func:`open_storage` picks a
 backend from a URL or a path. Backends live in subpackages (``sqlite``) and
-register in :data:`BACKENDS` by their URL schemes. Policies that are the same
-for every backend (registry compatibility, ``min_reports``, day ranges) live in
-:mod:`~veil.server.storage.base`, above the backends.
+register in :data:`BACKENDS` (:mod:`~veil.server.storage.backends`) by their URL
+schemes. Policies that are the same for every backend (registry compatibility,
+``min_reports``, day ranges) live in :mod:`~veil.server.storage.base`, above the
+backends.
+
+The public names load lazily, so importing this package (as the ``veil``
+command does to list ``veil check``) does not pull in NumPy.
 
 >>> with open_storage("veil.db") as storage:                 # doctest: +SKIP
 ...     document = storage.counts("homepage", "2026-11-01", "2026-11-30")
@@ -13,49 +17,43 @@ for every backend (registry compatibility, ``min_reports``, day ranges) live in
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from veil.server.storage.base import (
-    InsertResult,
-    RegistryMismatchError,
-    Storage,
-    StorageError,
-    StorageUnavailable,
-    TooFewReportsError,
-)
-from veil.server.storage.sqlite import RECENT_IDS_LIMIT, SQLiteStorage
-from veil.shared.registry import Registry
+if TYPE_CHECKING:  # what type checkers see; at run time each name loads on first use
+    from veil.server.storage.backends import BACKENDS, check_storage, open_storage
+    from veil.server.storage.base import (
+        CheckResult,
+        InsertResult,
+        RegistryMismatchError,
+        Storage,
+        StorageError,
+        StorageUnavailable,
+        TooFewReportsError,
+    )
+    from veil.server.storage.sqlite import MIN_FREE_BYTES, RECENT_IDS_LIMIT, SQLiteStorage
 
-#: the backend of each URL scheme, from the backends' own ``schemes``
-BACKENDS: dict[str, type[Storage]] = {
-    scheme: backend for backend in (SQLiteStorage,) for scheme in backend.schemes
+_EXPORTS = {
+    "BACKENDS": "veil.server.storage.backends",
+    "check_storage": "veil.server.storage.backends",
+    "open_storage": "veil.server.storage.backends",
+    "CheckResult": "veil.server.storage.base",
+    "InsertResult": "veil.server.storage.base",
+    "RegistryMismatchError": "veil.server.storage.base",
+    "Storage": "veil.server.storage.base",
+    "StorageError": "veil.server.storage.base",
+    "StorageUnavailable": "veil.server.storage.base",
+    "TooFewReportsError": "veil.server.storage.base",
+    "MIN_FREE_BYTES": "veil.server.storage.sqlite",
+    "RECENT_IDS_LIMIT": "veil.server.storage.sqlite",
+    "SQLiteStorage": "veil.server.storage.sqlite",
 }
-
-
-def open_storage(url: str | Path, registry: Registry | None = None, *, create: bool = False,
-                 **options: Any) -> Storage:
-    """Open the store at ``url``: ``sqlite:///path/veil.db`` or a plain file path (SQLite).
-
-    With ``registry``, record it in the store (refusing parameter changes for
-    metrics with reports); without, use the registry stored by the collector.
-    ``create`` allows making a new store (the collector does; readers should not).
-    Other keyword ``options`` go to the backend (SQLite: ``recent_ids_limit``).
-    """
-    text = str(url)
-    scheme = text.split("://", 1)[0].split("+", 1)[0] if "://" in text else "sqlite"
-    backend = BACKENDS.get(scheme)
-    if backend is None:
-        raise StorageError(
-            f"no storage backend for {scheme!r} URLs (known: {', '.join(sorted(BACKENDS))}); "
-            "give a file path or sqlite:///path"
-        )
-    return backend.open(text, registry, create=create, **options)
-
 
 __all__ = [
     "BACKENDS",
+    "MIN_FREE_BYTES",
     "RECENT_IDS_LIMIT",
+    "CheckResult",
     "InsertResult",
     "RegistryMismatchError",
     "SQLiteStorage",
@@ -63,5 +61,12 @@ __all__ = [
     "StorageError",
     "StorageUnavailable",
     "TooFewReportsError",
+    "check_storage",
     "open_storage",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -68,6 +68,28 @@ class InsertResult:
     duplicates: int
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """What :meth:`Storage.check` found.
+
+    ``damage``: the store itself is damaged (an integrity check failed, a page or row cannot
+    be read): restore it from a backup. ``mismatches``: aggregates that disagree with a
+    recount of the raw reports, which are intact: ``rebuild_aggregates`` repairs them.
+    ``reports``: the raw reports recounted (``None`` if the recount could not run).
+    ``location``: where the store is, for messages (as :attr:`Storage.location`).
+    """
+
+    location: str
+    damage: tuple[str, ...] = ()
+    mismatches: tuple[str, ...] = ()
+    reports: int | None = None
+
+    @property
+    def sound(self) -> bool:
+        """Whether nothing is wrong."""
+        return not (self.damage or self.mismatches)
+
+
 def parse_day(value: dt.date | str | None, field: str) -> str | None:
     """A UTC day as ``YYYY-MM-DD`` (``None`` passes through); raise :class:`StorageError`."""
     if value is None:
@@ -131,7 +153,8 @@ class Storage(abc.ABC):
 
     Thread-safe. ``insert`` returns only once the reports are durable; a report
     whose id is already stored is a duplicate, acknowledged and not counted again.
-    Runtime failures raise :class:`StorageUnavailable`.
+    Runtime failures raise :class:`StorageUnavailable`; :meth:`open` refuses a damaged
+    store with a :class:`StorageError` that names the recovery.
     """
 
     #: URL schemes this backend opens (``open_storage`` picks a backend by them)
@@ -142,6 +165,13 @@ class Storage(abc.ABC):
     def open(cls, url: str, registry: Registry | None = None, *, create: bool = False,
              **options: Any) -> Storage:
         """Open the store named by ``url`` (see :func:`veil.server.storage.open_storage`)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def check(cls, url: str) -> CheckResult:
+        """Examine the store named by ``url`` whole, without changing it: its integrity, and
+        every aggregate against a recount of the raw reports (``veil check``). Works on a
+        store that :meth:`open` refuses as damaged; :class:`StorageError` if it cannot run."""
 
     @property
     @abc.abstractmethod
@@ -180,7 +210,9 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def ping(self) -> None:
-        """Raise :class:`StorageUnavailable` unless the store answers a trivial query."""
+        """Readiness: raise :class:`StorageUnavailable` unless writes can be expected to
+        succeed (the store answers, a write transaction can begin, there is room for it) and
+        no damage was met."""
 
     @abc.abstractmethod
     def close(self) -> None:

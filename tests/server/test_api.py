@@ -70,7 +70,7 @@ def test_openapi_document_lists_every_route(client):
         ('{"version": 1, "version": 1}', "body", "bad_json"),
         ("[NaN]", "body", "bad_json"),
         ('{"x": Infinity}', "body", "bad_json"),
-        ("[" * 100_000, "body", "bad_json"),
+        ("[" * 10_000, "body", "bad_json"),  # too deep, yet under too_many
         ("9" * 5000, "body", "bad_json"),
         ("\ud800", "body", "bad_json"),
         ("[]", "body", "wrong_type"),

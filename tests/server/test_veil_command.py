@@ -17,6 +17,7 @@ GROUPS = {
     "analysis": ["decode", "map"],
     "collector": ["serve", "export", "rebuild-aggregates", "backup"],
     "simulations": ["demo", "experiment", "simulate"],
+    "storage": ["check"],
 }
 
 
@@ -30,6 +31,7 @@ def test_each_package_registers_its_commands_and_help_lists_them_by_group_name()
         "analysis": "veil.server.analysis.cli:COMMANDS",
         "collector": "veil.server.collector.cli:COMMANDS",
         "simulations": "veil.simulations.cli:COMMANDS",
+        "storage": "veil.server.storage.cli:COMMANDS",
     }
     listed = [name for name, *_ in commands.iter_commands()]
     assert listed == [name for group in sorted(GROUPS) for name in GROUPS[group]]
@@ -88,4 +90,5 @@ def test_serve_takes_its_option_defaults_from_the_collector_table(monkeypatch) -
     args = build_parser().parse_args(["serve", "--config", "metrics.toml", "--db", "veil.db"])
     config = serve_config(args)
     assert config.pop("REGISTRY") == "metrics.toml" and config.pop("DATABASE") == "veil.db"
-    assert {**config, "READ_TOKENS": tuple(config["READ_TOKENS"])} == DEFAULTS
+    assert {**config, "READ_TOKENS": tuple(config["READ_TOKENS"]),
+            "UPLOAD_TOKEN": tuple(config["UPLOAD_TOKEN"])} == DEFAULTS

@@ -10,6 +10,12 @@ so they queue instead of failing. Inserts that queue behind the lock are
 committed together (:mod:`~veil.server.storage.sqlite.commit`); replayed ids are
 recognized by :mod:`~veil.server.storage.sqlite.ids`. Any SQLite failure at run
 time raises :class:`~veil.server.storage.base.StorageUnavailable`.
+
+Damage: opening runs ``PRAGMA quick_check`` and refuses a damaged file with a
+:class:`~veil.server.storage.base.StorageError` that names the recovery; a damaged
+page met later fails that call (``StorageUnavailable``) and every readiness
+probe after it; a row SQLite reads but Veil never writes fails the calls that
+read it. :meth:`SQLiteStorage.check` (``veil check``) examines a file whole.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ import datetime as dt
 import json
 import logging
 import os
+import shutil
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +41,7 @@ except ImportError:  # not POSIX: processes serialize on SQLite's busy timeout a
 
 from veil.server.storage.base import (
     LAST_DAY,
+    CheckResult,
     InsertResult,
     Storage,
     StorageError,
@@ -45,7 +53,7 @@ from veil.server.storage.base import (
 from veil.server.storage.sqlite import rows as sql
 from veil.server.storage.sqlite.commit import GroupCommit, Pending, Statement
 from veil.server.storage.sqlite.ids import RecentIds
-from veil.server.storage.sqlite.schema import CREATE, MIGRATIONS, SCHEMA_VERSION
+from veil.server.storage.sqlite.schema import CREATE, MIGRATIONS, RECOUNT, SCHEMA_VERSION
 from veil.shared.registry import Metric, Registry
 from veil.shared.statistics import State, Statistic, statistic_for
 from veil.shared.wire import Report
@@ -68,17 +76,30 @@ MMAP_BYTES = 1 << 30
 #: process keeps a copy of them in memory (about 100 bytes an id, 13 MiB at this limit); a
 #: larger limit merges less often (fewer index pages written per id) in longer pauses
 RECENT_IDS_LIMIT = 131_072
+#: files up to this size are checked whole when opened (``PRAGMA quick_check``: about 0.2 s per
+#: million reports, 90 MB, measured in docs/operations.md); larger ones check only
+#: :data:`OPEN_CHECKED_TABLES` at open, and ``veil check`` examines them whole
+QUICK_CHECK_MAX_BYTES = 1 << 30
+#: the small tables every request reads, checked at open whatever the file's size
+OPEN_CHECKED_TABLES = ("meta", "aggregates", "recent_ids")
+#: readiness: the free space the file's filesystem must have for writes to be expected to
+#: succeed (room for the WAL to grow to its checkpoint size, about 40 MiB, and a margin)
+MIN_FREE_BYTES = 64 << 20
+#: readiness: how long the probe waits to begin a write transaction (milliseconds); a writer
+#: holding the lock longer is writing, and writes queue behind it, so the probe passes
+PING_BUSY_TIMEOUT_MS = 100
+#: problems of the integrity check that ``veil check`` lists at most
+CHECK_MAX_PROBLEMS = 20
+#: SQLite's primary result codes that say the file is damaged
+_DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 logger = logging.getLogger("veil.server.storage")
 
 
-@contextlib.contextmanager
-def _unavailable(action: str) -> Iterator[None]:
-    """Turn SQLite's run-time failures into :class:`StorageUnavailable`."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise StorageUnavailable(f"cannot {action}: {exc}") from exc
+def _is_damage(exc: BaseException) -> bool:
+    """Whether SQLite says the file is damaged (rather than busy, full or unreachable)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in _DAMAGE_CODES
 
 
 class SQLiteStorage(Storage):
@@ -92,27 +113,46 @@ class SQLiteStorage(Storage):
     schemes = ("sqlite",)
 
     def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False,
-                 recent_ids_limit: int = RECENT_IDS_LIMIT) -> None:
+                 recent_ids_limit: int = RECENT_IDS_LIMIT,
+                 min_free_bytes: int = MIN_FREE_BYTES) -> None:
         self.path = Path(path)
         if not create and not self.path.exists():
             raise StorageError(
                 f"no Veil database at {self.path}; start the collector with this --db first"
             )
+        if create:
+            # a new file is private whatever the umask: it holds everyone's reports (SQLite
+            # gives the -wal and -shm files the database file's mode)
+            try:
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise StorageError(f"cannot create the database {self.path}: {exc.strerror}") from None
         if isinstance(recent_ids_limit, bool) or not isinstance(recent_ids_limit, int) \
                 or recent_ids_limit < 1:
             raise StorageError(f"recent_ids_limit must be a positive integer; got {recent_ids_limit!r}")
+        if isinstance(min_free_bytes, bool) or not isinstance(min_free_bytes, int) \
+                or min_free_bytes < 0:
+            raise StorageError(f"min_free_bytes must be an integer >= 0; got {min_free_bytes!r}")
+        #: readiness fails while the file's filesystem has less free space than this
+        self.min_free_bytes = min_free_bytes
         self.commits = GroupCommit()
-        self._recent = RecentIds(recent_ids_limit, str(self.path))
+        self._recent = RecentIds(recent_ids_limit)
         self._idle_readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
+        self._damage: str | None = None
         self._metrics_cache: dict[str, tuple[Metric, Statistic]] = {}
         self._registry = Registry([], version=1)
         self._writer = self._connect()
         self._lock_fd = self._open_lock_file()
         try:
-            self._migrate()
-            self._registry = self._attach(registry)
+            with self._opening():
+                self._identity = self._file_identity()
+                self._verify()
+                self._migrate()
+                self._registry = self._attach(registry)
         except BaseException:
             self.close()
             raise
@@ -121,11 +161,17 @@ class SQLiteStorage(Storage):
     def open(cls, url: str, registry: Registry | None = None, *, create: bool = False,
              **options: Any) -> SQLiteStorage:
         """Open ``sqlite:///path`` (relative, or absolute with a fourth slash, as SQLAlchemy
-        writes them) or a plain path; ``recent_ids_limit`` is the one option."""
+        writes them) or a plain path; the options are ``recent_ids_limit`` and
+        ``min_free_bytes``."""
+        return cls(cls._path_of(url), registry, create=create, **options)
+
+    @staticmethod
+    def _path_of(url: str) -> str:
+        """The file a ``sqlite:///`` URL or a plain path names."""
         path = url.removeprefix("sqlite:///") if "://" in url else url
         if not path or "://" in path:
             raise StorageError(f"{url!r} names no file; write sqlite:///veil.db or a plain path")
-        return cls(path, registry, create=create, **options)
+        return path
 
     @property
     def location(self) -> str:
@@ -134,28 +180,33 @@ class SQLiteStorage(Storage):
     # -- connections -------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
+        """A configured connection; :class:`StorageUnavailable` if the file cannot be used."""
         try:
             conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False,
                 timeout=BUSY_TIMEOUT_MS / 1000,
             )
         except sqlite3.Error as exc:
-            raise StorageError(f"cannot open the database {self.path}: {exc}") from None
+            raise StorageUnavailable(f"cannot open the database {self.path}: {exc}") from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        except sqlite3.DatabaseError as exc:
+            if mode.lower() == "wal":
+                conn.execute("PRAGMA synchronous = FULL")
+                conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+                conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
+                conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+                conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
             conn.close()
-            raise StorageError(f"{self.path} is not a usable SQLite database: {exc}") from None
+            if _is_damage(exc):
+                raise StorageUnavailable(self._damaged(
+                    f"it is not a usable SQLite database: {exc}")) from None
+            raise StorageUnavailable(f"cannot open the database {self.path}: {exc}") from None
         if mode.lower() != "wal":
             conn.close()
             raise StorageError(f"{self.path}: cannot switch to WAL journal mode (got {mode!r})")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-        conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
-        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
-        conn.execute("PRAGMA foreign_keys = ON")
         conn.create_function("add_counts", 2, sql.add_counts, deterministic=True)
         return conn
 
@@ -187,7 +238,7 @@ class SQLiteStorage(Storage):
             yield conn
         finally:
             with self._readers_lock:
-                if self._closed:
+                if self._closed or conn.in_transaction:
                     conn.close()
                 else:
                     self._idle_readers.append(conn)
@@ -205,7 +256,11 @@ class SQLiteStorage(Storage):
             raise StorageUnavailable("the storage is closed")
         conn = self._writer
         if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot lock {self.path} for writing: "
+                                         f"{exc.strerror}") from exc
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -232,15 +287,126 @@ class SQLiteStorage(Storage):
             self._idle_readers.clear()
 
     def ping(self) -> None:
-        with _unavailable(f"query the database {self.path}"), self._reader() as conn:
+        """Readiness: the file answers a query, is still the one at :attr:`path`, a write
+        transaction can begin (``BEGIN IMMEDIATE``, rolled back) and its filesystem has
+        :attr:`min_free_bytes` free. Once a call has met a damaged page, never again."""
+        if self._damage is not None:
+            raise StorageUnavailable(self._damage)
+        problem = self._filesystem_problem()
+        if problem is not None:
+            raise StorageUnavailable(problem)
+        with self._unavailable(f"begin a write transaction on {self.path}"), \
+                self._reader() as conn:
             conn.execute("SELECT 1 FROM meta LIMIT 1").fetchall()
+            conn.execute(f"PRAGMA busy_timeout = {PING_BUSY_TIMEOUT_MS}")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY:
+                    raise
+                # another writer holds the lock: it is writing, and writes queue behind it
+            else:
+                conn.execute("ROLLBACK")
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+    def _file_identity(self) -> tuple[int, int]:
+        """The device and inode of :attr:`path`, to notice the file being moved or replaced."""
+        status = self.path.stat()
+        return status.st_dev, status.st_ino
+
+    def _filesystem_problem(self) -> str | None:
+        """Why writes would fail or be lost, as far as the filesystem tells; ``None`` if none."""
+        directory = self.path.parent
+        try:
+            moved = self._file_identity() != self._identity
+        except FileNotFoundError:
+            moved = True
+        except OSError as exc:
+            return f"cannot examine {self.path}: {exc.strerror}"
+        if moved:
+            return (f"{self.path} was moved, deleted or replaced while open: writes would go to "
+                    "a file no longer there; restart the collector")
+        try:
+            free = shutil.disk_usage(directory).free
+            read_only = hasattr(os, "statvfs") and bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+        except OSError as exc:
+            return f"cannot examine the filesystem of {self.path}: {exc.strerror}"
+        if read_only:
+            return f"the filesystem of {self.path} is read-only"
+        if free < self.min_free_bytes:
+            return (f"only {free:,} bytes are free on the filesystem of {self.path}, below the "
+                    f"{self.min_free_bytes:,} that writes need; free some space")
+        return None
+
+    # -- failures ------------------------------------------------------------------
+
+    def _damaged(self, detail: str) -> str:
+        """Remember that the file is damaged (readiness fails from now on); say so, with the
+        recovery."""
+        self._damage = (
+            f"{self.path} is damaged ({' '.join(detail.split())}). Stop every collector using "
+            f"it, run 'veil check --db {self.path}' and restore the file from a backup "
+            "(docs/operations.md, Recovery)"
+        )
+        return self._damage
+
+    def _explain(self, exc: BaseException) -> str:
+        """What ``exc`` means, with the recovery if the file is damaged or holds a row that
+        Veil never writes (that one may need only the aggregates rebuilt)."""
+        if isinstance(exc, sql.DamagedRow):
+            return (f"{self.path} holds a row Veil never writes ({exc}); run 'veil check --db "
+                    f"{self.path}' to learn whether rebuilding the aggregates repairs it "
+                    "(docs/operations.md, Recovery)")
+        return self._damaged(str(exc)) if _is_damage(exc) else str(exc)
+
+    def _failure(self, action: str, exc: BaseException) -> StorageUnavailable:
+        """:class:`StorageUnavailable` for a failed ``action`` (see :meth:`_explain`)."""
+        return StorageUnavailable(f"cannot {action}: {self._explain(exc)}")
+
+    @contextlib.contextmanager
+    def _unavailable(self, action: str) -> Iterator[None]:
+        """Turn SQLite's run-time failures, and rows Veil never writes, into
+        :class:`StorageUnavailable`."""
+        try:
+            yield
+        except (sqlite3.Error, sql.DamagedRow) as exc:
+            raise self._failure(action, exc) from exc
+
+    @contextlib.contextmanager
+    def _opening(self) -> Iterator[None]:
+        """While opening: a damaged file raises :class:`StorageError` naming the recovery,
+        other SQLite failures (locked, read-only, full) :class:`StorageUnavailable`."""
+        try:
+            yield
+        except (sqlite3.Error, sql.DamagedRow) as exc:
+            if isinstance(exc, sql.DamagedRow) or _is_damage(exc):
+                raise StorageError(self._explain(exc)) from None
+            raise StorageUnavailable(f"cannot open {self.path}: {exc}") from None
+
+    def _verify(self) -> None:
+        """Refuse a damaged file: ``PRAGMA quick_check`` of the whole file, or only of
+        :data:`OPEN_CHECKED_TABLES` for files above :data:`QUICK_CHECK_MAX_BYTES`."""
+        if self.path.stat().st_size <= QUICK_CHECK_MAX_BYTES:
+            pragmas = ["PRAGMA quick_check"]
+        else:
+            tables = {row[0] for row in self._writer.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table'")}
+            pragmas = [f"PRAGMA quick_check({name})" for name in OPEN_CHECKED_TABLES
+                       if name in tables]
+        for pragma in pragmas:
+            problems = [row[0] for row in self._writer.execute(pragma)]
+            if problems != ["ok"]:
+                more = f"; {len(problems) - 1} more" if len(problems) > 1 else ""
+                raise StorageError(self._damaged(f"{problems[0]}{more}"))
 
     # -- schema and registry -------------------------------------------------------
 
     @property
     def schema_version(self) -> int:
         """The file's ``PRAGMA user_version``."""
-        return int(self._writer.execute("PRAGMA user_version").fetchone()[0])
+        with self._unavailable(f"read the schema version of {self.path}"):
+            return int(self._writer.execute("PRAGMA user_version").fetchone()[0])
 
     def _migrate(self) -> None:
         with self._write() as conn:
@@ -264,8 +430,15 @@ class SQLiteStorage(Storage):
 
     @staticmethod
     def _stored_registry(conn: sqlite3.Connection) -> Registry | None:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'registry'").fetchone()
-        return Registry.from_dict(json.loads(row[0])) if row else None
+        """The registry recorded in ``meta`` (``None`` if none); :class:`~.rows.DamagedRow` if
+        it is not what Veil writes."""
+        row = conn.execute("SELECT CAST(value AS BLOB) FROM meta WHERE key = 'registry'").fetchone()
+        if row is None:
+            return None
+        try:
+            return Registry.from_dict(json.loads(bytes(row[0]).decode("utf-8")))
+        except (TypeError, ValueError) as exc:
+            raise sql.DamagedRow(f"the registry stored in meta cannot be read ({exc})") from None
 
     def adopt_stored_registry(self, conn: sqlite3.Connection) -> None:
         """Use the registry stored in the file (for migrations that read reports)."""
@@ -361,7 +534,7 @@ class SQLiteStorage(Storage):
                     group = group or self.commits.take()
                     for other in [*group, pending]:
                         other.error = exc
-                    if not isinstance(exc, sqlite3.Error):
+                    if not isinstance(exc, sqlite3.Error | sql.DamagedRow):
                         raise
                 finally:
                     for other in group:
@@ -369,8 +542,7 @@ class SQLiteStorage(Storage):
                 if self._recent.full:
                     self._merge_recent_ids()
         if pending.error is not None:
-            raise StorageUnavailable(f"the write transaction failed: {pending.error}") \
-                from pending.error
+            raise self._failure("commit the write transaction", pending.error) from pending.error
 
     def _store(self, conn: sqlite3.Connection, group: list[Pending]) -> tuple[list[bytes], int]:
         """Insert the reports of ``group`` whose ids are new, and update the aggregates.
@@ -419,8 +591,9 @@ class SQLiteStorage(Storage):
         try:
             with self._transaction() as conn:
                 self._recent.merge(conn)
-        except (sqlite3.Error, StorageError) as exc:
-            logger.warning("merging recent report ids into the index failed (will retry): %s", exc)
+        except (sqlite3.Error, sql.DamagedRow, StorageError) as exc:
+            logger.warning("merging recent report ids into the index failed (will retry): %s",
+                           self._failure("merge recent ids", exc))
         finally:
             self._recent.invalidate()
 
@@ -433,37 +606,16 @@ class SQLiteStorage(Storage):
     def _aggregate_groups(self, groups: dict[tuple[str, str], list[tuple[Any, ...]]],
                           ) -> list[tuple[Any, ...]]:
         """Upsert rows ``(metric, day, cohort, reports, *COLUMNS)`` of grouped report rows."""
-        out: list[tuple[Any, ...]] = []
-        for (name, day), group in groups.items():
-            metric, statistic = self._metric(name)
-            cohorts = np.fromiter((row[3] for row in group), dtype=np.int64, count=len(group))
-            for cohort, reports, state in statistic.accumulate(metric.params, cohorts,
-                                                               [row[4] for row in group]):
-                out.append(sql.aggregate_row(name, day, cohort, reports, statistic, state))
-        return out
+        return sql.aggregate_groups(groups, self._metric)
 
     def rebuild_aggregates(self) -> int:
         """Recompute every aggregate from the raw ``reports`` table in one transaction."""
-        with _unavailable(f"rebuild the aggregates of {self.path}"), self._write() as conn:
+        with self._unavailable(f"rebuild the aggregates of {self.path}"), self._write() as conn:
             return self.rebuild_in(conn)
 
     def rebuild_in(self, conn: sqlite3.Connection) -> int:
         """:meth:`rebuild_aggregates` inside a transaction the caller holds (and migrations)."""
-        conn.execute("DELETE FROM aggregates")
-        # no ORDER BY: upserts add up in any order, and arrival order already groups days,
-        # where sorting a large table would need a temporary copy of it
-        cursor = conn.execute("SELECT id, metric, day, cohort, payload FROM reports")
-        total = 0
-        while True:
-            chunk = cursor.fetchmany(50_000)
-            if not chunk:
-                break
-            conn.executemany(sql.UPSERT, self._aggregate_rows(chunk))
-            total += len(chunk)
-        return total
-
-    def _aggregate_rows(self, rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        return self._aggregate_groups(sql.group_by_metric_day(rows))
+        return sql.recount(conn, self._metric)
 
     def backup(self, target: str | Path) -> Path:
         """Write a consistent, compacted copy of the database to ``target`` (``VACUUM INTO``).
@@ -473,21 +625,71 @@ class SQLiteStorage(Storage):
         target = Path(target)
         if target.exists():
             raise StorageError(f"{target} exists; choose a new file for the backup")
-        with _unavailable(f"write the backup to {target}"), self._reader() as conn:
+        with self._unavailable(f"write the backup to {target}"), self._reader() as conn:
             conn.execute("VACUUM INTO ?", (str(target),))
         return target
+
+    @classmethod
+    def check(cls, url: str) -> CheckResult:
+        """``PRAGMA integrity_check`` of the whole file, then every aggregate recounted from the
+        raw reports and compared with the stored one, all in one read transaction: the file
+        is not changed, and a running collector keeps writing meanwhile."""
+        path = Path(cls._path_of(url))
+        if not path.is_file():
+            raise StorageError(f"no Veil database at {path}")
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open {path}: {exc}") from None
+        conn.create_function("add_counts", 2, sql.add_counts, deterministic=True)
+        try:
+            conn.execute("BEGIN")
+            return cls._check_in(conn, path)
+        except (sqlite3.Error, sql.DamagedRow) as exc:
+            if not (isinstance(exc, sql.DamagedRow) or _is_damage(exc)):
+                raise StorageError(f"cannot check {path}: {exc}") from None
+            return CheckResult(str(path), damage=(" ".join(str(exc).split()),))
+        finally:
+            conn.close()  # rolls the read transaction and the recount back
+
+    @classmethod
+    def _check_in(cls, conn: sqlite3.Connection, path: Path) -> CheckResult:
+        """:meth:`check` inside the read transaction of ``conn``."""
+        problems = [" ".join(row[0].split()) for row in
+                    conn.execute(f"PRAGMA integrity_check({CHECK_MAX_PROBLEMS})")]
+        if problems != ["ok"]:
+            return CheckResult(str(path), damage=tuple(problems))
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version != SCHEMA_VERSION:
+            raise StorageError(
+                f"{path} has schema version {version} and this Veil checks version "
+                f"{SCHEMA_VERSION}: open it once with this Veil (veil rebuild-aggregates migrates "
+                "an older file), or check it with the Veil that wrote it"
+            )
+        registry = cls._stored_registry(conn)
+        metrics = {name: (metric, statistic_for(metric.params))
+                   for name, metric in (registry.items() if registry else ())}
+
+        def metric_of(name: str) -> tuple[Metric, Statistic]:
+            if name not in metrics:
+                raise StorageError(f"a report of metric {name!r}, which the registry lacks")
+            return metrics[name]
+
+        conn.execute(RECOUNT)
+        reports = sql.recount(conn, metric_of)
+        return CheckResult(str(path), mismatches=tuple(sql.differences(conn)), reports=reports)
 
     # -- reads -------------------------------------------------------------------
 
     def total_reports(self, metric: str | None = None) -> int:
-        with _unavailable(f"count the reports in {self.path}"), self._reader() as conn:
+        with self._unavailable(f"count the reports in {self.path}"), self._reader() as conn:
             if metric is None:
                 return int(conn.execute("SELECT count(*) FROM reports").fetchone()[0])
             return int(conn.execute(
                 "SELECT count(*) FROM reports WHERE metric = ?", (metric,)).fetchone()[0])
 
     def days(self, metric: str) -> list[str]:
-        with _unavailable(f"list the days in {self.path}"), self._reader() as conn:
+        with self._unavailable(f"list the days in {self.path}"), self._reader() as conn:
             rows = conn.execute(
                 "SELECT DISTINCT day FROM aggregates WHERE metric = ? ORDER BY day", (metric,)
             ).fetchall()
@@ -495,7 +697,8 @@ class SQLiteStorage(Storage):
 
     def read_aggregates(self, metric: Metric, start: str | None, end: str | None,
                         ) -> tuple[np.ndarray, list[State]]:
-        with _unavailable(f"read the counts in {self.path}"), self._reader() as conn:
-            rows = conn.execute(sql.SELECT_AGGREGATES,
-                                (metric.name, start or "", end or LAST_DAY)).fetchall()
-        return sql.sum_aggregates(statistic_for(metric.params), metric, rows)
+        with self._unavailable(f"read the counts in {self.path}"):
+            with self._reader() as conn:
+                rows = conn.execute(sql.SELECT_AGGREGATES,
+                                    (metric.name, start or "", end or LAST_DAY)).fetchall()
+            return sql.sum_aggregates(statistic_for(metric.params), metric, rows)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from veil.server.storage.base import StorageError
+from veil.server.storage.sqlite.rows import DamagedRow
 
 # The ids of a group travel as one concatenated blob that SQLite cuts with substr() in a
 # loop of its own: one statement looks them all up, one appends the new ones.
@@ -39,9 +39,8 @@ class RecentIds:
     Callers hold the store's write lock around every method but :attr:`full`.
     """
 
-    def __init__(self, limit: int, where: str) -> None:
+    def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.where = where
         self.ids: set[bytes] = set()
         self.rowid = 0
         self.generation: int | None = None
@@ -63,10 +62,10 @@ class RecentIds:
         empties it, and the copy starts over.
         """
         row = conn.execute("SELECT value FROM meta WHERE key = 'ids_generation'").fetchone()
-        if row is None:
-            raise StorageError(f"{self.where} lacks its ids_generation entry in meta: the file "
-                               "is damaged; restore it from a backup")
-        generation = int(row[0])
+        try:
+            generation = int(row[0])
+        except (TypeError, ValueError):
+            raise DamagedRow(f"meta holds no ids_generation count (found {row!r})") from None
         if generation != self.generation:
             self.ids = set()
             self.rowid = 0

@@ -12,14 +12,27 @@ stored values are the exact doubles received (JSON text would be re-parsed).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import math
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from veil.server.storage.base import StorageError
 from veil.server.storage.sqlite.commit import Statement
 from veil.shared.registry import Metric
 from veil.shared.statistics import COLUMNS, STATISTICS, State, Statistic
+
+#: the metric and statistic of a metric name (:class:`StorageError` if there is none)
+MetricOf = Callable[[str], tuple[Metric, Statistic]]
+#: real-valued aggregates (sums) match a recount to this relative precision, or this much per
+#: report: a recount adds the same numbers in another order, which changes the last bits
+REAL_TOLERANCE = 1e-6
+
+
+class DamagedRow(Exception):
+    """A row holds what Veil never writes, though SQLite reads it: damage SQLite cannot see."""
 
 _INSERT_REPORT = "INSERT INTO reports (id, metric, day, cohort, payload) VALUES (?, ?, ?, ?, ?)"
 _INSERT_BYTES = (
@@ -107,7 +120,16 @@ def aggregate_row(name: str, day: str, cohort: int, reports: int, statistic: Sta
 
 def sum_aggregates(statistic: Statistic, metric: Metric, rows: Sequence[tuple[Any, ...]],
                    ) -> tuple[np.ndarray, list[State]]:
-    """Reports per cohort and per-cohort states summed from :data:`SELECT_AGGREGATES` rows."""
+    """Reports per cohort and per-cohort states summed from :data:`SELECT_AGGREGATES` rows;
+    :class:`DamagedRow` if a row is not what Veil writes (a cohort or counter blob out of shape)."""
+    try:
+        return _sum_aggregates(statistic, metric, rows)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise DamagedRow(f"an aggregate row of metric {metric.name!r} is malformed ({exc})") from exc
+
+
+def _sum_aggregates(statistic: Statistic, metric: Metric, rows: Sequence[tuple[Any, ...]],
+                    ) -> tuple[np.ndarray, list[State]]:
     cohorts = metric.params.cohorts
     cohort_ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
     reports = np.zeros(cohorts, dtype=np.int64)
@@ -127,3 +149,87 @@ def sum_aggregates(statistic: Statistic, metric: Metric, rows: Sequence[tuple[An
             for row in rows:
                 states[row[0]][field.name] += row[at]
     return reports, states
+
+
+def aggregate_groups(groups: dict[tuple[str, str], list[tuple[Any, ...]]], metric_of: MetricOf,
+                     ) -> list[tuple[Any, ...]]:
+    """Upsert rows ``(metric, day, cohort, reports, *COLUMNS)`` of grouped report rows."""
+    out: list[tuple[Any, ...]] = []
+    for (name, day), group in groups.items():
+        metric, statistic = metric_of(name)
+        cohorts = np.fromiter((row[3] for row in group), dtype=np.int64, count=len(group))
+        for cohort, reports, state in statistic.accumulate(metric.params, cohorts,
+                                                           [row[4] for row in group]):
+            out.append(aggregate_row(name, day, cohort, reports, statistic, state))
+    return out
+
+
+def recount(conn: sqlite3.Connection, metric_of: MetricOf) -> int:
+    """Empty the table ``aggregates`` and fill it again from ``reports``; return the number of
+    reports. The caller holds the transaction. :class:`DamagedRow` for a report that Veil
+    cannot have stored (unknown metric, payload out of shape)."""
+    conn.execute("DELETE FROM aggregates")
+    # no ORDER BY: upserts add up in any order, and arrival order already groups days,
+    # where sorting a large table would need a temporary copy of it
+    cursor = conn.execute("SELECT id, metric, day, cohort, payload FROM reports")
+    total = 0
+    while True:
+        chunk = cursor.fetchmany(50_000)
+        if not chunk:
+            break
+        try:
+            rows = aggregate_groups(group_by_metric_day(chunk), metric_of)
+        except (ValueError, TypeError, IndexError, StorageError) as exc:
+            raise DamagedRow(f"a stored report cannot be counted ({exc})") from exc
+        conn.executemany(UPSERT, rows)
+        total += len(chunk)
+    return total
+
+
+def _aggregate_columns(alias: str) -> str:
+    return ", ".join(f"{alias}.{column}" for column in ("reports", *COLUMNS))
+
+
+#: aggregate rows of ``main`` and ``temp`` (a recount) that differ in any column, or exist in one
+#: only: ``(metric, day, cohort, *stored columns, *recounted columns)``, NULLs for a missing row
+_DIFFERENCES = (
+    f"SELECT s.metric, s.day, s.cohort, {_aggregate_columns('s')}, {_aggregate_columns('r')} "
+    "FROM main.aggregates AS s LEFT JOIN temp.aggregates AS r "
+    "ON r.metric = s.metric AND r.day = s.day AND r.cohort = s.cohort WHERE "
+    + " OR ".join(f"r.{column} IS NOT s.{column}" for column in ("reports", *COLUMNS))
+    + f" UNION ALL SELECT r.metric, r.day, r.cohort, {', '.join(['NULL'] * (1 + len(COLUMNS)))}, "
+    f"{_aggregate_columns('r')} FROM temp.aggregates AS r WHERE NOT EXISTS (SELECT 1 FROM "
+    "main.aggregates AS s WHERE s.metric = r.metric AND s.day = r.day AND s.cohort = r.cohort) "
+    "ORDER BY 1, 2, 3"
+)
+
+
+def differences(conn: sqlite3.Connection) -> list[str]:
+    """How the aggregates of ``main`` differ from a recount in ``temp.aggregates``, one line
+    per ``(metric, day, cohort)``. Counts must match exactly; sums to :data:`REAL_TOLERANCE`."""
+    width = 1 + len(COLUMNS)
+    out = []
+    for row in conn.execute(_DIFFERENCES):
+        metric, day, cohort = row[:3]
+        stored, recounted = row[3 : 3 + width], row[3 + width :]
+        where = f"metric {metric!r}, day {day}, cohort {cohort}"
+        if stored[0] is None:
+            out.append(f"{where}: no aggregate row, but {recounted[0]} stored reports")
+        elif recounted[0] is None:
+            out.append(f"{where}: an aggregate row of {stored[0]} reports, but no stored report")
+        else:
+            columns = [
+                column for column, a, b in zip(("reports", *COLUMNS), stored, recounted, strict=True)
+                if a != b and not (_COLUMN_TYPES.get(column) == "real" and _close(a, b, stored[0]))
+            ]
+            if columns:
+                out.append(f"{where}: {', '.join(columns)} differ from a recount of the reports")
+    return out
+
+
+def _close(stored: Any, recounted: Any, reports: int) -> bool:
+    """Whether two real-valued sums agree up to the order of their additions."""
+    if not isinstance(stored, float | int) or not isinstance(recounted, float | int):
+        return False
+    return math.isclose(stored, recounted, rel_tol=REAL_TOLERANCE,
+                        abs_tol=REAL_TOLERANCE * max(reports, 1))

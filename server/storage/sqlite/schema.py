@@ -46,7 +46,7 @@ IDS_GENERATION = "INSERT OR IGNORE INTO meta (key, value) VALUES ('ids_generatio
 # One row per (metric, day, cohort): the number of reports and the fields of the metric's
 # statistic, each in the column the statistic names (veil.shared.statistics); unused columns
 # are NULL.
-AGGREGATES = """CREATE TABLE IF NOT EXISTS aggregates (
+_AGGREGATES_TABLE = """aggregates (
     metric TEXT NOT NULL,
     day TEXT NOT NULL,
     cohort INTEGER NOT NULL,
@@ -57,6 +57,11 @@ AGGREGATES = """CREATE TABLE IF NOT EXISTS aggregates (
     sum_squares REAL,
     PRIMARY KEY (metric, day, cohort)
 ) STRICT, WITHOUT ROWID"""
+AGGREGATES = "CREATE TABLE IF NOT EXISTS " + _AGGREGATES_TABLE
+#: the same table in a connection's temporary schema, where a recount goes: unqualified names
+#: find ``temp`` tables before ``main`` ones, so the rebuild's own statements fill this one
+#: while the file's tables are only read (``veil check``)
+RECOUNT = "CREATE TEMP TABLE " + _AGGREGATES_TABLE
 
 #: the statements that create a new file at :data:`SCHEMA_VERSION`
 CREATE = (META, REPORTS, REPORT_IDS, RECENT_IDS, IDS_GENERATION, AGGREGATES)

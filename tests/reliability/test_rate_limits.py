@@ -1,0 +1,120 @@
+"""Upload rate limits: token buckets of reports per source network and per upload token."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from veil.server.collector import create_app
+from veil.server.collector.limits import MAX_BUCKETS, RateLimiter, network_of, upload_limits
+from veil.shared.registry import Registry
+from veil.shared.wire import make_batch, make_report
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_networks_group_addresses_without_keeping_them():
+    assert network_of("203.0.113.7") == network_of("203.0.113.250") == "203.0.113.0/24"
+    assert network_of("203.0.114.7") != network_of("203.0.113.7")
+    assert network_of("2001:db8:1:2::7") == network_of("2001:db8:1:ffff::1") == "2001:db8:1::/48"
+    assert network_of("::ffff:203.0.113.9") == "203.0.113.0/24"
+    assert network_of(None) == network_of("not an address") == "unknown"
+
+
+def test_a_bucket_refills_at_its_rate_and_refuses_beyond_its_burst():
+    clock = Clock()
+    limiter = RateLimiter(rate=100.0, burst=1000.0, clock=clock)
+    assert limiter.take("net-a", 1000) is None          # a full burst passes
+    wait = limiter.take("net-a", 500)                    # then the bucket is empty
+    assert wait == pytest.approx(5.0)                     # 500 reports at 100 a second
+    assert limiter.take("net-b", 1000) is None           # other sources are not affected
+    clock.now += 4.0
+    assert limiter.take("net-a", 500) == pytest.approx(1.0)  # 400 refilled: not yet
+    clock.now += 1.0
+    assert limiter.take("net-a", 500) is None
+    assert limiter.take("net-a", 5000) == pytest.approx(10.0)  # more than a burst: never
+
+
+def test_buckets_are_bounded_in_number():
+    clock = Clock()
+    limiter = RateLimiter(rate=1.0, burst=10.0, clock=clock)
+    assert limiter.take("first", 10) is None
+    for i in range(MAX_BUCKETS):
+        limiter.take(f"source-{i}", 1)
+    # the least recently used bucket was forgotten: it starts full again
+    assert limiter.take("first", 10) is None
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(0, 10), (-1, 10), (1, 0.5), (float("inf"), 10)])
+def test_limits_must_be_positive_and_finite(rate, burst):
+    with pytest.raises(ValueError, match="rate > 0 and burst >= 1"):
+        RateLimiter(rate, burst)
+
+
+
+REGISTRY = Registry.from_toml("""
+[metrics.dark_mode]
+kind = "boolean"
+min_reports = 1
+""")
+
+
+def batch(n: int) -> dict:
+    """``n`` well-formed dark_mode reports (the limits count reports, not their values)."""
+    fingerprint = REGISTRY["dark_mode"].params.fingerprint
+    return make_batch(os.urandom(16).hex(), [
+        make_report(os.urandom(16).hex(), "dark_mode", None, 1, fingerprint) for _ in range(n)])
+
+
+def post(client, n: int, address: str = "198.51.100.7", token: str | None = None):
+    headers = {"X-Forwarded-For": address}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return client.post("/v1/reports", json=batch(n), headers=headers)
+
+
+def test_a_network_over_its_rate_gets_429_with_retry_after_and_nothing_stored(tmp_path):
+    app = create_app({"REGISTRY": REGISTRY, "DATABASE": str(tmp_path / "veil.db"),
+                      "READ_TOKENS": "read", "NETWORK_RATE": 10.0, "RATE_BURST_SECONDS": 1.0,
+                      "MAX_REPORTS_PER_BATCH": 50, "PROXY_HOPS": 1})
+    client = app.test_client()
+    assert post(client, 50).status_code == 200            # a burst of one full batch
+    refused = post(client, 50, "198.51.100.200")           # the same /24: refused
+    assert refused.status_code == 429
+    assert refused.json["error"]["code"] == "rate_limited"
+    assert 1 <= int(refused.headers["Retry-After"]) <= 5  # 50 reports at 10 a second
+    assert post(client, 50, "203.0.113.1").status_code == 200  # another network
+    counts = client.get("/v1/metrics/dark_mode/counts", headers={"Authorization": "Bearer read"})
+    assert counts.json["reports"] == 100
+
+
+def test_each_upload_token_has_its_own_rate_and_daily_cap(tmp_path):
+    app = create_app({"REGISTRY": REGISTRY, "DATABASE": str(tmp_path / "veil.db"),
+                      "UPLOAD_TOKEN": ["team-a", "team-b"], "TOKEN_RATE": 1000.0,
+                      "TOKEN_DAILY_CAP": 120, "MAX_REPORTS_PER_BATCH": 50})
+    client = app.test_client()
+    assert [post(client, 50, token="team-a").status_code for _ in range(2)] == [200, 200]
+    capped = post(client, 50, token="team-a")             # 150 > 120 today
+    assert capped.status_code == 429 and "cap of 120" in capped.json["error"]["message"]
+    assert post(client, 20, token="team-a").status_code == 200   # 120 exactly
+    assert post(client, 50, token="team-b").status_code == 200   # the other token is apart
+    assert post(client, 50).status_code == 401
+
+
+def test_rates_are_shared_among_worker_processes(tmp_path):
+    """veil serve's workers each take their share of a rate; a burst stays a full batch."""
+    limits = upload_limits({"WORKERS": 4, "MAX_REPORTS_PER_BATCH": 100, "RATE_BURST_SECONDS": 10,
+                            "NETWORK_RATE": 200.0, "TOKEN_RATE": 0, "TOKEN_DAILY_CAP": 1000})
+    assert limits.network is not None and limits.network.rate == 50.0
+    assert limits.network.burst == 500.0
+    assert limits.token is None
+    assert limits.token_daily is not None and limits.token_daily.limit == 250
