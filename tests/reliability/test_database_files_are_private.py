@@ -31,3 +31,22 @@ def test_database_files_are_created_owner_only(collector_factory, umask):
     assert response.status_code == 200, response.text
     modes = {name: stat.S_IMODE((collector.workdir / name).stat().st_mode) for name in FILES}
     assert modes == dict.fromkeys(FILES, 0o600)
+
+
+def test_backups_are_created_owner_only(tmp_path):
+    """veil backup's copy holds the same reports: 0600 whatever the umask."""
+    from veil.server.storage import StorageError, open_storage
+    from veil.shared.registry import Registry
+
+    registry = Registry.from_toml('[metrics.dark_mode]\nkind = "boolean"\n')
+    previous = os.umask(0o000)
+    try:
+        with open_storage(tmp_path / "veil.db", registry, create=True) as storage:
+            target = storage.backup(tmp_path / "copy.db")
+            with pytest.raises(StorageError, match="exists"):
+                storage.backup(target)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    with open_storage(target) as copy:
+        assert "dark_mode" in copy.registry

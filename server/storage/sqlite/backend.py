@@ -623,10 +623,19 @@ class SQLiteStorage(Storage):
         Safe while the collector runs: the copy is one read transaction's snapshot.
         """
         target = Path(target)
-        if target.exists():
-            raise StorageError(f"{target} exists; choose a new file for the backup")
-        with self._unavailable(f"write the backup to {target}"), self._reader() as conn:
-            conn.execute("VACUUM INTO ?", (str(target),))
+        try:  # created empty and private first (VACUUM INTO fills an empty file): it holds
+            # everyone's reports, whatever the umask
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            raise StorageError(f"{target} exists; choose a new file for the backup") from None
+        except OSError as exc:
+            raise StorageError(f"cannot create the backup {target}: {exc.strerror}") from None
+        try:
+            with self._unavailable(f"write the backup to {target}"), self._reader() as conn:
+                conn.execute("VACUUM INTO ?", (str(target),))
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
         return target
 
     @classmethod
