@@ -16,6 +16,19 @@ the distinct values one person reported), and the installation's total is the
 sequential composition over metrics. If a metric's parameters change, reports
 under the old and the new parameters are separate mechanisms and add up.
 
+If the ledger was lost (the state database deleted or replaced while the
+secret stayed, see :func:`veil.client.state.open_state`), what the reports
+before the loss cost is unknown, and the ledger keeps its figures upper bounds
+with two rules:
+
+* that unknown spend is counted as :attr:`PrivacySpent.lost`: the whole budget
+  (the installation never spent more while a budget was set), or ``inf``
+  without one;
+* every key's first report after the loss is charged ``epsilon_inf``, as if
+  the key had been reported before. The memoized response of a key is the same
+  as before the loss (it derives from the secret, and so does the cohort), so
+  ``epsilon_inf`` bounds everything the key's reports reveal, before and after.
+
 The ledger lives in the state database and is read and written inside the
 same transaction that queues the report, so it stays exact even when several
 processes share one state directory. Keys are stored only as
@@ -45,11 +58,16 @@ DIGEST_CACHE_SIZE = 4096
 
 @dataclasses.dataclass(frozen=True)
 class PrivacySpent:
-    """Worst-case epsilon spent so far: per metric and in total (sequential composition)."""
+    """Worst-case epsilon spent so far: per metric and in total (sequential composition).
+
+    ``lost`` bounds what reports made before the ledger was lost cost (0.0 if it
+    never was; then the budget, or ``inf`` without one); ``total`` includes it.
+    """
 
     per_metric: dict[str, float]
     total: float
     budget: float | None
+    lost: float = 0.0
 
     @property
     def remaining(self) -> float | None:
@@ -70,25 +88,29 @@ class Mechanism:
 
     def cost(self) -> Fraction | float:
         """Exact worst-case epsilon of the keys seen (``inf`` if a mechanism has no bound)."""
-        single = min(self.epsilon_1, self.epsilon_inf)
-        if (self.once and math.isinf(single)) or (self.repeated and math.isinf(self.epsilon_inf)):
+        terms = [(min(self.epsilon_1, self.epsilon_inf), self.once),
+                 (self.epsilon_inf, self.repeated)]
+        counted = [(epsilon, keys) for epsilon, keys in terms if keys]
+        if any(math.isinf(epsilon) for epsilon, _ in counted):
             return math.inf
-        return exact(single) * self.once + exact(self.epsilon_inf) * self.repeated
+        return sum((exact(epsilon) * keys for epsilon, keys in counted), Fraction(0))
 
 
 @dataclasses.dataclass(frozen=True)
 class Charge:
-    """One more report of a memo key seen ``previous`` times (0 or 1) under ``metric``."""
+    """One more report of a memo key under ``metric``: ``delta`` is the change of the
+    mechanism's (once, repeated) key tallies, ``(1, 0)`` for a first report, ``(-1, 1)``
+    for a second, and ``(0, 1)`` for a first report after the ledger was lost."""
 
     metric: Metric
     fingerprint: str
     digest: bytes
-    previous: int
+    delta: tuple[int, int]
 
     @property
-    def delta(self) -> tuple[int, int]:
-        """Change of the mechanism's (once, repeated) key tallies."""
-        return (1, 0) if self.previous == 0 else (-1, 1)
+    def saturates(self) -> bool:
+        """Whether the key now counts as repeated: its later reports cost nothing more."""
+        return self.delta[1] == 1
 
 
 @functools.lru_cache(maxsize=256)
@@ -137,9 +159,17 @@ class PrivacyLedger:
     write transaction (``BEGIN IMMEDIATE``), together with the insert into the outbox.
     """
 
-    def __init__(self, connection: sqlite3.Connection, secret: bytes, budget: float | None) -> None:
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        secret: bytes,
+        budget: float | None,
+        lost_at: str | None = None,
+    ) -> None:
         self.connection = connection
         self.budget = budget
+        #: when the ledger was found lost (ISO 8601), or ``None``
+        self.lost_at = lost_at
         key = hmac.new(secret, DOMAIN + b"\0ledger", hashlib.sha256).digest()
         self._mac = hmac.new(key, digestmod=hashlib.sha256)
         self._digests: dict[tuple[str, bytes], bytes] = {}
@@ -198,7 +228,16 @@ class PrivacyLedger:
         if previous >= 2:
             self._saturated.add((fp, digest))
             return None
-        return Charge(metric, fp, digest, previous)
+        if previous == 1:
+            return Charge(metric, fp, digest, (-1, 1))
+        return Charge(metric, fp, digest, (1, 0) if self.lost_at is None else (0, 1))
+
+    @property
+    def lost(self) -> float:
+        """Bound on the spend the lost ledger held: 0.0, or the budget, or ``inf`` without one."""
+        if self.lost_at is None:
+            return 0.0
+        return math.inf if self.budget is None else self.budget
 
     def total_after(self, charge: Charge) -> float:
         """The installation's total epsilon if ``charge`` were recorded (for the budget)."""
@@ -211,7 +250,7 @@ class PrivacyLedger:
         mechanisms[charge.fingerprint] = dataclasses.replace(
             current, once=current.once + once, repeated=current.repeated + repeated
         )
-        return compose(per_metric(mechanisms.values()).values())
+        return compose([*per_metric(mechanisms.values()).values(), self.lost])
 
     def write(self, charge: Charge) -> None:
         """Record the charge (inside the caller's transaction, with the queued report)."""
@@ -225,17 +264,18 @@ class PrivacyLedger:
              metric.params.epsilon_inf, once, repeated),
         )
         self.connection.execute(
-            "INSERT INTO ledger (digest, params, metric, reports) VALUES (?, ?, ?, 1) "
+            "INSERT INTO ledger (digest, params, metric, reports) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (digest, params) DO UPDATE SET reports = 2",
-            (charge.digest, fp, metric.name),
+            (charge.digest, fp, metric.name, 2 if charge.saturates else 1),
         )
 
     def committed(self, charge: Charge) -> None:
         """Note a charge whose transaction committed (saturated keys skip the lookup)."""
-        if charge.previous >= 1:
+        if charge.saturates:
             self._saturated.add((charge.fingerprint, charge.digest))
 
     def spent(self) -> PrivacySpent:
-        """Per-metric and total worst-case epsilon so far."""
+        """Per-metric and total worst-case epsilon so far (the lost spend included)."""
         metrics = per_metric(self.mechanisms())
-        return PrivacySpent(metrics, compose(metrics.values()), self.budget)
+        lost = self.lost
+        return PrivacySpent(metrics, compose([*metrics.values(), lost]), self.budget, lost)

@@ -19,6 +19,7 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,12 +30,14 @@ from veil.client.accounting import PrivacyLedger, PrivacySpent
 from veil.client.encoders import make_encoder
 from veil.client.encoders.base import Encoder
 from veil.client.errors import BudgetExceededError, ClientClosedError, UnknownMetricError
+from veil.client.limits import DEFAULT_MAX_EPSILON_PER_VALUE, PrivacyLimits
 from veil.client.outbox import Outbox
 from veil.client.registry_source import resolve_registry
 from veil.client.state import (
     cohort_seed,
-    load_secret,
+    ledger_lost_at,
     open_database,
+    open_state,
     prepare_directory,
     transaction,
 )
@@ -47,6 +50,8 @@ from veil.shared.wire import join_batch, make_report, validate_report
 log = logging.getLogger("veil.client")
 
 MAX_BATCH_SIZE = 10_000
+#: default cap of the outbox, in reports (115 to 520 bytes each on disk, by kind and k)
+DEFAULT_MAX_OUTBOX = 100_000
 _JSON = json.JSONEncoder(separators=(",", ":"))
 
 
@@ -101,7 +106,11 @@ class Client:
     ``state_dir``. :meth:`report` never touches the network; :meth:`flush`
     uploads, or ``background=True`` lets a daemon thread do it every
     ``flush_interval`` seconds or ``batch_size`` reports. ``budget`` caps the
-    installation's total worst-case epsilon. ``transport`` replaces the default
+    installation's total worst-case epsilon; ``max_epsilon_per_value``,
+    ``max_epsilon_per_report`` and ``pinned`` are the application's own limits on
+    what the collector's registry may ask (metrics beyond them are refused:
+    :attr:`refused_metrics`). ``max_outbox`` caps the reports kept while the
+    collector is unreachable. ``transport`` replaces the default
     :class:`~veil.client.transport.RequestsTransport`; :meth:`close` closes it.
     """
 
@@ -122,6 +131,10 @@ class Client:
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         transport: Transport | None = None,
+        max_outbox: int = DEFAULT_MAX_OUTBOX,
+        max_epsilon_per_value: float | None = DEFAULT_MAX_EPSILON_PER_VALUE,
+        max_epsilon_per_report: float | None = None,
+        pinned: Mapping[str, str] | None = None,
     ) -> None:
         self.url = _check_url(url)
         if token is not None and (not isinstance(token, str) or not token or "\n" in token):
@@ -144,6 +157,8 @@ class Client:
             raise ParameterError(
                 "max_retries", f"max_retries must be an integer >= 0; got {max_retries!r}"
             )
+        _positive("max_outbox", max_outbox, integer=True)
+        self._limits = PrivacyLimits.checked(max_epsilon_per_report, max_epsilon_per_value, pinned)
         if transport is not None and not isinstance(transport, Transport):
             raise ParameterError(
                 "transport",
@@ -158,22 +173,34 @@ class Client:
         self.timeout = float(timeout)
         self.flush_interval = float(flush_interval)
         self.max_batch_bytes = max_batch_bytes
+        self.max_outbox = max_outbox
         self.retry_policy = RetryPolicy(max_retries, float(backoff_base), float(backoff_cap))
 
         self.state_dir: Path = prepare_directory(state_dir)
-        self._secret = load_secret(self.state_dir)
         self.transport: Transport = RequestsTransport() if transport is None else transport
+        connection: sqlite3.Connection | None = None
         try:
             self.registry: Registry = resolve_registry(
                 registry, self.url, self.state_dir, self.transport,
                 token=self.token, timeout=self.timeout,
             )
-            self._open_database(recover=True)
+            connection, self._secret = open_state(self.state_dir)
+            self._attach(connection, recover=True)
+            self._cohort_seed = cohort_seed(connection, self._secret)
         except BaseException:
+            if connection is not None:
+                connection.close()
             if transport is None:  # a transport the caller passed in stays theirs until we exist
                 self.transport.close()
             raise
-        self._cohort_seed = cohort_seed(self._connection)
+        #: metrics this application's limits refuse, with why: never encoded, reports dropped
+        self.refused_metrics: dict[str, str] = self._limits.refusals(self.registry)
+        for why in self.refused_metrics.values():
+            log.error("%s", why)
+        for name in sorted(set(self._limits.pinned) - set(self.registry)):
+            log.warning("pinned metric %r is not in the registry", name)
+        #: reports dropped since the outbox was last found full (logged once per episode)
+        self._outbox_full_drops = 0
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._closed = False
@@ -197,10 +224,13 @@ class Client:
             )
         return self.transport.session
 
-    def _open_database(self, *, recover: bool) -> None:
-        self._connection = open_database(self.state_dir)
-        self._outbox = Outbox(self._connection)
-        self._ledger = PrivacyLedger(self._connection, self._secret, self.budget)
+    def _attach(self, connection: sqlite3.Connection, *, recover: bool) -> None:
+        """Use ``connection`` (to the state database) for the outbox and the ledger."""
+        self._connection = connection
+        self._outbox = Outbox(connection)
+        self._ledger = PrivacyLedger(
+            connection, self._secret, self.budget, ledger_lost_at(connection)
+        )
         if recover:
             returned = self._outbox.recover()
             if returned:
@@ -219,7 +249,7 @@ class Client:
             # never close the parent's SQLite connection in the child: closing it would
             # release this process's POSIX locks on the database (SQLite's fork caveat)
             self._abandoned.append(self._connection)
-            self._open_database(recover=False)
+            self._attach(open_database(self.state_dir), recover=False)
 
     def _metric(self, name: Any) -> Metric:
         if not isinstance(name, str) or name not in self.registry:
@@ -243,9 +273,18 @@ class Client:
         :class:`UnknownMetricError`, :class:`~veil.shared.errors.ParameterError`
         (a value of the wrong type or outside the category list) or
         :class:`BudgetExceededError`; in each case nothing is queued.
+
+        Two drops never raise; they are counted in :attr:`drops` and logged: a
+        metric this application's limits refuse (:attr:`refused_metrics`) is
+        never encoded, and while the outbox holds ``max_outbox`` reports a new
+        one is not queued (nor charged to the ledger).
         """
         self._check_process()
         spec = self._metric(metric)
+        if spec.name in self.refused_metrics:
+            with self._lock:
+                self._outbox.count_dropped("privacy_limit")
+            return
         encoder = self._encoder(spec)
         key = encoder.memo_key(value)
         wire = make_report(secrets.token_hex(16), spec.name, encoder.cohort,
@@ -255,23 +294,55 @@ class Client:
         with self._lock:
             if self._ledger.saturated(spec, key):
                 # costs nothing more: a single autocommitted insert
-                self._outbox.insert(body)
+                queued = self._outbox.insert(body, self.max_outbox)
+                if not queued:
+                    self._outbox.count_dropped("outbox_full")
             else:
                 with transaction(self._connection):
-                    charge = self._ledger.charge(spec, key)
+                    queued = self._outbox.insert(body, self.max_outbox)
+                    charge = self._ledger.charge(spec, key) if queued else None
                     if charge is not None:
                         if self.budget is not None:
                             total = self._ledger.total_after(charge)
                             if total > self.budget:
                                 raise BudgetExceededError(
-                                    spec.name, self._ledger.spent().total, total, self.budget
+                                    spec.name, self._ledger.spent().total, total, self.budget,
+                                    self._budget_note(),
                                 )
                         self._ledger.write(charge)
-                    self._outbox.insert(body)
+                    if not queued:
+                        self._outbox.count_dropped("outbox_full")
                 if charge is not None:
                     self._ledger.committed(charge)
-        if self._worker is not None:
+            self._note_outbox(queued)
+        if queued and self._worker is not None:
             self._worker.nudge()
+
+    def _budget_note(self) -> str:
+        """Why the spend is what it is, for :class:`BudgetExceededError` after a ledger loss."""
+        if self._ledger.lost_at is None:
+            return ""
+        return (
+            f" (the privacy ledger was lost, noticed {self._ledger.lost_at}: the spend before "
+            "that is unknown and counts as the whole budget)"
+        )
+
+    def _note_outbox(self, queued: bool) -> None:
+        """Log once when the outbox starts dropping reports, and once when it has room again."""
+        if not queued:
+            if not self._outbox_full_drops:
+                log.warning(
+                    "the outbox holds max_outbox=%d reports that the collector has not taken: "
+                    "new reports are dropped (counted in client.drops['outbox_full']) until an "
+                    "upload makes room", self.max_outbox,
+                )
+            self._outbox_full_drops += 1
+        elif self._outbox_full_drops:
+            log.warning(
+                "the outbox has room again; %d reports were dropped while it was full",
+                self._outbox_full_drops,
+            )
+            self._outbox_full_drops = 0
 
     def privacy_spent(self) -> PrivacySpent:
         """The worst-case epsilon spent so far, per metric and in total."""
@@ -288,14 +359,21 @@ class Client:
 
     @property
     def dropped(self) -> int:
-        """Reports the collector refused for good, over the installation's lifetime."""
+        """Reports dropped over the installation's lifetime, whatever the cause (see :attr:`drops`)."""
+        return sum(self.drops.values())
+
+    @property
+    def drops(self) -> dict[str, int]:
+        """Reports dropped over the installation's lifetime, per cause: ``rejected`` (refused for
+        good by the collector), ``outbox_full`` and ``privacy_limit`` (a refused metric)."""
         self._check_process()
         with self._lock:
-            return self._outbox.dropped()
+            return self._outbox.drops()
 
     @property
     def cohort_seed(self) -> int:
-        """The installation's random cohort seed (each string metric uses it modulo ``m``)."""
+        """The installation's cohort seed, derived from its secret (each string metric uses it
+        modulo ``m``; a state database from an SDK older than that keeps its random one)."""
         return self._cohort_seed
 
     # ---------------------------------------------------------------- uploading
@@ -341,7 +419,7 @@ class Client:
                 with self._lock:
                     self._outbox.delete(seqs)
                     if rejected:
-                        self._outbox.count_dropped(rejected)
+                        self._outbox.count_dropped("rejected", rejected)
                 for item in answer.get("errors", [])[:20]:
                     log.warning("the collector refused a report (dropped): %s", item)
                 totals["batches"] += 1
@@ -353,7 +431,7 @@ class Client:
             if outcome.kind == "too_large" and len(rows) == 1:
                 with self._lock:
                     self._outbox.delete(seqs)
-                    self._outbox.count_dropped(1)
+                    self._outbox.count_dropped("rejected")
                 log.warning(
                     "dropped a report the collector refuses as too large: %s", outcome.message
                 )

@@ -29,11 +29,13 @@ class UnknownMetricError(ParameterError, KeyError):
 class BudgetExceededError(VeilError):
     """A report would push the installation's worst-case epsilon over its budget."""
 
-    def __init__(self, metric: str, spent: float, would_be: float, budget: float) -> None:
+    def __init__(
+        self, metric: str, spent: float, would_be: float, budget: float, note: str = ""
+    ) -> None:
         super().__init__(
             f"reporting to {metric!r} would raise this installation's worst-case epsilon "
             f"from {spent:.6g} to {would_be:.6g}, over its budget of {budget:.6g}; "
-            "nothing was queued"
+            f"nothing was queued{note}"
         )
         self.metric = metric
         self.spent = spent

@@ -10,7 +10,13 @@ deduplicates by report id.
 
 Reports the collector refuses for good leave the table too, and are counted
 in the ``counters`` table (:meth:`Outbox.count_dropped`), so that none is lost
-silently.
+silently; so are the reports dropped before they were queued (:data:`DROP_CAUSES`).
+
+The table holds at most the client's ``max_outbox`` reports: while it is full,
+new reports are dropped rather than old ones (those were charged to the privacy
+ledger already; a report dropped before it is queued costs nothing). Triggers
+keep the count of rows in ``counters`` (``queued``), so that checking the cap
+costs no table scan.
 
 Methods run single statements or short transactions on a connection the caller
 serializes (the client holds a lock around every call).
@@ -24,6 +30,13 @@ from veil.client.state import transaction
 
 READY = 0
 IN_FLIGHT = 1
+
+#: why a report was dropped -> the name of its durable counter
+DROP_CAUSES = {
+    "rejected": "dropped",  # refused for good by the collector
+    "outbox_full": "dropped_outbox_full",  # not queued: the outbox held max_outbox reports
+    "privacy_limit": "dropped_privacy_limit",  # not encoded: the metric breaks the app's limits
+}
 
 
 class Outbox:
@@ -39,9 +52,17 @@ class Outbox:
         )
         return cursor.rowcount
 
-    def insert(self, body: str) -> None:
-        """Queue one serialized wire report (inside the caller's transaction)."""
-        self.connection.execute("INSERT INTO outbox (body) VALUES (?)", (body,))
+    def insert(self, body: str, limit: int) -> bool:
+        """Queue one serialized wire report unless ``limit`` reports are queued; say whether it was.
+
+        One statement, so the cap holds when several processes share the outbox.
+        """
+        cursor = self.connection.execute(
+            "INSERT INTO outbox (body) SELECT ? "
+            "WHERE (SELECT value FROM counters WHERE name = 'queued') < ?",
+            (body, limit),
+        )
+        return cursor.rowcount == 1
 
     def claim(self, limit: int, max_bytes: int) -> list[tuple[int, str]]:
         """Mark up to ``limit`` oldest ready reports (at most ``max_bytes`` of JSON) in flight.
@@ -75,23 +96,23 @@ class Outbox:
 
     def pending(self) -> int:
         """Reports still in the outbox (ready or in flight)."""
-        (count,) = self.connection.execute("SELECT COUNT(*) FROM outbox").fetchone()
+        (count,) = self.connection.execute(
+            "SELECT value FROM counters WHERE name = 'queued'"
+        ).fetchone()
         return int(count)
 
-    def count_dropped(self, count: int) -> None:
-        """Add ``count`` reports the collector refused for good to the durable tally."""
+    def count_dropped(self, cause: str, count: int = 1) -> None:
+        """Add ``count`` reports dropped for ``cause`` (a key of :data:`DROP_CAUSES`) to its tally."""
         self.connection.execute(
-            "INSERT INTO counters (name, value) VALUES ('dropped', ?) "
+            "INSERT INTO counters (name, value) VALUES (?, ?) "
             "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
-            (count,),
+            (DROP_CAUSES[cause], count),
         )
 
-    def dropped(self) -> int:
-        """Reports the collector refused for good, over the installation's lifetime."""
-        row = self.connection.execute(
-            "SELECT value FROM counters WHERE name = 'dropped'"
-        ).fetchone()
-        return row[0] if row else 0
+    def drops(self) -> dict[str, int]:
+        """Reports dropped over the installation's lifetime, per cause."""
+        counters = dict(self.connection.execute("SELECT name, value FROM counters").fetchall())
+        return {cause: int(counters.get(name, 0)) for cause, name in DROP_CAUSES.items()}
 
     def _many(self, sql: str, rows: list[tuple[int, ...]]) -> None:
         with transaction(self.connection):

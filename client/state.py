@@ -3,18 +3,27 @@
 Layout (all files mode 0600, the directory 0700)::
 
     secret          32 random bytes from the OS CSPRNG; keys every memoized response
-    veil.db         SQLite (WAL): the outbox, the privacy ledger, the cohort seed,
-                    the count of reports the collector refused
+    veil.db         SQLite (WAL): the outbox, the privacy ledger and whether it covers
+                    the secret's whole life, the cohort seed, the counts of dropped reports
     veil.db-wal     SQLite's write-ahead log (and veil.db-shm, its index)
     registry.json   the last metric registry fetched from the collector
 
 Whoever can read this directory holds the secret and can undo the permanent
 randomization; the guarantees are against the collector and the network.
+
+The secret outlives the database on purpose: everything memoized derives from
+it (the permanent responses and, since the cohort seed derives from it too, the
+cohort), so a database lost while the secret stays does not re-randomize
+anything. What it does lose is the privacy ledger. :func:`open_state` notices
+(a new database beside an older secret) and records it, and the ledger then
+accounts conservatively (:mod:`veil.client.accounting`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import logging
 import os
 import secrets
 import sqlite3
@@ -23,6 +32,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from veil.client.errors import StateError
+from veil.client.randomness import HmacStream
+
+log = logging.getLogger("veil.client")
 
 SECRET_FILE = "secret"
 DATABASE_FILE = "veil.db"
@@ -60,6 +72,15 @@ CREATE TABLE IF NOT EXISTS counters (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
+INSERT INTO counters (name, value)
+    SELECT 'queued', (SELECT COUNT(*) FROM outbox)
+    WHERE NOT EXISTS (SELECT 1 FROM counters WHERE name = 'queued');
+CREATE TRIGGER IF NOT EXISTS outbox_queued AFTER INSERT ON outbox BEGIN
+    UPDATE counters SET value = value + 1 WHERE name = 'queued';
+END;
+CREATE TRIGGER IF NOT EXISTS outbox_unqueued AFTER DELETE ON outbox BEGIN
+    UPDATE counters SET value = value - 1 WHERE name = 'queued';
+END;
 """
 
 
@@ -169,11 +190,84 @@ def _check_schema_version(connection: sqlite3.Connection, path: Path) -> None:
         )
 
 
-def cohort_seed(connection: sqlite3.Connection) -> int:
-    """The installation's random cohort seed (64 bits, chosen once and stored)."""
+def open_state(directory: Path) -> tuple[sqlite3.Connection, bytes]:
+    """Open the state database, note whether its ledger covers the secret's life, load the secret.
+
+    The database is opened (and created if missing) *before* the secret is read
+    or created, and :func:`_note_ledger_origin` runs in between: a database made
+    before its secret has seen every report, one made after an existing secret
+    has lost the ledger of the reports before it.
+    """
+    connection = open_database(directory)
+    try:
+        _note_ledger_origin(connection, directory / SECRET_FILE)
+        secret = load_secret(directory)
+    except BaseException:
+        connection.close()
+        raise
+    return connection, secret
+
+
+def _note_ledger_origin(connection: sqlite3.Connection, secret_path: Path) -> None:
+    """Record once, in ``meta``, whether this database's ledger covers every report of the secret.
+
+    ``ledger`` is ``complete`` for a database created before its secret, or one
+    from an SDK older than this record (it holds a ``cohort_seed``: it has kept
+    the ledger since the installation began). It is ``lost`` for a database
+    created while the secret already existed: the database was deleted or
+    replaced, and the reports made before are unaccounted (``ledger_lost_at``
+    says when that was noticed). The record is never changed afterwards.
+    """
+    with transaction(connection):
+        if _meta(connection, "ledger") is not None:
+            return
+        if _meta(connection, "cohort_seed") is not None or not secret_path.exists():
+            _set_meta(connection, "ledger", "complete")
+            return
+        when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        _set_meta(connection, "ledger", "lost")
+        _set_meta(connection, "ledger_lost_at", when)
+    log.warning(
+        "the state database %s is new but the installation secret %s is not: the privacy "
+        "ledger of earlier reports was lost. Veil now counts that unknown spend as the whole "
+        "budget (or as unbounded without one) and charges every value's first report at "
+        "epsilon_inf; see 'Losing the state database' in docs/client.md",
+        secret_path.with_name(DATABASE_FILE), secret_path,
+    )
+
+
+def ledger_lost_at(connection: sqlite3.Connection) -> str | None:
+    """When the ledger was found lost (ISO 8601, UTC), or ``None`` if it is complete."""
+    return _meta(connection, "ledger_lost_at") if _meta(connection, "ledger") == "lost" else None
+
+
+def derived_cohort_seed(secret: bytes) -> int:
+    """The cohort seed of ``secret``: the first 8 bytes (big-endian) of the stream with
+    purpose ``cohort``, no metric and no context (``docs/protocol.md``, section 5)."""
+    return int.from_bytes(HmacStream(secret, b"cohort", "", b"").read(8), "big")
+
+
+def cohort_seed(connection: sqlite3.Connection, secret: bytes) -> int:
+    """The installation's cohort seed: the one stored in the database, else derived from ``secret``.
+
+    A database from an older SDK keeps the random seed it stored (moving its
+    installation to another cohort would give every value it reported a new,
+    independent permanent response). Otherwise the seed is derived from the
+    secret, so it survives the database, and is stored too, so that an older SDK
+    opening this database reads the same seed instead of drawing one.
+    """
     connection.execute(
         "INSERT OR IGNORE INTO meta (key, value) VALUES ('cohort_seed', ?)",
-        (str(secrets.randbits(64)),),
+        (str(derived_cohort_seed(secret)),),
     )
     (value,) = connection.execute("SELECT value FROM meta WHERE key = 'cohort_seed'").fetchone()
     return int(value)
+
+
+def _meta(connection: sqlite3.Connection, key: str) -> str | None:
+    row = connection.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _set_meta(connection: sqlite3.Connection, key: str, value: str) -> None:
+    connection.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))

@@ -132,6 +132,24 @@ def test_budget_refuses_a_report_that_would_exceed_it_and_queues_nothing(tmp_pat
     client.close(timeout=1)
 
 
+def test_a_mechanism_without_a_longitudinal_bound_costs_epsilon_1_once_then_inf(
+    tmp_path, offline_url
+):
+    """f = 0 (no permanent randomization): one report is still epsilon_1, two reveal the value."""
+    unbounded = Registry.from_dict({"metrics": {
+        "homepage": {"kind": "string", "k": 32, "h": 2, "m": 4, "f": 0.0},
+    }})
+    params = unbounded["homepage"].params
+    assert math.isinf(params.epsilon_inf) and math.isfinite(params.epsilon_1)
+    with Client(offline_url, tmp_path / "state", registry=unbounded, budget=100.0,
+                max_epsilon_per_value=None) as client:
+        client.report("homepage", "example.com")
+        assert close_to(client.privacy_spent().total, params.epsilon_1)
+        with pytest.raises(BudgetExceededError):
+            client.report("homepage", "example.com")
+        assert client.pending == 1
+
+
 def test_budget_exactly_reachable(tmp_path, offline_url):
     """A budget equal to the cost of the reports is not exceeded by them."""
     budget = HOME.epsilon_inf

@@ -88,6 +88,15 @@ BAD_ARGUMENTS = [
     ({"backoff_base": -1}, "backoff_base"),
     ({"backoff_cap": 0}, "backoff_cap"),
     ({"transport": "https"}, "transport"),
+    ({"max_outbox": 0}, "max_outbox"),
+    ({"max_outbox": 1.5}, "max_outbox"),
+    ({"max_epsilon_per_value": 0}, "max_epsilon_per_value"),
+    ({"max_epsilon_per_value": math.nan}, "max_epsilon_per_value"),
+    ({"max_epsilon_per_value": "10"}, "max_epsilon_per_value"),
+    ({"max_epsilon_per_report": -1.0}, "max_epsilon_per_report"),
+    ({"pinned": "homepage"}, "pinned"),
+    ({"pinned": {"homepage": "not-a-fingerprint"}}, "pinned"),
+    ({"pinned": {"homepage": "4304110A10D8A531"}}, "pinned"),
 ]
 
 

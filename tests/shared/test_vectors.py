@@ -12,6 +12,7 @@ import pytest
 
 from veil.client.encoders import make_encoder
 from veil.client.randomness import HmacStream
+from veil.client.state import derived_cohort_seed
 from veil.shared import Metric, StringParams
 from veil.shared.hashing import bloom_indices
 
@@ -118,3 +119,11 @@ def test_prr(vector):
     assert prr.to_bytes(width, "little").hex() == vector["prr_hex"]
     encoder = make_encoder(Metric(vector["metric"], params), SECRET, vector["cohort"])
     assert encoder.memoized(encoder.memo_key(vector["value"])) == prr
+
+
+def test_cohort_seed():
+    vector = VECTORS["cohort_seed"]
+    seed = int.from_bytes(reference_stream(b"cohort", "", b"", 8), "big")
+    assert seed.to_bytes(8, "big").hex() == vector["cohort_seed_hex"]
+    assert seed == vector["cohort_seed"] and seed % vector["m"] == vector["cohort"]
+    assert derived_cohort_seed(SECRET) == seed

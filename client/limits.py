@@ -1,0 +1,114 @@
+"""The application's own privacy limits, checked against the collector's registry.
+
+Veil protects people against the collector, yet the collector serves the
+parameters every report is encoded with: a collector that serves
+``epsilon = 50``, ``alpha = 0.9999999`` or ``f = 0`` (``epsilon_inf = inf``)
+would otherwise be obeyed. So the application states what it accepts, and
+:meth:`PrivacyLimits.refusals` names every metric of a registry that breaks it,
+before any report is encoded; the client never encodes those metrics.
+
+* ``max_epsilon_per_value`` caps ``epsilon_inf``, what any number of reports of
+  one value may reveal. The default, :data:`DEFAULT_MAX_EPSILON_PER_VALUE`, is
+  far above every kind's default parameters (at most ``4 ln 3 = 4.39``) and
+  google/rappor's typical ones (4.95), and refuses the clearly hostile.
+* ``max_epsilon_per_report`` caps ``epsilon_1``, what one report may reveal
+  (no cap by default: ``epsilon_inf`` bounds one report too).
+* ``pinned`` maps metric names to the parameter fingerprint
+  (``MechanismParams.fingerprint``) the application was built and reviewed
+  with: any other parameters for that metric are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from veil.shared.errors import ParameterError
+from veil.shared.registry import Metric, Registry
+
+#: the default cap of ``epsilon_inf`` (a likelihood ratio of e**10, about 22,000)
+DEFAULT_MAX_EPSILON_PER_VALUE = 10.0
+
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+
+
+def _limit(name: str, value: Any) -> float | None:
+    """``value`` checked as a cap: ``None`` (no cap) or a number greater than 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ParameterError(
+            name, f"{name} must be a number greater than 0, or None for no limit; got {value!r}"
+        )
+    return float(value)
+
+
+def _pins(value: Any) -> dict[str, str]:
+    """``value`` checked as ``{metric name: 16 hex digits}`` (``None``: no pins)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(name, str) and isinstance(fp, str) and _FINGERPRINT.fullmatch(fp)
+        for name, fp in value.items()
+    ):
+        raise ParameterError(
+            "pinned",
+            "pinned must map metric names to parameter fingerprints of 16 lowercase hex digits "
+            "(registry[name].params.fingerprint), like {'homepage': '4304110a10d8a531'}; "
+            f"got {value!r}",
+        )
+    return dict(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyLimits:
+    """What the application accepts from a collector's registry (see the module docstring)."""
+
+    max_epsilon_per_report: float | None = None
+    max_epsilon_per_value: float | None = DEFAULT_MAX_EPSILON_PER_VALUE
+    pinned: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def checked(
+        cls, max_epsilon_per_report: Any, max_epsilon_per_value: Any, pinned: Any
+    ) -> PrivacyLimits:
+        """Limits from the client's arguments; a bad one raises ``ParameterError`` naming it."""
+        return cls(
+            _limit("max_epsilon_per_report", max_epsilon_per_report),
+            _limit("max_epsilon_per_value", max_epsilon_per_value),
+            _pins(pinned),
+        )
+
+    def refusal(self, metric: Metric) -> str | None:
+        """Why ``metric`` breaks these limits (naming it, its value and the limit), or ``None``."""
+        params = metric.params
+        pin = self.pinned.get(metric.name)
+        if pin is not None and params.fingerprint != pin:
+            return (
+                f"metric {metric.name!r} is refused: the registry gives it the parameters with "
+                f"fingerprint {params.fingerprint} (epsilon_1 = {params.epsilon_1:.6g}, "
+                f"epsilon_inf = {params.epsilon_inf:.6g}), but this application pinned "
+                f"{pin}; its reports are never encoded. Review the new parameters and update "
+                "pinned"
+            )
+        for quantity, value, limit, name in (
+            ("epsilon_inf", params.epsilon_inf, self.max_epsilon_per_value,
+             "max_epsilon_per_value"),
+            ("epsilon_1", params.epsilon_1, self.max_epsilon_per_report, "max_epsilon_per_report"),
+        ):
+            if limit is not None and not value <= limit:
+                shown = "inf (no bound)" if math.isinf(value) else f"{value:.6g}"
+                return (
+                    f"metric {metric.name!r} is refused: its {quantity} is {shown}, above this "
+                    f"application's limit {name} = {limit:g}; its reports are never encoded. "
+                    f"Ask the collector's operators for stronger parameters, or raise {name}"
+                )
+        return None
+
+    def refusals(self, registry: Registry) -> dict[str, str]:
+        """Every metric of ``registry`` these limits refuse, with why."""
+        found = {metric.name: self.refusal(metric) for metric in registry.values()}
+        return {name: why for name, why in found.items() if why is not None}

@@ -1,0 +1,78 @@
+"""Issue 16: the client's outbox grew without bound while the collector was down (about
+200 bytes a report). Now it holds at most ``max_outbox`` reports: beyond that new reports
+are dropped (never raised into the application), counted in ``client.drops['outbox_full']``,
+logged once when dropping starts and once when there is room again, and not charged to
+the privacy ledger (they never leave the device)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import pytest
+
+from veil.client import Client
+
+HOSTS = [f"site{index}.example" for index in range(5)]
+
+
+@pytest.fixture
+def offline_url() -> str:
+    """A URL where nothing listens."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def outbox_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "outbox" in r.getMessage()]
+
+
+def test_a_full_outbox_drops_new_reports_counts_and_logs_them_once(
+    collector_factory, tmp_path, caplog
+):
+    collector = collector_factory()
+    client = Client(collector.url, tmp_path / "state", max_outbox=5, max_retries=0)
+    collector.stop()
+    with caplog.at_level(logging.INFO, logger="veil.client"):
+        for host in HOSTS:
+            client.report("homepage", host)
+        for _ in range(3):
+            client.report("dark_mode", True)  # the outbox is full: dropped, no exception
+        assert not client.flush().ok  # the collector is down
+    assert client.pending == 5
+    assert client.drops == {"rejected": 0, "outbox_full": 3, "privacy_limit": 0}
+    assert client.dropped == 3
+    # the dropped reports never left the device: they cost nothing
+    assert set(client.privacy_spent().per_metric) == {"homepage"}
+    [started] = outbox_messages(caplog)
+    assert "max_outbox=5" in started
+
+    collector.start()
+    assert client.flush().accepted == 5  # the oldest reports, kept, are delivered
+    with caplog.at_level(logging.INFO, logger="veil.client"):
+        client.report("dark_mode", True)
+    assert "room again; 3 reports were dropped" in outbox_messages(caplog)[-1]
+    assert client.flush().accepted == 1
+    client.close()
+    assert collector.counts("homepage")["reports"] == 5
+    assert collector.counts("dark_mode")["reports"] == 1
+
+
+def test_the_cap_holds_for_clients_sharing_a_state_directory(tmp_path, test_registry, offline_url):
+    first = Client(offline_url, tmp_path / "state", registry=test_registry, max_outbox=5)
+    second = Client(offline_url, tmp_path / "state", registry=test_registry, max_outbox=5)
+    for index in range(6):
+        first.report("browser", "firefox")
+        second.report("load_time", float(index))
+    assert first.pending == second.pending == 5
+    assert first.drops["outbox_full"] == 7 == second.drops["outbox_full"]
+    first.close(timeout=1)
+    second.close(timeout=1)
+
+
+def test_the_default_cap_is_100000_reports(tmp_path, test_registry, offline_url):
+    client = Client(offline_url, tmp_path / "state", registry=test_registry)
+    assert client.max_outbox == 100_000
+    client.close(timeout=1)
+
