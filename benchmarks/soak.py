@@ -256,8 +256,8 @@ def main() -> int:
                         response = session.get(server.url + "/v1/metrics/homepage/counts?" + query,
                                                headers={"Authorization": f"Bearer {READ_TOKEN}"}, timeout=30)
                     record(f"{response.status_code // 100}xx", response.status_code, kind)
-                except requests.RequestException:
-                    record("no answer (server killed or connection refused)", None, kind)
+                except requests.RequestException as exc:
+                    record(f"no answer to a {kind} request ({type(exc).__name__})", None, kind)
 
     def upload(seed: int) -> None:
         rng = random.Random(seed)
