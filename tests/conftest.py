@@ -30,9 +30,11 @@ Methods: ``start()``, ``stop()`` (SIGTERM, clean), ``kill()`` (SIGKILL), ``resta
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -44,6 +46,8 @@ from typing import Any
 import pytest
 import requests
 
+from veil.client import Transport
+from veil.client.transport import Outcome
 from veil.shared.registry import Registry
 
 TEST_REGISTRY_TOML = """\
@@ -301,3 +305,30 @@ def live_collector(tmp_path: Path) -> Iterator[CollectorHandle]:
     handle._stop_thread = stop
     yield handle
     handle.stop()
+
+
+class RecordingTransport(Transport):
+    """A client transport that acknowledges every batch and keeps its reports: what a
+    collector would have seen, without a network."""
+
+    def __init__(self) -> None:
+        self.reports: list[dict[str, Any]] = []
+
+    def send(self, url: str, body: bytes, reports: int, **options: Any) -> Outcome:
+        self.reports.extend(json.loads(body)["reports"])
+        return Outcome("acknowledged", 200, {"accepted": reports, "duplicates": 0, "rejected": 0})
+
+
+@pytest.fixture
+def recording_transport() -> RecordingTransport:
+    """A fresh :class:`RecordingTransport`."""
+    return RecordingTransport()
+
+
+@pytest.fixture
+def offline_url() -> str:
+    """The URL of a port on 127.0.0.1 where nothing listens (connections are refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

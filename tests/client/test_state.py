@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import sqlite3
 import stat
@@ -11,13 +10,11 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from veil.client import Client, StateError, Transport
+from veil.client import Client, StateError
 from veil.client.state import DATABASE_FILE, SECRET_FILE
-from veil.client.transport import Outcome
 from veil.shared.registry import Registry
 
 
@@ -51,18 +48,8 @@ def test_secret_and_cohort_are_reused_and_differ_between_installations(
     other.close(timeout=1)
 
 
-class Recording(Transport):
-    """Acknowledges every batch and keeps its reports."""
-
-    def __init__(self) -> None:
-        self.reports: list[dict[str, Any]] = []
-
-    def send(self, url: str, body: bytes, reports: int, **options: Any) -> Outcome:
-        self.reports.extend(json.loads(body)["reports"])
-        return Outcome("acknowledged", 200, {"accepted": reports, "duplicates": 0, "rejected": 0})
-
-
-def test_the_same_secret_gives_the_same_permanent_response(tmp_path, offline_url):
+def test_the_same_secret_gives_the_same_permanent_response(tmp_path, offline_url,
+                                                           recording_transport):
     """Restarting the app must not re-randomize memoized answers (that would average out).
 
     With RAPPOR's one-time setting p = 0, q = 1 a report is its permanent response.
@@ -79,13 +66,11 @@ f = 0.5
 """)
 
     def payload(state: Path) -> str:
-        transport = Recording()
-        client = Client(offline_url, state, registry=registry, transport=transport)
+        client = Client(offline_url, state, registry=registry, transport=recording_transport)
         client.report("homepage", "example.com")
         client.flush()
         client.close(timeout=1)
-        [report] = transport.reports
-        return str(report["payload"])
+        return str(recording_transport.reports[-1]["payload"])
 
     first = payload(tmp_path / "state")
     assert payload(tmp_path / "state") == first

@@ -11,18 +11,13 @@ into the application. ``max_epsilon_per_report``, ``max_epsilon_per_value`` and
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import socket
-from typing import Any
 
-import pytest
 import requests
 
-from veil.client import Client, Transport
+from veil.client import Client
 from veil.client.limits import DEFAULT_MAX_EPSILON_PER_VALUE
-from veil.client.transport import Outcome
 from veil.shared.registry import Registry
 
 HOSTILE = Registry.from_dict({"metrics": {
@@ -34,25 +29,6 @@ HOSTILE = Registry.from_dict({"metrics": {
 }})
 REFUSED = {"homepage": "inf", "dark_mode": "16.8", "load_time": "50"}
 VALUES = {"homepage": "example.com", "dark_mode": True, "load_time": 3.0, "browser": "firefox"}
-
-
-class Recording(Transport):
-    """Acknowledges every batch and keeps the reports."""
-
-    def __init__(self) -> None:
-        self.reports: list[dict[str, Any]] = []
-
-    def send(self, url: str, body: bytes, reports: int, **options: Any) -> Outcome:
-        self.reports.extend(json.loads(body)["reports"])
-        return Outcome("acknowledged", 200, {"accepted": reports, "duplicates": 0, "rejected": 0})
-
-
-@pytest.fixture
-def offline_url() -> str:
-    """A URL where nothing listens (a transport carries the reports)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
 
 
 def test_a_hostile_collectors_metrics_are_refused_by_default(collector_factory, tmp_path, caplog):
@@ -106,8 +82,9 @@ def test_the_per_report_limit_refuses_metrics_whose_epsilon_1_is_above_it(tmp_pa
     client.close(timeout=1)
 
 
-def test_pinned_fingerprints_refuse_any_other_parameters(tmp_path, offline_url, caplog):
-    transport = Recording()
+def test_pinned_fingerprints_refuse_any_other_parameters(tmp_path, offline_url, caplog,
+                                                         recording_transport):
+    transport = recording_transport
     reviewed = Registry.from_dict({"metrics": {"homepage": {"kind": "string", "k": 32}}})
     served = Registry.from_dict({"metrics": {"homepage": {"kind": "string", "k": 32, "f": 0.25},
                                              "dark_mode": {"kind": "boolean"}}})
