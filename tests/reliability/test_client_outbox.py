@@ -7,21 +7,12 @@ the privacy ledger (they never leave the device)."""
 from __future__ import annotations
 
 import logging
-import socket
 
 import pytest
 
 from veil.client import Client
 
 HOSTS = [f"site{index}.example" for index in range(5)]
-
-
-@pytest.fixture
-def offline_url() -> str:
-    """A URL where nothing listens."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
 
 
 def outbox_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
