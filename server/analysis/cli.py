@@ -108,6 +108,8 @@ def run_decode(args: argparse.Namespace) -> int:
           f"{paths['summary'].name}, {paths['chart'].name}")
     if "warning" in summary:
         print(f"warning: {summary['warning']}", file=sys.stderr)
+    if "note" in summary:
+        print(f"note: {summary['note']}", file=sys.stderr)
     return 0
 
 

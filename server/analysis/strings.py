@@ -12,9 +12,11 @@ The pipeline, with the variance of the mechanism known at every step:
    give no equations.
 2. Whitened regression. ``y = X theta + e`` where ``X`` is the candidate map and
    ``theta`` the share of reports carrying each candidate; every row is divided
-   by its standard deviation so that the noise has unit variance (weighted least
-   squares with the known weights). An optional *background* column (the same
-   share in every bit) stands for the values that are not in the candidate list:
+   by its standard deviation at one rate pooled over all bits, so that the noise
+   has about unit variance and the weights do not depend on the count they weigh
+   (weighted least squares with the known weights, :func:`model_variances`;
+   weights from each count's own rate biased the background). An optional
+   *background* column (the same share in every bit) stands for the values that are not in the candidate list:
    their Bloom bits land in effectively random places. Its share is left free
    (it may come out slightly negative) so that estimates stay unbiased when the
    list misses nothing.
@@ -84,6 +86,28 @@ def bit_estimates(
     rho = np.clip((ones + 0.5) / (safe + 1.0), p_star, q_star)
     variance = np.where(active, rho * (1 - rho) / (safe * spread**2), np.inf)
     return share, np.broadcast_to(variance, share.shape).copy()
+
+
+def model_variances(params: StringParams, reports: np.ndarray, ones: np.ndarray) -> np.ndarray:
+    """Variances of the bit shares used to weigh the regression, shape ``(m, k)``.
+
+    ``rho (1 - rho) / (N_j (q* - p*)^2)`` with one pooled rate ``rho`` (all reported
+    ones over all reported bits, clipped to ``[p*, q*]``), so that the weights depend on
+    the cohort sizes only, not on the counts they weigh. Weights from each count's own
+    rate (as :func:`bit_estimates` states it) give bits that read high a smaller variance
+    and more weight: with ``p*, q* > 1/2`` that biased the background share upwards (the
+    missing share by +2.1 at 1,500 reports with k=128, m=64). The pooled rate is within
+    ``[p*, q*]`` like every bit's, so the weights are off by at most
+    ``max rho(1-rho) / min rho(1-rho)`` over that range (about 14% at p=0.5, q=0.75,
+    f=0.5), which costs little efficiency and leaves the estimates unbiased.
+    Entries of cohorts without reports are infinite.
+    """
+    p_star, q_star = params.effective_probs
+    reports = np.asarray(reports, dtype=float)
+    rho = float(np.clip((np.sum(ones) + 0.5) / (reports.sum() * params.k + 1.0), p_star, q_star))
+    safe = np.where(reports > 0, reports, 1.0)
+    per_cohort = np.where(reports > 0, rho * (1 - rho) / (safe * (q_star - p_star) ** 2), np.inf)
+    return np.broadcast_to(per_cohort[:, None], (params.m, params.k)).copy()
 
 
 def _string_params(params: MechanismParams) -> StringParams:
@@ -247,7 +271,8 @@ class StringDecoder:
             cohort_reports > 0, np.where(np.isfinite(variance), variance, 0.0) * cohort_reports**2,
             0.0,
         )
-        return WhitenedSystem.build(share, variance, candidate_map, self.background)
+        weights_variance = model_variances(self.params, reports, ones)
+        return WhitenedSystem.build(share, weights_variance, candidate_map, self.background)
 
     def _select(self, system: WhitenedSystem, settings: _Settings, n_candidates: int) -> LeastSquares:
         """Selection by the Lasso, then least squares on it.
@@ -331,6 +356,7 @@ class StringDecoder:
         signal_ss = explained_ss + unexplained_ss
         # expected distinct bits per value: k (1 - (1 - 1/k)^h)
         bits_per_value = params.k * (1 - (1 - 1 / params.k) ** params.h)
+        # unbiased, so at small N it can leave [0, 1]; shown clipped, with a note
         missing = back * params.k / bits_per_value if self.background else None
         missing_se = (
             np.sqrt(solution.background_variance) * params.k / bits_per_value
@@ -344,7 +370,7 @@ class StringDecoder:
         )
         noise_sd = float(np.median(1.0 / system.weight[system.weight > 0]))
         bit_mass = self._bit_mass(reports, candidate_map, solution)
-        return {
+        summary: dict[str, Any] = {
             "kind": "string",
             "reports": total,
             "cohorts": params.m,
@@ -360,7 +386,8 @@ class StringDecoder:
             "confidence": settings.confidence,
             "allocated_proportion": float(theta.sum()) if columns.size else 0.0,
             "allocated_reports": float(theta.sum() * total) if columns.size else 0.0,
-            "missing_proportion": None if missing is None else float(missing),
+            "missing_proportion": None if missing is None else float(np.clip(missing, 0.0, 1.0)),
+            "missing_proportion_unbiased": None if missing is None else float(missing),
             "missing_proportion_std_error": None if missing_se is None else float(missing_se),
             "signal_explained_by_detected": _ratio(bit_mass["detected"], bit_mass["total"]),
             "signal_attributed_to_missing": _ratio(bit_mass["missing"], bit_mass["total"]),
@@ -383,6 +410,13 @@ class StringDecoder:
             "epsilon_inf": params.epsilon_inf,
             "elapsed_seconds": time.perf_counter() - started,
         }
+        if missing is not None and not 0.0 <= missing <= 1.0:
+            summary["note"] = (
+                f"the unbiased missing share {missing:.3g} (std error {missing_se:.2g}) lies "
+                "outside [0, 1] by sampling noise; missing_proportion shows it clipped, "
+                "missing_proportion_unbiased keeps it for averaging"
+            )
+        return summary
 
     def _bit_mass(
         self, reports: np.ndarray, candidate_map: sp.csc_matrix, solution: LeastSquares
