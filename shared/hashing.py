@@ -1,19 +1,35 @@
 """The Bloom-filter hashing specification.
 
-A value is hashed as its UTF-8 bytes (no normalization). For cohort ``c`` and
-hash function ``i`` (0-based) the bit index is::
+A value is hashed as its UTF-8 bytes (no normalization). A string metric names
+its hashing with the ``hashing`` parameter:
 
-    mmh3_x86_32(value_utf8, seed=(c << 16) | i) mod k     (hash taken unsigned)
+``"mmh3"`` (the default)
+    For cohort ``c`` and hash function ``i`` (0-based) the bit index is::
 
-so every cohort has its own ``h`` hash functions. See ``docs/protocol.md`` for
-test vectors that a client in another language can check against.
+        mmh3_x86_32(value_utf8, seed=(c << 16) | i) mod k     (hash taken unsigned)
+
+``"md5-google"`` (google/rappor's client)
+    One digest per cohort, ``MD5(be32(c) || value_utf8)``; hash function ``i`` sets
+    bit ``digest[i] mod k`` (``i < h <= 16``, one digest byte each, so ``k <= 256``).
+
+Either way every cohort has its own ``h`` hash functions. See ``docs/protocol.md``
+for test vectors that a client in another language can check against.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 import mmh3
 
 from veil.shared.errors import ParameterError
+
+#: the values of a string metric's ``hashing`` parameter, the default first
+HASHINGS = ("mmh3", "md5-google")
+#: ``md5-google`` takes hash ``i`` from digest byte ``i``: at most 16 hashes ...
+MD5_MAX_H = 16
+#: ... and a byte reaches bits 0..255 only
+MD5_MAX_K = 256
 
 
 def value_bytes(value: str) -> bytes:
@@ -33,15 +49,24 @@ def hash_seed(cohort: int, index: int) -> int:
     return (cohort << 16) | index
 
 
-def bloom_indices(data: bytes, cohort: int, k: int, h: int) -> list[int]:
-    """The ``h`` bit indices (possibly repeated) that ``data`` sets in ``cohort``."""
+def bloom_indices(data: bytes, cohort: int, k: int, h: int, hashing: str = "mmh3") -> list[int]:
+    """The ``h`` bit indices (possibly repeated) that ``data`` sets in ``cohort``.
+
+    ``hashing`` is one of :data:`HASHINGS`; the caller has checked ``k`` and ``h``
+    against it (:class:`~veil.shared.kinds.StringParams` does).
+    """
+    if hashing == "md5-google":
+        digest = hashlib.md5(cohort.to_bytes(4, "big") + data, usedforsecurity=False).digest()
+        return [digest[i] % k for i in range(h)]
+    if hashing != "mmh3":
+        raise ParameterError("hashing", f"must be one of {', '.join(map(repr, HASHINGS))}; got {hashing!r}")
     base = cohort << 16
     return [mmh3.hash(data, base | i, signed=False) % k for i in range(h)]
 
 
-def bloom_bits(value: str, cohort: int, k: int, h: int) -> int:
+def bloom_bits(value: str, cohort: int, k: int, h: int, hashing: str = "mmh3") -> int:
     """The Bloom filter of ``value`` in ``cohort`` as an integer bit vector."""
     bits = 0
-    for index in bloom_indices(value_bytes(value), cohort, k, h):
+    for index in bloom_indices(value_bytes(value), cohort, k, h, hashing):
         bits |= 1 << index
     return bits

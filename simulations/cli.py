@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from veil.shared.errors import ParameterError
+from veil.shared.hashing import HASHINGS
 
 EXPERIMENT_NAMES = ("regression", "detection", "rr-vs-laplace", "laplace-mean", "composition",
                     "variances")
@@ -54,6 +55,8 @@ def configure_simulate(parser: argparse.ArgumentParser) -> None:
     for name, default, kind in (("k", 128, int), ("h", 2, int), ("m", 64, int), ("p", 0.5, float),
                                 ("q", 0.75, float), ("f", 0.5, float)):
         parser.add_argument(f"--{name}", type=kind, default=default, help=f"RAPPOR {name} (default {default})")
+    parser.add_argument("--hashing", choices=HASHINGS, default="mmh3",
+                        help="Bloom hashing: mmh3 (default) or md5-google (google/rappor's)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the simulation generator")
 
 
@@ -67,7 +70,8 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     if args.reports < 1:
         raise ParameterError("reports", f"--reports must be >= 1; got {args.reports}")
-    params = StringParams(k=args.k, h=args.h, m=args.m, p=args.p, q=args.q, f=args.f)
+    params = StringParams(k=args.k, h=args.h, m=args.m, p=args.p, q=args.q, f=args.f,
+                          hashing=args.hashing)
     if args.population is not None:
         population = Population.from_csv(args.population)
     else:

@@ -43,6 +43,9 @@ from veil.simulations.encoders import SIMULATORS
 EXAMPLES: list[tuple[MechanismParams, dict[Any, float], dict[str, float]]] = [
     (StringParams(k=32, h=2, m=8), {"a.example": 0.5, "b.example": 0.3, "c.example": 0.2},
      {"a.example": 0.5, "b.example": 0.3, "c.example": 0.2}),
+    (StringParams(k=32, h=2, m=8, hashing="md5-google"),
+     {"a.example": 0.5, "b.example": 0.3, "c.example": 0.2},
+     {"a.example": 0.5, "b.example": 0.3, "c.example": 0.2}),
     (CategoryParams(categories=("x", "y", "z")), {"x": 0.6, "y": 0.3, "z": 0.1},
      {"x": 0.6, "y": 0.3, "z": 0.1}),
     (BooleanParams(alpha=0.6, beta=0.4), {True: 0.3, False: 0.7}, {"true": 0.3, "false": 0.7}),
@@ -53,7 +56,10 @@ EXAMPLES: list[tuple[MechanismParams, dict[Any, float], dict[str, float]]] = [
     (NumberParams(low=0.0, high=10.0, mechanism="1bitmean", epsilon=2.0),
      {2.5: 0.5, 10.0: 0.5}, {"mean": 6.25}),
 ]
-IDS = [f"{params.kind}-{getattr(params, 'mechanism', '')}".rstrip("-") for params, _, _ in EXAMPLES]
+IDS = [
+    f"{params.kind}-{getattr(params, 'mechanism', '') or getattr(params, 'hashing', '')}".rstrip("-")
+    for params, _, _ in EXAMPLES
+]
 SDK_REPORTS = 3000
 POPULATION = 200_000
 

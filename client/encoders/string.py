@@ -27,9 +27,11 @@ class StringEncoder(Encoder[StringParams]):
         return value_bytes(value)
 
     def bloom(self, data: bytes) -> int:
-        """The Bloom filter of the UTF-8 ``data`` in this installation's cohort."""
+        """The Bloom filter of the UTF-8 ``data`` in this installation's cohort, hashed
+        as the parameters' ``hashing`` says."""
         bits = 0
-        for index in bloom_indices(data, self.cohort or 0, self.params.k, self.params.h):
+        params = self.params
+        for index in bloom_indices(data, self.cohort or 0, params.k, params.h, params.hashing):
             bits |= 1 << index
         return bits
 

@@ -3,7 +3,8 @@
 Row ``c * k + bit`` of the map is bit ``bit`` of cohort ``c``; column ``s`` is
 candidate ``s``. A candidate sets at most ``h`` bits per cohort (fewer when two
 of its hashes collide: the Bloom filter is an OR). The hashing is exactly
-:func:`veil.shared.hashing.bloom_indices`, the function the client encodes with.
+:func:`veil.shared.hashing.bloom_indices` with the parameters' ``hashing``, the
+function the client encodes with.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def bloom_index_array(
     ``progress`` shows a progress bar (default: only when stderr is a terminal
     and the list is long).
     """
-    k, h, m = params.k, params.h, params.m
+    k, h, m, hashing = params.k, params.h, params.m, params.hashing
     out = np.empty((len(candidates), m, h), dtype=np.int32)
     show = _show_progress(progress, len(candidates) * m)
     iterator: Iterable[tuple[int, str]] = enumerate(candidates)
@@ -42,7 +43,7 @@ def bloom_index_array(
             data = value_bytes(candidate)
         except ParameterError as exc:
             raise ParameterError("candidates", f"candidate #{s + 1}: {exc}") from None
-        out[s] = [bloom_indices(data, cohort, k, h) for cohort in cohorts]
+        out[s] = [bloom_indices(data, cohort, k, h, hashing) for cohort in cohorts]
     return out
 
 

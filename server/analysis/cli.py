@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from veil.shared.errors import ParameterError
+from veil.shared.hashing import HASHINGS
 
 
 def configure_decode(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +19,10 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
     files.add_argument("--params", help="params.csv (header k,h,m,p,q,f)")
     files.add_argument("--counts", help="counts.csv (one row per cohort: reports, then bit counts)")
     files.add_argument("--map", help="map.csv (candidate, then m*h 1-based bit indices)")
+    files.add_argument(
+        "--hashing", choices=HASHINGS,
+        help="the clients' hashing, for --candidates (default: mmh3; google/rappor's: md5-google)",
+    )
     live = parser.add_argument_group("collected data")
     live.add_argument("--server", help="collector base URL, e.g. https://telemetry.example.org")
     live.add_argument("--token", help="read token for --server")
@@ -74,7 +79,7 @@ def run_decode(args: argparse.Namespace) -> int:
             raise ParameterError("map", "give --map or --candidates, not both")
         if not (args.map or args.candidates):
             raise ParameterError("map", "give the candidates: --map map.csv or --candidates FILE")
-        files = read_rappor_files(args.params, args.counts, args.map)
+        files = read_rappor_files(args.params, args.counts, args.map, args.hashing or "mmh3")
         document = files.counts
         source = args.counts
         candidates, candidate_map = files.candidates, files.candidate_map
@@ -83,6 +88,10 @@ def run_decode(args: argparse.Namespace) -> int:
 
         if not args.metric:
             raise ParameterError("metric", "--metric NAME is required with --server or --db")
+        if args.hashing:
+            raise ParameterError(
+                "hashing", "--hashing goes with --params/--counts; a metric's registry names its hashing"
+            )
         if args.server:
             document = fetch_counts(args.server, args.token, args.metric, args.start, args.end)
             source = f"{args.server} metric {args.metric}"
@@ -118,14 +127,18 @@ def configure_map(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", required=True, help="params.csv (header k,h,m,p,q,f)")
     parser.add_argument("--candidates", required=True, help="candidate strings, one per line")
     parser.add_argument("--out", help="output file (default: standard output)")
+    parser.add_argument(
+        "--hashing", choices=HASHINGS, default="mmh3",
+        help="the clients' hashing (default: mmh3, Veil's; google/rappor's: md5-google)",
+    )
 
 
 def run_map(args: argparse.Namespace) -> int:
-    """Write a google/rappor map.csv for the candidates with Veil's hashing."""
+    """Write a google/rappor map.csv for the candidates with the clients' hashing."""
     from veil.server.analysis.candidate_map import read_candidates
     from veil.server.analysis.rappor_files import read_params, write_map
 
-    params = read_params(args.params)
+    params = read_params(args.params, args.hashing)
     candidates = read_candidates(args.candidates)
     write_map(params, candidates, args.out or sys.stdout)
     return 0
@@ -140,7 +153,7 @@ COMMANDS = [
     ),
     (
         "map",
-        "write a google/rappor map.csv for candidate strings with Veil's hashing",
+        "write a google/rappor map.csv for candidate strings (Veil's or google/rappor's hashing)",
         configure_map,
         run_map,
     ),

@@ -59,8 +59,9 @@ def _open_out(target: PathOrFile) -> tuple[IO[str], bool]:
     return target, False
 
 
-def read_params(source: PathOrFile) -> StringParams:
-    """Parse ``params.csv`` into :class:`StringParams`."""
+def read_params(source: PathOrFile, hashing: str = "mmh3") -> StringParams:
+    """Parse ``params.csv`` into :class:`StringParams` with the given ``hashing``
+    (``params.csv`` does not say: google/rappor's own clients hash with ``md5-google``)."""
     name, rows = _rows(source, "params")
     rows = [row for row in rows if any(cell.strip() for cell in row)]
     if len(rows) != 2:
@@ -81,7 +82,7 @@ def read_params(source: PathOrFile) -> StringParams:
             kind = "an integer" if key in "khm" else "a number"
             raise ParameterError(key, f"{name}: {key} must be {kind}; got {text!r}") from None
     try:
-        return StringParams(**parsed)
+        return StringParams(**parsed, hashing=hashing)
     except ParameterError as exc:
         raise ParameterError(exc.field, f"{name}: {exc}") from None
 
@@ -215,7 +216,9 @@ def write_map(
     target: PathOrFile,
     progress: bool | None = None,
 ) -> None:
-    """Write ``map.csv`` for ``candidates`` with Veil's hashing (all ``m*h`` indices)."""
+    """Write ``map.csv`` for ``candidates`` hashed as ``params.hashing`` says (all ``m*h``
+    indices): with ``md5-google``, the bytes google/rappor's ``hash_candidates.py`` writes
+    apart from line endings (LF here, CRLF there; google/rappor reads either)."""
     from veil.server.analysis.candidate_map import bloom_index_array
 
     indices = bloom_index_array(params, candidates, progress)
@@ -244,11 +247,17 @@ class RapporFiles:
 
 
 def read_rappor_files(
-    params: PathOrFile, counts: PathOrFile, map: PathOrFile | None = None
+    params: PathOrFile,
+    counts: PathOrFile,
+    map: PathOrFile | None = None,
+    hashing: str = "mmh3",
 ) -> RapporFiles:
-    """Read ``params.csv``, ``counts.csv`` and (optionally) ``map.csv`` and check they agree."""
+    """Read ``params.csv``, ``counts.csv`` and (optionally) ``map.csv`` and check they agree.
+
+    ``hashing`` is the clients' (:func:`read_params`): it hashes candidates given
+    later without a map, and it names the parameters in the counts document."""
     params_name = str(params) if isinstance(params, str | Path) else "params"
-    parsed = read_params(params)
+    parsed = read_params(params, hashing)
     reports, ones = read_counts(counts, parsed, params_name)
     candidates = candidate_map = None
     if map is not None:

@@ -25,6 +25,9 @@ class MechanismParams:
     kind: ClassVar[str] = ""
     #: whether reports carry a cohort number
     has_cohorts: ClassVar[bool] = False
+    #: fields that :meth:`to_dict` (and so the :attr:`fingerprint`) leaves out while they
+    #: hold their default: fields added later, so that existing parameters keep their names
+    omitted_when_default: ClassVar[frozenset[str]] = frozenset()
 
     @property
     def cohorts(self) -> int:
@@ -71,6 +74,8 @@ class MechanismParams:
         carry it, so that a report encoded with other parameters is refused, not misread."""
         values = self.to_dict()
         for field in dataclasses.fields(self):
+            if field.name not in values:  # omitted at its default
+                continue
             value = values[field.name]
             if "float" in str(field.type) and isinstance(value, int) and not isinstance(value, bool):
                 values[field.name] = float(value)
@@ -78,10 +83,13 @@ class MechanismParams:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
-        """The parameters as a JSON/TOML-ready mapping, ``kind`` first."""
+        """The parameters as a JSON/TOML-ready mapping, ``kind`` first, without the
+        :attr:`omitted_when_default` fields that hold their default."""
         out: dict[str, Any] = {"kind": self.kind}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if field.name in self.omitted_when_default and value == field.default:
+                continue
             out[field.name] = list(value) if isinstance(value, tuple) else value
         return out
 

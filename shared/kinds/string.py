@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from veil.shared.bits import hex_to_bits, realized
 from veil.shared.errors import ParameterError
+from veil.shared.hashing import HASHINGS, MD5_MAX_H, MD5_MAX_K
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.privacy import (
     f_for_epsilon_inf,
@@ -15,7 +16,7 @@ from veil.shared.privacy import (
     rappor_epsilon_1,
     rappor_epsilon_inf,
 )
-from veil.shared.validation import Interval, check_fields
+from veil.shared.validation import Interval, OneOf, check_fields
 
 MAX_K = 65536
 MAX_H = 64
@@ -69,14 +70,18 @@ class RapporBits:
 
 @dataclasses.dataclass(frozen=True)
 class StringParams(RapporBits, MechanismParams):
-    """Bloom-filter RAPPOR: ``k`` bits, ``h`` hashes, ``m`` cohorts, IRR ``p``/``q``, PRR ``f``.
+    """Bloom-filter RAPPOR: ``k`` bits, ``h`` hashes, ``m`` cohorts, IRR ``p``/``q``, PRR ``f``,
+    values hashed by ``hashing`` (:data:`~veil.shared.hashing.HASHINGS`).
 
     Defaults are the RAPPOR paper's: 128 bits, 2 hashes, 64 cohorts, p=0.5,
-    q=0.75, f=0.5 (epsilon_inf = 4 ln 3, about 4.39; epsilon_1 about 1.07).
+    q=0.75, f=0.5 (epsilon_inf = 4 ln 3, about 4.39; epsilon_1 about 1.07), hashed
+    with mmh3. ``hashing="md5-google"`` hashes like google/rappor's clients and
+    needs ``h <= 16`` and ``k <= 256``.
     """
 
     kind: ClassVar[str] = "string"
     has_cohorts: ClassVar[bool] = True
+    omitted_when_default: ClassVar[frozenset[str]] = frozenset({"hashing"})
 
     k: int = 128
     h: int = 2
@@ -84,19 +89,33 @@ class StringParams(RapporBits, MechanismParams):
     p: float = 0.5
     q: float = 0.75
     f: float = 0.5
+    hashing: str = "mmh3"
 
     def __post_init__(self) -> None:
+        owner = type(self).__name__
         check_fields(
-            type(self).__name__,
+            owner,
             dataclasses.asdict(self),
             {
                 "k": Interval(int, 1, MAX_K),
                 "h": Interval(int, 1, MAX_H),
                 "m": Interval(int, 1, MAX_M),
                 **RAPPOR_CONSTRAINTS,
+                "hashing": OneOf(HASHINGS),
             },
         )
-        check_rappor_probs(type(self).__name__, self.p, self.q)
+        check_rappor_probs(owner, self.p, self.q)
+        if self.hashing == "md5-google":
+            for name, value, high, why in [
+                ("h", self.h, MD5_MAX_H, "an MD5 digest has 16 bytes, one per hash"),
+                ("k", self.k, MD5_MAX_K, "a digest byte reaches bits 0..255 only"),
+            ]:
+                if value > high:
+                    raise ParameterError(
+                        name,
+                        f"The {name!r} parameter of {owner} must be at most {high} with "
+                        f"hashing='md5-google' ({why}). Got {value!r} instead.",
+                    )
 
     @property
     def cohorts(self) -> int:

@@ -96,6 +96,48 @@ def test_map_command_writes_google_format(tmp_path: Path, capsys: pytest.Capture
     assert capsys.readouterr().out == (tmp_path / "expected.csv").read_text()
 
 
+#: google/rappor's map.csv rows for k=16, h=2, m=4 (its bin/hash_candidates_test.py vectors;
+#: google/rappor ends lines with CRLF, gen_case.py and Veil with LF)
+GOOGLE_MAP = "apple,5,1,26,26,38,34,63,62\nbanana,12,14,28,24,37,34,62,49\ncarrot,4,12,25,21,48,38,61,54\n"
+
+
+def test_map_command_reproduces_googles_map_with_md5_google(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "params.csv").write_text("k,h,m,p,q,f\n16,2,4,0.5,0.75,0.5\n")
+    (tmp_path / "candidates.txt").write_text("apple\nbanana\ncarrot\n", encoding="utf-8")
+    args = ["map", "--params", str(tmp_path / "params.csv"),
+            "--candidates", str(tmp_path / "candidates.txt")]
+    assert main([*args, "--hashing", "md5-google", "--out", str(tmp_path / "map.csv")]) == 0
+    assert (tmp_path / "map.csv").read_bytes() == GOOGLE_MAP.encode()
+    assert main(args) == 0
+    assert capsys.readouterr().out != GOOGLE_MAP  # Veil's mmh3 hashing stays the default
+
+
+def test_decode_hashes_candidates_as_google_clients_do(tmp_path: Path) -> None:
+    """``--candidates --hashing md5-google`` decodes like Google's own map.csv."""
+    params = StringParams(k=16, h=2, m=4, hashing="md5-google")
+    names = ["apple", "banana", "carrot"]
+    reports, ones = simulate_string_counts(
+        params, build_map(params, names), np.array([0.6, 0.3, 0.1]), 200_000,
+        np.random.default_rng(7),
+    )
+    write_params(params, tmp_path / "params.csv")
+    write_counts(reports, ones, tmp_path / "counts.csv")
+    (tmp_path / "map.csv").write_text(GOOGLE_MAP)
+    (tmp_path / "candidates.txt").write_text("\n".join(names) + "\n")
+    files = ["--params", str(tmp_path / "params.csv"), "--counts", str(tmp_path / "counts.csv")]
+    assert main(["decode", *files, "--map", str(tmp_path / "map.csv"),
+                 "--out", str(tmp_path / "google")]) == 0
+    assert main(["decode", *files, "--candidates", str(tmp_path / "candidates.txt"),
+                 "--hashing", "md5-google", "--out", str(tmp_path / "veil")]) == 0
+    google = _read_csv(tmp_path / "google" / "results.csv")
+    assert _read_csv(tmp_path / "veil" / "results.csv") == google
+    assert {row["string"] for row in google} >= {"apple", "banana"}
+    assert main(["decode", "--db", str(tmp_path / "none.db"), "--metric", "m", "--hashing",
+                 "md5-google", "--out", str(tmp_path / "db")]) == 2
+
+
 def test_decode_reports_dimension_mismatch_cleanly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
