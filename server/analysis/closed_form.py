@@ -14,6 +14,11 @@ as the string decoder.
   standard error ``sqrt(s^2 / N)`` from the empirical variance of the reports.
 * Numbers, 1bitmean: ``E[bit] = (N0 + t (Ns - N0)) / 2^32`` for the mean grid
   position ``t`` in [0, 1], inverted and mapped to ``[low, high]``.
+
+Every estimate is unbiased, so a share near 0 or 1 can read outside [0, 1] by sampling
+noise (at any N for a share of exactly 0). The tables keep such shares unbiased (their
+intervals are clipped to [0, 1]) and the summary's ``note`` names them; summary shares
+are shown clipped, with the unbiased value kept beside them.
 """
 
 from __future__ import annotations
@@ -50,6 +55,22 @@ def _require_reports(counts: CountsArrays, minimum: int = 1) -> int:
             f"need at least {minimum} to estimate",
         )
     return total
+
+
+def _outside_note(labels: list[str], shares: np.ndarray, std_errors: np.ndarray) -> str | None:
+    """A note naming the unbiased shares that sampling noise put outside [0, 1], if any."""
+    outside = [
+        f"{label!r} {share:.3g} (std error {se:.2g})"
+        for label, share, se in zip(labels, shares, std_errors, strict=True)
+        if not 0.0 <= share <= 1.0
+    ]
+    if not outside:
+        return None
+    return (
+        f"unbiased share(s) outside [0, 1] by sampling noise: {', '.join(outside)}; the table "
+        "keeps them unbiased for averaging over runs; the true shares lie in [0, 1], to which "
+        "the intervals are clipped"
+    )
 
 
 def _start(
@@ -95,18 +116,28 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
     share = (ones / total - p_star) / spread
     rho = np.clip((ones + 0.5) / (total + 1.0), p_star, q_star)
     se = np.sqrt(rho * (1 - rho) / (total * spread**2))
-    rows = frequency_rows(list(params.categories), share, se, one_sided_p_values(share, se), total,
+    labels = list(params.categories)
+    rows = frequency_rows(labels, share, se, one_sided_p_values(share, se), total,
                           z_quantile(confidence))
     summary = _base_summary(counts, started, confidence)
+    allocated = float(share.sum())
     summary.update(
         {
             "categories": params.k,
-            "allocated_proportion": float(share.sum()),
+            "allocated_proportion": float(np.clip(allocated, 0.0, 1.0)),
+            "allocated_proportion_unbiased": allocated,
             "allocated_proportion_std_error": float(np.sqrt(np.sum(se**2))),
             "p_star": p_star,
             "q_star": q_star,
         }
     )
+    outside = _outside_note(labels, share, se)
+    notes = [outside] if outside else []
+    if not 0.0 <= allocated <= 1.0:
+        notes.append(f"allocated_proportion shows the unbiased sum of shares {allocated:.4g} "
+                     "clipped to [0, 1]; allocated_proportion_unbiased keeps it")
+    if notes:
+        summary["note"] = "; ".join(notes)
     return DecodeResult("category", FREQUENCY_COLUMNS, rows, summary,
                         f"{len(rows)} category shares")
 
@@ -129,6 +160,9 @@ def decode_boolean(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
                           one_sided_p_values(share, std_errors), total, z_quantile(confidence))
     summary = _base_summary(counts, started, confidence)
     summary.update({"yes_share": mean, "yes_if_false": yes_if_false, "yes_if_true": yes_if_true})
+    note = _outside_note(["true", "false"], share, std_errors)
+    if note:
+        summary["note"] = note
     return DecodeResult("boolean", FREQUENCY_COLUMNS, rows, summary,
                         f"true share {share_true:.4g} \u00b1 {se:.3g} (standard error)")
 

@@ -40,7 +40,8 @@ def frequency_rows(
     z: float,
 ) -> list[dict[str, Any]]:
     """Rows of :data:`FREQUENCY_COLUMNS`: each share of ``total`` reports as a count and a
-    proportion, with its ``z`` interval clipped to [0, 1] (a share cannot leave it)."""
+    proportion, with its ``z`` interval intersected with [0, 1] (where the true share lies;
+    both ends are clipped, so an interval wholly below 0 becomes [0, 0], never empty)."""
     return [
         _row(
             FREQUENCY_COLUMNS,
@@ -49,8 +50,8 @@ def frequency_rows(
             float(se * total),
             float(share),
             float(se),
-            float(max(share - z * se, 0.0)),
-            float(min(share + z * se, 1.0)),
+            float(min(max(share - z * se, 0.0), 1.0)),
+            float(max(min(share + z * se, 1.0), 0.0)),
             float(p_value),
         )
         for label, share, se, p_value in zip(labels, shares, std_errors, p_values, strict=True)
