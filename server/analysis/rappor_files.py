@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -168,46 +169,159 @@ def rappor_params(params: MechanismParams) -> StringParams:
 def read_map(
     source: PathOrFile, params: StringParams, params_name: str = "params"
 ) -> tuple[list[str], sp.csc_matrix]:
-    """Parse ``map.csv`` into candidates and a 0/1 CSC map of shape ``(m*k, n)``."""
+    """Parse ``map.csv`` into candidates and a 0/1 CSC map of shape ``(m*k, n)``.
+
+    A file of plain rows (no quotes; indices of digits and commas only) is parsed in
+    bulk by NumPy, which keeps 100,000 candidates within a few hundred MB; any other
+    file goes through the CSV reader row by row.
+    """
     import scipy.sparse as sp
 
-    name, rows = _rows(source, "map")
-    rows = [row for row in rows if row and any(cell.strip() for cell in row)]
-    if not rows:
+    name = str(source) if isinstance(source, str | Path) else str(getattr(source, "name", "<map>"))
+    parsed = _read_plain_map(source) if isinstance(source, str | Path) else None
+    if parsed is None:
+        parsed = _read_csv_map(source, name)
+    candidates, per_line, flat = parsed
+    if not candidates:
         raise ParameterError("map", f"{name}: the file lists no candidates")
     size = params.m * params.k
-    candidates: list[str] = []
-    row_index: list[np.ndarray] = []
-    for line, row in enumerate(rows, start=1):
-        candidates.append(row[0])
-        try:
-            indices = np.array([int(cell) for cell in row[1:] if cell.strip()], dtype=np.int64)
-        except ValueError:
-            raise ParameterError("map", f"{name} line {line}: indices must be integers") from None
-        if indices.size > params.m * params.h:
-            raise ParameterError(
-                "map",
-                f"{name} line {line} has {indices.size} indices but {params_name} says "
-                f"m*h = {params.m}*{params.h} = {params.m * params.h}",
-            )
-        if indices.size and (indices.min() < 1 or indices.max() > size):
-            raise ParameterError(
-                "map",
-                f"{name} line {line}: index {int(indices.max() if indices.max() > size else indices.min())} "
-                f"is outside 1..m*k = 1..{size} ({params_name}: m={params.m}, k={params.k})",
-            )
-        row_index.append(np.unique(indices - 1))
+    _check_map_indices(name, params, params_name, per_line, flat)
     if len(set(candidates)) != len(candidates):
         seen: set[str] = set()
         for candidate in candidates:
             if candidate in seen:
                 raise ParameterError("map", f"{name}: candidate {candidate!r} is listed twice")
             seen.add(candidate)
-    counts = np.array([r.size for r in row_index], dtype=np.int64)
-    indptr = np.concatenate([[0], np.cumsum(counts)])
-    data = np.concatenate(row_index) if row_index else np.zeros(0, dtype=np.int64)
-    matrix = sp.csc_matrix((np.ones(data.size), data, indptr), shape=(size, len(candidates)))
+    # one sort of (line, index) keys: each line's indices sorted, repeats (Bloom OR) once
+    # (in place where it can: these arrays hold every index of the file)
+    key_dtype = np.int32 if len(candidates) * size < 2**31 else np.int64
+    keys: np.ndarray = np.repeat(np.arange(len(candidates), dtype=key_dtype), per_line)
+    keys *= size
+    keys += flat.astype(key_dtype, copy=False)  # checked: within 1..m*k
+    keys -= 1
+    del flat
+    keys.sort()  # np.unique hashes, far slower at millions of keys
+    if keys.size:
+        keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+    lines, rows = np.divmod(keys, size)
+    del keys
+    indptr = np.zeros(len(candidates) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(lines, minlength=len(candidates)), out=indptr[1:])
+    del lines
+    index_dtype = np.int32 if size < 2**31 and indptr[-1] < 2**31 else np.int64
+    matrix = sp.csc_matrix(
+        (np.ones(rows.size), rows.astype(index_dtype), indptr.astype(index_dtype)),
+        shape=(size, len(candidates)),
+    )
+    matrix.has_sorted_indices = True
     return candidates, matrix
+
+
+#: a map file's candidates, how many indices each line lists, and all indices in line order
+MapRows = tuple[list[str], np.ndarray, np.ndarray]
+
+
+def _read_plain_map(path: str | Path) -> MapRows | None:
+    """``map.csv`` read in bulk, or ``None`` when a row needs the CSV reader (quotes,
+    spaces or other characters among the indices, a candidate that is not UTF-8).
+
+    Lines whose fields are all blank are skipped; empty index fields are ignored.
+    """
+    candidates: list[str] = []
+    per_line: list[int] = []
+    rests: list[bytes] = []
+    try:
+        with open(path, "rb") as handle:
+            for raw in handle:
+                line = raw[:-1] if raw.endswith(b"\n") else raw
+                line = line[:-1] if line.endswith(b"\r") else line
+                if b'"' in line or b"\r" in line:
+                    return None
+                if not line.replace(b",", b"").strip():
+                    continue
+                candidate, _, rest = line.partition(b",")
+                if rest.translate(None, b"0123456789,"):
+                    return None
+                rest = rest.strip(b",")
+                while b",," in rest:
+                    rest = rest.replace(b",,", b",")
+                candidates.append(candidate.decode("utf-8"))
+                per_line.append(rest.count(b",") + 1 if rest else 0)
+                if rest:
+                    rests.append(rest)
+    except OSError as exc:
+        raise ParameterError("map", f"cannot read map file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        return None
+    counts = np.array(per_line, dtype=np.int64)
+    joined = b",".join(rests)
+    rests.clear()
+    flat = np.fromstring(joined, dtype=np.int64, sep=",") if joined else np.zeros(0, np.int64)
+    del joined
+    if flat.size != counts.sum():  # a number too long for int64: let the CSV path say so
+        return None
+    return candidates, counts, flat
+
+
+def _read_csv_map(source: PathOrFile, name: str) -> MapRows:
+    """``map.csv`` through the CSV reader, one row at a time."""
+    candidates: list[str] = []
+    row_index: list[np.ndarray] = []
+    try:
+        with (
+            open(source, newline="", encoding="utf-8") if isinstance(source, str | Path)
+            else nullcontext(source)
+        ) as handle:
+            for row in csv.reader(handle):
+                if not (row and any(cell.strip() for cell in row)):
+                    continue
+                candidates.append(row[0])
+                try:
+                    row_index.append(
+                        np.array([int(cell) for cell in row[1:] if cell.strip()], dtype=np.int64)
+                    )
+                except (ValueError, OverflowError):
+                    raise ParameterError(
+                        "map", f"{name} line {len(candidates)}: indices must be integers"
+                    ) from None
+    except OSError as exc:
+        raise ParameterError("map", f"cannot read map file {name}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ParameterError("map", f"{name}: not UTF-8 text (byte {exc.start})") from None
+    except csv.Error as exc:
+        raise ParameterError("map", f"{name}: not valid CSV: {exc}") from None
+    counts = np.array([r.size for r in row_index], dtype=np.int64)
+    flat = np.concatenate(row_index) if row_index else np.zeros(0, dtype=np.int64)
+    return candidates, counts, flat
+
+
+def _check_map_indices(
+    name: str, params: StringParams, params_name: str, per_line: np.ndarray, flat: np.ndarray
+) -> None:
+    """At most ``m*h`` indices per line, each within ``1..m*k``; the error names the first
+    line that breaks either rule."""
+    size = params.m * params.k
+    too_many = per_line > params.m * params.h
+    ends = np.cumsum(per_line)
+    outside_lines = np.searchsorted(ends, np.flatnonzero((flat < 1) | (flat > size)), side="right")
+    bad = np.flatnonzero(too_many)
+    first = min(int(bad[0]) if bad.size else len(per_line),
+                int(outside_lines[0]) if outside_lines.size else len(per_line))
+    if first == len(per_line):
+        return
+    line = first + 1
+    if too_many[first]:
+        raise ParameterError(
+            "map",
+            f"{name} line {line} has {per_line[first]} indices but {params_name} says "
+            f"m*h = {params.m}*{params.h} = {params.m * params.h}",
+        )
+    indices = flat[ends[first] - per_line[first]: ends[first]]
+    raise ParameterError(
+        "map",
+        f"{name} line {line}: index {int(indices.max() if indices.max() > size else indices.min())} "
+        f"is outside 1..m*k = 1..{size} ({params_name}: m={params.m}, k={params.k})",
+    )
 
 
 def write_map(
