@@ -61,13 +61,16 @@ def resolve_registry(
         log.warning("using the cached metric registry: %s", problem)
         return cached
     write_cache(cache, fetched)
+    for name, why in fetched.skipped.items():
+        log.warning("metric %r of the registry is left out (reports of it are dropped): %s",
+                    name, why)
     return fetched
 
 
 def read_cache(path: Path) -> Registry | None:
     """The cached registry, or ``None`` if there is none or it cannot be read."""
     try:
-        return Registry.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return Registry.from_dict(json.loads(path.read_text(encoding="utf-8")), lenient=True)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, ParameterError) as exc:

@@ -253,7 +253,7 @@ class RequestsTransport(Transport):
         if response.status_code != 200:
             raise RegistryUnavailableError(f"GET {address} answered HTTP {response.status_code}")
         try:
-            return Registry.from_dict(response.json())
+            return Registry.from_dict(response.json(), lenient=True)
         except (ValueError, ParameterError) as exc:
             raise RegistryUnavailableError(
                 f"GET {address} returned an invalid registry: {exc}"

@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from veil.shared.errors import ParameterError
-from veil.shared.kinds import KINDS, MechanismParams
+from veil.shared.kinds import KINDS, MechanismParams, parse_params
 from veil.shared.privacy import sequential
 
 METRIC_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
@@ -47,6 +47,8 @@ class Metric:
     params: MechanismParams
     description: str = ""
     min_reports: int = DEFAULT_MIN_REPORTS
+    #: how the registry's choices were made (which oracle ``oracle = "auto"`` picked, why)
+    note: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not METRIC_NAME.match(self.name):
@@ -66,6 +68,8 @@ class Metric:
             )
         if not isinstance(self.description, str):
             raise ParameterError(f"metrics.{self.name}.description", "description must be a string")
+        if not isinstance(self.note, str):
+            raise ParameterError(f"metrics.{self.name}.note", "note must be a string")
 
     @property
     def kind(self) -> str:
@@ -73,12 +77,13 @@ class Metric:
         return self.params.kind
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: kind, description, min_reports and the parameters."""
+        """JSON-ready: kind, description, min_reports, the note if any and the parameters."""
         params = self.params.to_dict()
         return {
             "kind": params.pop("kind"),
             "description": self.description,
             "min_reports": self.min_reports,
+            **({"note": self.note} if self.note else {}),
             **{key: value for key, value in params.items() if value is not None},
         }
 
@@ -97,19 +102,24 @@ class Metric:
             )
         description = settings.pop("description", "")
         min_reports = settings.pop("min_reports", DEFAULT_MIN_REPORTS)
+        given_note = settings.pop("note", "")
         try:
-            params = KINDS[kind].from_dict(settings)
+            params, note = parse_params({"kind": kind, **settings})
         except ParameterError as exc:
             raise ParameterError(f"metrics.{name}.{exc.field}", f"metrics.{name}: {exc}") from None
         except TypeError as exc:
             raise ParameterError(f"metrics.{name}", f"metrics.{name}: {exc}") from None
-        return cls(name=name, params=params, description=description, min_reports=min_reports)
+        return cls(name=name, params=params, description=description, min_reports=min_reports,
+                   note=note or given_note)
 
 
 class Registry(Mapping[str, Metric]):
     """An immutable, versioned set of metrics, looked up by name."""
 
-    def __init__(self, metrics: Mapping[str, Metric] | list[Metric], version: int = 1) -> None:
+    def __init__(self, metrics: Mapping[str, Metric] | list[Metric], version: int = 1,
+                 skipped: Mapping[str, str] | None = None) -> None:
+        #: metrics a lenient parse left out (name -> why): defined by a newer Veil, say
+        self.skipped: Mapping[str, str] = MappingProxyType(dict(skipped or {}))
         items = list(metrics.values()) if isinstance(metrics, Mapping) else list(metrics)
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise ParameterError("version", f"Registry version must be an integer >= 1. Got {version!r}.")
@@ -161,8 +171,13 @@ class Registry(Mapping[str, Metric]):
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Registry:
-        """Parse the mapping form (from TOML or JSON)."""
+    def from_dict(cls, data: Mapping[str, Any], *, lenient: bool = False) -> Registry:
+        """Parse the mapping form (from TOML or JSON).
+
+        ``lenient=True`` (what clients use for a registry served to them) leaves out a
+        metric this version cannot read, such as one with a mechanism added later, and
+        records why in :attr:`skipped`; the other metrics stay usable.
+        """
         if not isinstance(data, Mapping):
             raise ParameterError("registry", "the registry must be a table/object")
         unknown = sorted(set(data) - {"version", "metrics"})
@@ -171,10 +186,15 @@ class Registry(Mapping[str, Metric]):
         metrics = data.get("metrics", {})
         if not isinstance(metrics, Mapping) or not metrics:
             raise ParameterError("metrics", "the registry needs at least one [metrics.NAME] table")
-        return cls(
-            [Metric.from_dict(name, table) for name, table in metrics.items()],
-            version=data.get("version", 1),
-        )
+        parsed, skipped = [], {}
+        for name, table in metrics.items():
+            try:
+                parsed.append(Metric.from_dict(name, table))
+            except ParameterError as exc:
+                if not lenient:
+                    raise
+                skipped[str(name)] = str(exc)
+        return cls(parsed, version=data.get("version", 1), skipped=skipped)
 
     @classmethod
     def from_toml(cls, text: str) -> Registry:

@@ -165,6 +165,13 @@ def validate_report(obj: Any, registry: Registry, field: str = "report",
             "unknown_metric",
         )
     params = metric.params
+    if version < params.min_wire_version:
+        raise WireFormatError(
+            f"{field}.version",
+            f"metric {name!r} ({params.mechanism_name}) takes reports of wire version "
+            f"{params.min_wire_version} or later, whose fingerprint names the payload's shape",
+            "unsupported_version",
+        )
     if version >= 2 and obj["params"] != params.fingerprint:
         given = obj["params"]
         shown = given if isinstance(given, str) and len(given) <= 64 else "(invalid)"

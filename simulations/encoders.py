@@ -20,8 +20,13 @@ import numpy as np
 from veil.shared.kinds import (
     BooleanParams,
     CategoryParams,
+    GrrParams,
+    HadamardParams,
     MechanismParams,
     NumberParams,
+    OlhParams,
+    OracleParams,
+    OueParams,
     StringParams,
     implements,
 )
@@ -31,7 +36,9 @@ from veil.simulations.encoding import (
     encode_categories,
     encode_numbers,
     encode_strings,
+    payloads,
 )
+from veil.simulations.oracle_encoding import encode_grr, encode_hadamard, encode_olh, encode_oue
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +106,42 @@ def simulate_categories(params: CategoryParams, values: Sequence[str], rng: np.r
     return SimulatedReports(reports.cohorts, reports.payloads())
 
 
+def _oracle_indices(params: OracleParams, values: Sequence[str]) -> np.ndarray:
+    return np.array([params.index(value) for value in values], dtype=np.int64)
+
+
+@simulates(GrrParams)
+def simulate_grr(params: GrrParams, values: Sequence[str], rng: np.random.Generator,
+                 clients: np.ndarray | None = None) -> SimulatedReports:
+    """Generalized randomized response (memoized) of category names ``values``."""
+    out = encode_grr(params, _oracle_indices(params, values), rng, clients)
+    return SimulatedReports(np.zeros(len(values), np.int64), out.tolist())
+
+
+@simulates(OueParams)
+def simulate_oue(params: OueParams, values: Sequence[str], rng: np.random.Generator,
+                 clients: np.ndarray | None = None) -> SimulatedReports:
+    """Optimized unary encoding (memoized, L-OSUE) of category names ``values``: hex payloads."""
+    words = encode_oue(params, _oracle_indices(params, values), rng, clients)
+    return SimulatedReports(np.zeros(len(values), np.int64), payloads(words, params.d))
+
+
+@simulates(OlhParams)
+def simulate_olh(params: OlhParams, values: Sequence[str], rng: np.random.Generator,
+                 clients: np.ndarray | None = None) -> SimulatedReports:
+    """Optimized local hashing (memoized) of category names ``values``."""
+    out = encode_olh(params, _oracle_indices(params, values), rng, clients)
+    return SimulatedReports(np.zeros(len(values), np.int64), out.tolist())
+
+
+@simulates(HadamardParams)
+def simulate_hadamard(params: HadamardParams, values: Sequence[str], rng: np.random.Generator,
+                      clients: np.ndarray | None = None) -> SimulatedReports:
+    """Hadamard response (memoized) of category names ``values``."""
+    out = encode_hadamard(params, _oracle_indices(params, values), rng, clients)
+    return SimulatedReports(np.zeros(len(values), np.int64), out.tolist())
+
+
 @simulates(BooleanParams)
 def simulate_booleans(params: BooleanParams, values: Sequence[bool], rng: np.random.Generator,
                       clients: np.ndarray | None = None) -> SimulatedReports:
@@ -115,8 +158,9 @@ def simulate_numbers(params: NumberParams, values: Sequence[float], rng: np.rand
     return SimulatedReports(np.zeros(len(values), np.int64), out.tolist())
 
 
-#: the simulation encoder of each kind, keyed by its parameter class's kind
+#: the simulation encoder of each mechanism, keyed by its parameter class's mechanism_name
 SIMULATORS: dict[str, Simulator] = {
-    simulator.params_type.kind: simulator
-    for simulator in (simulate_strings, simulate_categories, simulate_booleans, simulate_numbers)
+    simulator.params_type.mechanism_name: simulator
+    for simulator in (simulate_strings, simulate_categories, simulate_grr, simulate_oue,
+                      simulate_olh, simulate_hadamard, simulate_booleans, simulate_numbers)
 }

@@ -1,6 +1,7 @@
 """Every kind through every face, in the manner of scikit-learn's ``check_estimator``.
 
-For each kind in :data:`veil.shared.kinds.KINDS` and each example parameter set:
+For each mechanism in :data:`veil.shared.kinds.MECHANISMS` (every kind, and every
+oracle of a category metric) and each example parameter set:
 the parameters validate and round-trip, the SDK encoder's output passes wire
 validation, the statistic's fast accumulation equals the report-by-report fold
 and merges, counts documents round-trip, the decoder recovers a known
@@ -27,11 +28,15 @@ from veil.client.encoders import ENCODERS, make_encoder
 from veil.server.analysis.counts import counts_arrays
 from veil.server.analysis.decode import DECODERS, decode_counts
 from veil.shared.kinds import (
-    KINDS,
+    MECHANISMS,
     BooleanParams,
     CategoryParams,
+    GrrParams,
+    HadamardParams,
     MechanismParams,
     NumberParams,
+    OlhParams,
+    OueParams,
     StringParams,
 )
 from veil.shared.registry import Metric, Registry
@@ -48,6 +53,9 @@ EXAMPLES: list[tuple[MechanismParams, dict[Any, float], dict[str, float]]] = [
      {"a.example": 0.5, "b.example": 0.3, "c.example": 0.2}),
     (CategoryParams(categories=("x", "y", "z")), {"x": 0.6, "y": 0.3, "z": 0.1},
      {"x": 0.6, "y": 0.3, "z": 0.1}),
+    *[(cls(categories=("x", "y", "z", "w"), epsilon=3.0), {"x": 0.5, "y": 0.3, "z": 0.2},
+       {"x": 0.5, "y": 0.3, "z": 0.2, "w": 0.0})
+      for cls in (GrrParams, OueParams, OlhParams, HadamardParams)],
     (BooleanParams(alpha=0.6, beta=0.4), {True: 0.3, False: 0.7}, {"true": 0.3, "false": 0.7}),
     (NumberParams(low=0.0, high=10.0, mechanism="laplace", epsilon=2.0),
      {2.5: 0.5, 7.5: 0.5}, {"mean": 5.0}),
@@ -57,7 +65,9 @@ EXAMPLES: list[tuple[MechanismParams, dict[Any, float], dict[str, float]]] = [
      {2.5: 0.5, 10.0: 0.5}, {"mean": 6.25}),
 ]
 IDS = [
-    f"{params.kind}-{getattr(params, 'mechanism', '') or getattr(params, 'hashing', '')}".rstrip("-")
+    "-".join(part for part in (params.mechanism_name.replace("/", "-"),
+                               getattr(params, "mechanism", ""), getattr(params, "hashing", ""))
+             if part)
     for params, _, _ in EXAMPLES
 ]
 SDK_REPORTS = 3000
@@ -105,14 +115,14 @@ def per_report_fields(params: MechanismParams, cohorts: list[int], payloads: lis
     return {name: np.array(values) for name, values in out.items()}
 
 
-def test_every_kind_has_every_face_and_an_example() -> None:
-    kinds = set(KINDS)
-    assert set(ENCODERS) == kinds, "an encoder per kind (veil.client.encoders.ENCODERS)"
-    assert set(DECODERS) == kinds, "a decoder per kind (veil.server.analysis.decode.DECODERS)"
-    assert set(SIMULATORS) == kinds, "a simulation encoder per kind (veil.simulations.encoders)"
-    assert {params.kind for params, _, _ in EXAMPLES} == kinds, "an example per kind here"
+def test_every_mechanism_has_every_face_and_an_example() -> None:
+    mechanisms = set(MECHANISMS)
+    assert set(ENCODERS) == mechanisms, "an encoder each (veil.client.encoders.ENCODERS)"
+    assert set(DECODERS) == mechanisms, "a decoder each (veil.server.analysis.decode.DECODERS)"
+    assert set(SIMULATORS) == mechanisms, "a simulation encoder each (veil.simulations.encoders)"
+    assert {params.mechanism_name for params, _, _ in EXAMPLES} == mechanisms, "an example each here"
     for params, _, _ in EXAMPLES:
-        assert params.statistic in STATISTICS, f"{params.kind}: no statistic {params.statistic!r}"
+        assert params.statistic in STATISTICS, f"{params.mechanism_name}: no statistic {params.statistic!r}"
 
 
 @pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
@@ -171,7 +181,7 @@ def test_statistic_accumulates_merges_and_round_trips(params, shares, truth) -> 
 def test_simulation_encoder_has_the_sdk_law(params, shares, truth) -> None:
     values = population(shares, SDK_REPORTS, 5)
     sdk = sdk_reports(params, values, 6)
-    simulated = SIMULATORS[params.kind](params, values, np.random.default_rng(7))
+    simulated = SIMULATORS[params.mechanism_name](params, values, np.random.default_rng(7))
     sdk_fields = per_report_fields(params, [r.get("cohort", 0) for r in sdk],
                                    [r["payload"] for r in sdk])
     sim_fields = per_report_fields(params, simulated.cohorts.tolist(), simulated.payloads)
@@ -186,7 +196,7 @@ def test_simulation_encoder_has_the_sdk_law(params, shares, truth) -> None:
 @pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
 def test_decoder_recovers_a_known_population(params, shares, truth) -> None:
     values = population(shares, POPULATION, 8)
-    simulated = SIMULATORS[params.kind](params, values, np.random.default_rng(9))
+    simulated = SIMULATORS[params.mechanism_name](params, values, np.random.default_rng(9))
     statistic = statistic_for(params)
     stored = [statistic.stored_payload(params, p, params.parse_payload(p))
               for p in simulated.payloads]

@@ -1,4 +1,5 @@
-"""Encoders, one per kind; :func:`make_encoder` picks the one for a metric."""
+"""Encoders, one per mechanism (a kind, or a category oracle); :func:`make_encoder` picks the
+one for a metric."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from veil.client.encoders.base import Encoder
 from veil.client.encoders.boolean import BooleanEncoder
 from veil.client.encoders.category import CategoryEncoder
 from veil.client.encoders.number import NumberEncoder
+from veil.client.encoders.oracles import GrrEncoder, HadamardEncoder, OlhEncoder, OueEncoder
 from veil.client.encoders.string import StringEncoder
 from veil.shared.registry import Metric
 
-#: the encoder of each kind, keyed by its parameter class's kind
+#: the encoder of each mechanism, keyed by its parameter class's mechanism_name
 ENCODERS: dict[str, type[Encoder[Any]]] = {
-    cls.params_type.kind: cls
-    for cls in (StringEncoder, CategoryEncoder, BooleanEncoder, NumberEncoder)
+    cls.params_type.mechanism_name: cls
+    for cls in (StringEncoder, CategoryEncoder, GrrEncoder, OueEncoder, OlhEncoder,
+                HadamardEncoder, BooleanEncoder, NumberEncoder)
 }
 
 
@@ -27,7 +30,7 @@ def make_encoder(
     random_bytes: Callable[[int], bytes] = os.urandom,
 ) -> Encoder[Any]:
     """The encoder for ``metric``, keyed by the installation ``secret``."""
-    return ENCODERS[metric.params.kind](metric.params, metric.name, secret, cohort_seed, random_bytes)
+    return ENCODERS[metric.params.mechanism_name](metric.params, metric.name, secret, cohort_seed, random_bytes)
 
 
 __all__ = [
@@ -35,7 +38,11 @@ __all__ = [
     "BooleanEncoder",
     "CategoryEncoder",
     "Encoder",
+    "GrrEncoder",
+    "HadamardEncoder",
     "NumberEncoder",
+    "OlhEncoder",
+    "OueEncoder",
     "StringEncoder",
     "make_encoder",
 ]

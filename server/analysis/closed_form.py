@@ -116,19 +116,26 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
     share = (ones / total - p_star) / spread
     rho = np.clip((ones + 0.5) / (total + 1.0), p_star, q_star)
     se = np.sqrt(rho * (1 - rho) / (total * spread**2))
-    labels = list(params.categories)
+    summary = _base_summary(counts, started, confidence)
+    return category_shares_result(list(params.categories), share, se, total, confidence, summary,
+                                  {"p_star": p_star, "q_star": q_star}, "category shares")
+
+
+def category_shares_result(labels: list[str], share: np.ndarray, se: np.ndarray, total: int,
+                           confidence: float, summary: dict[str, Any], details: dict[str, Any],
+                           description: str) -> DecodeResult:
+    """The result of a category decoder: a row per category, the allocated share, ``details``
+    and the notes on shares that sampling noise put outside [0, 1]."""
     rows = frequency_rows(labels, share, se, one_sided_p_values(share, se), total,
                           z_quantile(confidence))
-    summary = _base_summary(counts, started, confidence)
     allocated = float(share.sum())
     summary.update(
         {
-            "categories": params.k,
+            "categories": len(labels),
             "allocated_proportion": float(np.clip(allocated, 0.0, 1.0)),
             "allocated_proportion_unbiased": allocated,
             "allocated_proportion_std_error": float(np.sqrt(np.sum(se**2))),
-            "p_star": p_star,
-            "q_star": q_star,
+            **details,
         }
     )
     outside = _outside_note(labels, share, se)
@@ -139,7 +146,7 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
     if notes:
         summary["note"] = "; ".join(notes)
     return DecodeResult("category", FREQUENCY_COLUMNS, rows, summary,
-                        f"{len(rows)} category shares")
+                        f"{len(rows)} {description}")
 
 
 @decodes(BooleanParams)

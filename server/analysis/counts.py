@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from veil.shared.errors import ParameterError
-from veil.shared.kinds import KINDS, MechanismParams, StringParams
+from veil.shared.kinds import KINDS, MechanismParams, StringParams, params_from_dict
 from veil.shared.statistics import statistic_for
 
 
@@ -77,7 +77,7 @@ def _params(document: Mapping[str, Any], source: str) -> MechanismParams:
         raise _fail(source, "params.kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")
     settings = {key: value for key, value in raw.items() if key not in ("description", "min_reports")}
     try:
-        return KINDS[kind].from_dict(settings)
+        return params_from_dict({**settings, "kind": kind})
     except ParameterError as exc:
         raise _fail(source, f"params.{exc.field}", exc.message) from None
     except TypeError as exc:
@@ -141,9 +141,11 @@ def counts_document(
     reports: np.ndarray,
     ones: np.ndarray,
     metric: str = "rappor",
+    field: str = "ones",
 ) -> dict[str, Any]:
-    """A counts document for a string or category metric from arrays."""
-    reports = np.asarray(reports, dtype=np.int64)
+    """A counts document from arrays: ``reports`` per cohort and each cohort's counts vector
+    ``ones`` (the field named ``field``: set-bit counts, or an oracle's ``responses``)."""
+    reports = np.asarray(reports, dtype=np.int64).reshape(-1)
     ones = np.asarray(ones, dtype=np.int64).reshape(len(reports), -1)
     return {
         "metric": metric,
@@ -153,7 +155,7 @@ def counts_document(
         "end": None,
         "reports": int(reports.sum()),
         "cohorts": [
-            {"cohort": j, "reports": int(reports[j]), "ones": [int(v) for v in ones[j]]}
+            {"cohort": j, "reports": int(reports[j]), field: ones[j].tolist()}
             for j in range(len(reports))
         ],
     }

@@ -10,14 +10,16 @@ import scipy.sparse as sp
 from veil.server.analysis.closed_form import decode_boolean, decode_category, decode_number
 from veil.server.analysis.counts import CountsArrays, counts_arrays
 from veil.server.analysis.decoders import DecodeOptions, Decoder
+from veil.server.analysis.oracles import decode_grr, decode_hadamard, decode_olh, decode_oue
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.strings import decode_strings
 from veil.shared.errors import ParameterError
 
-#: the decoder of each kind, keyed by its parameter class's kind
+#: the decoder of each mechanism, keyed by its parameter class's mechanism_name
 DECODERS: dict[str, Decoder] = {
-    decoder.params_type.kind: decoder
-    for decoder in (decode_strings, decode_category, decode_boolean, decode_number)
+    decoder.params_type.mechanism_name: decoder
+    for decoder in (decode_strings, decode_category, decode_grr, decode_oue, decode_olh,
+                    decode_hadamard, decode_boolean, decode_number)
 }
 
 
@@ -40,9 +42,9 @@ def decode_counts(
     ``correction``, ``alpha`` and ``background`` apply to strings only.
     """
     counts = document if isinstance(document, CountsArrays) else counts_arrays(document, source)
-    decoder = DECODERS.get(counts.params.kind)
+    decoder = DECODERS.get(counts.params.mechanism_name)
     if decoder is None:
-        raise ParameterError("params.kind", f"no decoder for kind {counts.params.kind!r}")
+        raise ParameterError("params.kind", f"no decoder for {counts.params.mechanism_name!r}")
     options = DecodeOptions(candidates, candidate_map, correction, alpha, confidence, background,
                             progress)
     return decoder(counts, options)

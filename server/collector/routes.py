@@ -110,7 +110,8 @@ def counts(name: str) -> Response:
     if fmt == "csv" and metric.params.as_rappor() is None:
         raise ApiError(400, "bad_format", "format",
                        f"csv (google/rappor counts.csv) exists only for metrics reported with "
-                       f"RAPPOR bits (strings, categories); {name!r} is a {metric.kind} metric: "
+                       f"RAPPOR bits (strings, RAPPOR categories); {name!r} is a "
+                       f"{metric.params.mechanism_name} metric: "
                        "use format=json")
     days = {}
     for field in ("start", "end"):

@@ -1,25 +1,107 @@
-"""One module per kind of metric; :data:`KINDS` maps a kind name to its parameter class.
+"""One module per kind of metric (and per oracle of a category metric).
 
-Adding a kind means one new module here, one entry in :data:`KINDS`, and the
-matching encoder, statistics and estimator on the client and server sides.
+:data:`MECHANISMS` maps a mechanism's name (its kind, or ``kind/oracle``) to its
+parameter class; :data:`KINDS` maps a kind to its default mechanism; the
+encoder, statistic, decoder and simulation registries key on
+``params.mechanism_name``. :func:`parse_params` reads a registry's or counts
+document's parameters, picking the class from ``kind`` and ``oracle``.
+
+Adding a mechanism means one new module here, one entry in :data:`MECHANISMS`,
+and its encoder, statistic, decoder and simulation encoder, each registered
+where its face lives.
 """
 
+from collections.abc import Mapping
+from typing import Any
+
+from veil.shared.errors import ParameterError
 from veil.shared.kinds.base import MechanismParams, implements
 from veil.shared.kinds.boolean import BooleanParams
 from veil.shared.kinds.category import CategoryParams
 from veil.shared.kinds.number import NumberParams
+from veil.shared.kinds.oracles import (
+    ORACLES,
+    GrrParams,
+    HadamardParams,
+    OlhParams,
+    OracleParams,
+    OueParams,
+    choose_oracle,
+)
 from veil.shared.kinds.string import StringParams
 
+_CLASSES: tuple[type[MechanismParams], ...] = (
+    StringParams, CategoryParams, *ORACLES.values(), BooleanParams, NumberParams)
+MECHANISMS: dict[str, type[MechanismParams]] = {cls.mechanism_name: cls for cls in _CLASSES}
+
 KINDS: dict[str, type[MechanismParams]] = {
-    cls.kind: cls for cls in (StringParams, CategoryParams, BooleanParams, NumberParams)
+    cls.kind: cls for cls in MECHANISMS.values() if cls.mechanism_name == cls.kind
 }
+
+
+def parse_params(data: Mapping[str, Any]) -> tuple[MechanismParams, str]:
+    """Parameters from a mapping with ``kind`` (and, for categories, ``oracle``), plus a
+    note saying which oracle ``oracle = "auto"`` chose and why ("" otherwise).
+
+    Raises :class:`ParameterError` naming the offending key.
+    """
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise ParameterError(
+            "kind", f"kind must be one of {', '.join(map(repr, KINDS))}. Got {kind!r} instead.")
+    settings = {key: value for key, value in data.items() if key != "kind"}
+    default = KINDS[kind]
+    oracle = settings.get("oracle", default.oracle)
+    if oracle == default.oracle:
+        return default.from_dict(settings), ""
+    choices = [name for name, cls in MECHANISMS.items() if cls.kind == kind]
+    if len(choices) == 1:
+        raise ParameterError("oracle", f"a {kind} metric has no oracle to choose; omit it")
+    if oracle == "auto":
+        settings.pop("oracle")
+        reject = sorted(set(settings) - {"categories", "epsilon", "report_epsilon",
+                                          "max_report_bytes"})
+        if reject:
+            raise ParameterError(reject[0], f"oracle = 'auto' takes categories, epsilon, "
+                                            f"report_epsilon and max_report_bytes; not {reject[0]!r}")
+        if "epsilon" not in settings:
+            raise ParameterError("epsilon", "oracle = 'auto' needs the epsilon to choose for")
+        return choose_oracle(settings.get("categories", ()), settings["epsilon"],
+                             settings.get("report_epsilon"), settings.get("max_report_bytes"))
+    cls = MECHANISMS.get(f"{kind}/{oracle}")
+    if cls is None:
+        names = [default.oracle, *(MECHANISMS[n].oracle for n in choices if n != kind), "auto"]
+        raise ParameterError(
+            "oracle", f"oracle must be one of {', '.join(map(repr, names))}. Got {oracle!r} instead.")
+    cap = settings.pop("max_report_bytes", None)
+    params = cls.from_dict(settings)
+    if cap is not None and isinstance(params, OracleParams) and params.report_bytes > cap:
+        raise ParameterError(
+            "max_report_bytes",
+            f"{oracle} reports over {params.d} categories take {params.report_bytes} bytes, "
+            f"more than max_report_bytes={cap!r}")
+    return params, ""
+
+
+def params_from_dict(data: Mapping[str, Any]) -> MechanismParams:
+    """:func:`parse_params` without the note."""
+    return parse_params(data)[0]
+
 
 __all__ = [
     "KINDS",
+    "MECHANISMS",
     "BooleanParams",
     "CategoryParams",
+    "GrrParams",
+    "HadamardParams",
     "MechanismParams",
     "NumberParams",
+    "OlhParams",
+    "OracleParams",
+    "OueParams",
     "StringParams",
     "implements",
+    "params_from_dict",
+    "parse_params",
 ]

@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
+from veil.shared.errors import ParameterError
 from veil.shared.privacy import group_privacy
 from veil.shared.validation import reject_unknown
 
@@ -23,11 +24,26 @@ class MechanismParams:
     """
 
     kind: ClassVar[str] = ""
+    #: which of its kind's mechanisms this class is, for a kind with several (a category's
+    #: ``oracle``); "" for a kind with one
+    oracle: ClassVar[str] = ""
+    #: the ``oracle`` that parameters naming none mean (:meth:`to_dict` leaves it out)
+    default_oracle: ClassVar[str] = ""
+    #: registry key of this class: the kind, or ``kind/oracle`` for a kind's other oracles
+    #: (set for every subclass from :attr:`kind` and :attr:`oracle`)
+    mechanism_name: ClassVar[str] = ""
+    #: the oldest wire version whose reports may carry this mechanism's payloads
+    min_wire_version: ClassVar[int] = 1
     #: whether reports carry a cohort number
     has_cohorts: ClassVar[bool] = False
     #: fields that :meth:`to_dict` (and so the :attr:`fingerprint`) leaves out while they
     #: hold their default: fields added later, so that existing parameters keep their names
     omitted_when_default: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        default = cls.oracle in ("", cls.default_oracle)
+        cls.mechanism_name = cls.kind if default else f"{cls.kind}/{cls.oracle}"
 
     @property
     def cohorts(self) -> int:
@@ -86,6 +102,8 @@ class MechanismParams:
         """The parameters as a JSON/TOML-ready mapping, ``kind`` first, without the
         :attr:`omitted_when_default` fields that hold their default."""
         out: dict[str, Any] = {"kind": self.kind}
+        if self.mechanism_name != self.kind:
+            out["oracle"] = self.oracle
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if field.name in self.omitted_when_default and value == field.default:
@@ -95,8 +113,12 @@ class MechanismParams:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MechanismParams:
-        """Build from :meth:`to_dict` output (``kind`` optional); unknown keys are errors."""
-        data = {key: value for key, value in data.items() if key != "kind"}
+        """Build from :meth:`to_dict` output (``kind`` and ``oracle`` optional); unknown keys
+        are errors."""
+        oracle = data.get("oracle", cls.oracle)
+        if oracle != cls.oracle:
+            raise ParameterError("oracle", f"{cls.__name__} is oracle {cls.oracle!r}; got {oracle!r}")
+        data = {key: value for key, value in data.items() if key not in ("kind", "oracle")}
         reject_unknown(cls.__name__, data, {field.name for field in dataclasses.fields(cls)})
         return cls(**data)
 

@@ -1,4 +1,8 @@
-"""Categories from a known list: basic (one-hot) RAPPOR."""
+"""Categories from a known list: basic (one-hot) RAPPOR, the default ``oracle``.
+
+The other oracles a category metric may name (GRR, OUE, OLH, Hadamard) live in
+:mod:`veil.shared.kinds.oracles`.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,28 @@ from veil.shared.validation import check_fields
 MAX_CATEGORIES = 4096
 
 
+def check_categories(owner: str, categories: Any, low: int, high: int) -> tuple[str, ...]:
+    """``categories`` as a tuple of ``low`` to ``high`` distinct non-empty strings, or a
+    :class:`ParameterError` naming the field."""
+    cats = tuple(categories) if isinstance(categories, list) else categories
+    if (
+        not isinstance(cats, tuple)
+        or not low <= len(cats) <= high
+        or not all(isinstance(c, str) and c for c in cats)
+    ):
+        shown = repr(cats) if len(repr(cats)) < 200 else repr(cats)[:200] + "..."
+        raise ParameterError(
+            "categories",
+            f"The 'categories' parameter of {owner} must be a list of {low} to {high} "
+            f"non-empty strings. Got {shown} instead.",
+        )
+    if len(set(cats)) != len(cats):
+        seen: set[str] = set()
+        duplicate = next(c for c in cats if c in seen or seen.add(c))  # type: ignore[func-returns-value]
+        raise ParameterError("categories", f"{owner}: category {duplicate!r} is listed twice.")
+    return cats
+
+
 @dataclasses.dataclass(frozen=True)
 class CategoryParams(RapporBits, MechanismParams):
     """One bit per category (bit ``i`` is ``categories[i]``), then RAPPOR's PRR and IRR.
@@ -30,6 +56,8 @@ class CategoryParams(RapporBits, MechanismParams):
     """
 
     kind: ClassVar[str] = "category"
+    oracle: ClassVar[str] = "rappor"
+    default_oracle: ClassVar[str] = "rappor"
 
     categories: tuple[str, ...] = ()
     p: float = 0.5
@@ -38,22 +66,8 @@ class CategoryParams(RapporBits, MechanismParams):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        if isinstance(self.categories, list):
-            object.__setattr__(self, "categories", tuple(self.categories))
-        cats = self.categories
-        if (
-            not isinstance(cats, tuple)
-            or not 1 <= len(cats) <= MAX_CATEGORIES
-            or not all(isinstance(c, str) and c for c in cats)
-        ):
-            raise ParameterError(
-                "categories",
-                f"The 'categories' parameter of {owner} must be a list of 1 to "
-                f"{MAX_CATEGORIES} non-empty strings. Got {cats!r} instead.",
-            )
-        if len(set(cats)) != len(cats):
-            dup = next(c for c in cats if cats.count(c) > 1)
-            raise ParameterError("categories", f"{owner}: category {dup!r} is listed twice.")
+        object.__setattr__(self, "categories", check_categories(owner, self.categories, 1,
+                                                                MAX_CATEGORIES))
         check_fields(owner, dataclasses.asdict(self), RAPPOR_CONSTRAINTS)
         check_rappor_probs(owner, self.p, self.q)
 

@@ -11,8 +11,11 @@ from veil.shared.statistics.base import Field, State, Statistic
 from veil.shared.statistics.bits import BitCounts, bit_counts_by_group
 from veil.shared.statistics.moments import Moments
 from veil.shared.statistics.ones import OneCounts
+from veil.shared.statistics.responses import ResponseCounts
 
-STATISTICS: dict[str, Statistic] = {cls.name: cls() for cls in (BitCounts, OneCounts, Moments)}
+STATISTICS: dict[str, Statistic] = {
+    cls.name: cls() for cls in (BitCounts, OneCounts, Moments, ResponseCounts)
+}
 
 #: every aggregate column any statistic uses, in the order backends lay them out
 COLUMNS: tuple[str, ...] = tuple(
@@ -32,6 +35,7 @@ __all__ = [
     "Field",
     "Moments",
     "OneCounts",
+    "ResponseCounts",
     "State",
     "Statistic",
     "bit_counts_by_group",

@@ -1,0 +1,236 @@
+"""What the frequency oracles for categories share: a permanent and an instantaneous response.
+
+Every oracle reports a category in two steps, as RAPPOR does for strings (the
+longitudinal designs of Arcolezi et al., L-GRR and L-OSUE, generalized):
+
+1. The **permanent response**, derived from the installation secret per (metric,
+   value) and memoized: an ``epsilon``-LDP randomization of the value (GRR, OUE,
+   OLH or Hadamard at ``epsilon``). However often a value is reported, the
+   reports are post-processing of this one response, so they reveal at most
+   ``epsilon_inf`` (the realized ``epsilon``).
+2. The **instantaneous response**, fresh from the CSPRNG for every report: each
+   output symbol is kept with probability ``lambda`` and otherwise replaced by a
+   uniformly random one (per bit for OUE). ``lambda`` is the largest for which one
+   report reveals at most ``report_epsilon`` (``epsilon_1``), so reports of one
+   value differ and do not link an installation's reports to each other.
+
+Probabilities are realized as dyadic rationals ``N / 2**32`` (as everywhere in
+Veil) and rounded towards less information, so the stated epsilons, computed
+from the realized probabilities, never exceed the declared ones.
+
+The decoder of every oracle reads a *support count* per category: how many
+reports are consistent with it. A report of category ``x`` supports ``x`` with
+probability :attr:`OracleParams.support_probs`\\ ``[0]`` and any other category
+with probability ``[1]``, independently across reports, so the share
+``(support / N - q) / (p - q)`` is unbiased with the variance of
+:meth:`OracleParams.share_variance`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, ClassVar
+
+from veil.shared.bits import PROB_ONE
+from veil.shared.errors import ParameterError, WireFormatError
+from veil.shared.kinds.base import MechanismParams
+from veil.shared.kinds.category import check_categories
+from veil.shared.privacy import round_up
+from veil.shared.validation import Interval, check_fields
+
+#: most categories an oracle metric may list
+MAX_ORACLE_CATEGORIES = 65536
+#: largest declared epsilon (beyond it the realized probabilities saturate at 1 - 2**-32)
+MAX_ORACLE_EPSILON = 20.0
+
+
+def parse_index(payload: Any, size: int, field: str) -> int:
+    """A payload that must be a JSON integer in ``[0, size)``."""
+    if type(payload) is not int:
+        raise WireFormatError(field, f"must be an integer in [0, {size - 1}]", "wrong_type")
+    if not 0 <= payload < size:
+        raise WireFormatError(field, f"must be an integer in [0, {size - 1}]; got {payload}",
+                              "out_of_range")
+    return payload
+
+
+def log_ratio(numerator: float, denominator: float) -> float:
+    """``ln(numerator / denominator)``, infinite when only the denominator is 0."""
+    if denominator <= 0.0:
+        return math.inf if numerator > 0.0 else 0.0
+    return math.log(numerator / denominator)
+
+
+def largest_numerator(epsilon_of: Any, target: float, low: int, high: int) -> int:
+    """The largest ``N`` in ``[low, high]`` with ``epsilon_of(N) <= target``, for an
+    ``epsilon_of`` non-decreasing in ``N`` with ``epsilon_of(low) <= target`` (bisection)."""
+    if epsilon_of(high) <= target:
+        return high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if epsilon_of(middle) <= target:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleParams(MechanismParams):
+    """A category metric reported through a frequency oracle (see the module docstring).
+
+    ``categories`` lists the values (the report of ``categories[i]`` encodes ``i``);
+    ``epsilon`` bounds what all reports of one value reveal (``epsilon_inf``) and
+    ``report_epsilon`` what one report reveals (``epsilon_1``, default ``epsilon / 2``).
+    """
+
+    kind: ClassVar[str] = "category"
+    default_oracle: ClassVar[str] = "rappor"
+    min_wire_version: ClassVar[int] = 2
+    #: what the statistic's counts vector is called in error messages
+    length_name: ClassVar[str] = "responses"
+
+    categories: tuple[str, ...] = ()
+    epsilon: float = 2.0
+    report_epsilon: float | None = None
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        object.__setattr__(self, "categories", check_categories(owner, self.categories, 2,
+                                                                MAX_ORACLE_CATEGORIES))
+        if self.report_epsilon is None and isinstance(self.epsilon, int | float):
+            object.__setattr__(self, "report_epsilon", self.epsilon / 2)
+        check_fields(owner, dataclasses.asdict(self), {
+            "epsilon": Interval(float, 0, MAX_ORACLE_EPSILON, "right"),
+            "report_epsilon": Interval(float, 0, MAX_ORACLE_EPSILON, "right"),
+        })
+        if self.report_epsilon > self.epsilon:  # type: ignore[operator]
+            raise ParameterError(
+                "report_epsilon",
+                f"The 'report_epsilon' parameter of {owner} must be at most epsilon="
+                f"{self.epsilon!r} (a report is post-processing of the permanent response). "
+                f"Got {self.report_epsilon!r} instead.",
+            )
+        self._check()
+        self.prr_numerator  # noqa: B018 - realizes the probabilities: refuses an epsilon too small
+
+    def _check(self) -> None:
+        """Oracle-specific checks (none by default)."""
+
+    @property
+    def d(self) -> int:
+        """Number of categories."""
+        return len(self.categories)
+
+    def index(self, value: Any) -> int:
+        """Position of ``value`` in the category list; :class:`ParameterError` if absent."""
+        position = self._positions.get(value) if isinstance(value, str) else None
+        if position is None:
+            shown = ", ".join(repr(c) for c in self.categories[:10])
+            more = ", ..." if len(self.categories) > 10 else ""
+            raise ParameterError(
+                "value", f"{value!r} is not one of the categories ({shown}{more})"
+            )
+        return position
+
+    @functools.cached_property
+    def _positions(self) -> dict[str, int]:
+        return {category: i for i, category in enumerate(self.categories)}
+
+    # --- the two responses, as 32-bit numerators ------------------------------------
+
+    def prr_epsilon(self, numerator: int) -> float:
+        """Epsilon of the permanent response with PRR numerator ``numerator`` (non-decreasing)."""
+        raise NotImplementedError
+
+    def prr_range(self) -> tuple[int, int]:
+        """Numerators of the permanent response from no information to the most."""
+        raise NotImplementedError
+
+    def report_probs(self, prr: int, irr: int) -> tuple[float, float]:
+        """``(p, q)``: probabilities that one report supports its own / another category."""
+        raise NotImplementedError
+
+    def report_epsilon_of(self, prr: int, irr: int) -> float:
+        """Epsilon of one report (both responses) for the given numerators."""
+        raise NotImplementedError
+
+    @functools.cached_property
+    def prr_numerator(self) -> int:
+        """The permanent response's numerator: the most information within ``epsilon``."""
+        low, high = self.prr_range()
+        if self.prr_epsilon(low) > self.epsilon:
+            raise ParameterError(
+                "epsilon",
+                f"The 'epsilon' parameter of {type(self).__name__} is below what probabilities "
+                f"of 32 bits can realize over {self.d} categories "
+                f"({self.prr_epsilon(low):.3g}). Got {self.epsilon!r} instead.")
+        return largest_numerator(self.prr_epsilon, self.epsilon, low, high)
+
+    @functools.cached_property
+    def irr_numerator(self) -> int:
+        """``lambda * 2**32``: the largest keep probability within ``report_epsilon``."""
+        prr = self.prr_numerator
+        return largest_numerator(
+            lambda irr: self.report_epsilon_of(prr, irr), float(self.report_epsilon or 0.0),
+            0, PROB_ONE)
+
+    @property
+    def keep(self) -> float:
+        """``lambda``: the realized probability that a report keeps the permanent symbol."""
+        return self.irr_numerator / PROB_ONE
+
+    @property
+    def support_probs(self) -> tuple[float, float]:
+        """``(p, q)`` of the realized responses (see the module docstring)."""
+        return self.report_probs(self.prr_numerator, self.irr_numerator)
+
+    @property
+    def epsilon_inf(self) -> float:
+        return round_up(self.prr_epsilon(self.prr_numerator))
+
+    @property
+    def epsilon_1(self) -> float:
+        return round_up(self.report_epsilon_of(self.prr_numerator, self.irr_numerator))
+
+    def share_variance(self, share: float = 0.0, reports: int = 1) -> float:
+        """Variance of the estimated share of a category whose true share is ``share``
+        among ``reports`` reports: ``(s p(1-p) + (1-s) q(1-q)) / (N (p-q)^2)``."""
+        p, q = self.support_probs
+        if not p > q:
+            return math.inf
+        return (share * p * (1 - p) + (1 - share) * q * (1 - q)) / (reports * (p - q) ** 2)
+
+    # --- what the collector keeps and what a report costs ----------------------------
+
+    @property
+    def statistic(self) -> str:
+        return "responses"
+
+    @property
+    def responses(self) -> int:
+        """Number of distinct report payloads (the length of the ``responses`` statistic)."""
+        raise NotImplementedError
+
+    @property
+    def report_bits(self) -> int:
+        """Bits of information one report carries (its size on a compact wire)."""
+        return max(1, (self.responses - 1).bit_length())
+
+    @property
+    def report_bytes(self) -> int:
+        """:attr:`report_bits` rounded up to whole bytes."""
+        return (self.report_bits + 7) // 8
+
+    def parse_payload(self, payload: Any, field: str = "payload") -> Any:
+        return parse_index(payload, self.responses, field)
+
+    def describe(self) -> str:
+        """One line: the oracle, its epsilons and its variance per share."""
+        return (
+            f"{self.oracle} over {self.d} categories: epsilon_inf {self.epsilon_inf:.4g}, "
+            f"epsilon_1 {self.epsilon_1:.4g}, share variance {self.share_variance():.4g}/N, "
+            f"{self.report_bytes}-byte reports"
+        )
