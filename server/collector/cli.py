@@ -125,8 +125,12 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.max_body_bytes < 1024:
         raise VeilError(f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
     config = serve_config(args)
+    registry = Registry.load(args.config)
+    for name, metric in registry.items():
+        if metric.note:
+            print(f"veil serve: metric {name!r}: {metric.note}", flush=True)
     # check the registry against the database (and migrate it) once, before any worker starts
-    open_storage(args.db, Registry.load(args.config), create=True).close()
+    open_storage(args.db, registry, create=True).close()
     try:
         sock = socket.create_server((config["HOST"], config["PORT"]), backlog=1024)
     except OSError as exc:
@@ -212,7 +216,35 @@ def run_backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def configure_metrics(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil metrics``."""
+    parser.add_argument("--config", required=True, help="metric registry TOML file")
+
+
+def run_metrics(args: argparse.Namespace) -> int:
+    """Print each metric's mechanism, what it costs in privacy, and the registry's choices."""
+    from veil.shared.registry import Registry
+
+    registry = Registry.load(args.config)
+    print(f"{'metric':<24} {'mechanism':<18} {'epsilon_1':>9} {'epsilon_inf':>11}  report")
+    for name, metric in registry.items():
+        params = metric.params
+        size = getattr(params, "report_bytes", None)
+        if size is None and params.as_rappor() is not None:
+            size = (params.as_rappor().k + 7) // 8
+        shown = f"{size} bytes" if size is not None else "one number"
+        print(f"{name:<24} {params.mechanism_name:<18} {params.epsilon_1:>9.4g} "
+              f"{params.epsilon_inf:>11.4g}  {shown}")
+        if metric.note:
+            print(f"{'':<24} {metric.note}")
+    print(f"epsilon_inf bounds what all reports of one value reveal; an installation reporting "
+          f"one value per metric spends at most {registry.epsilon_total():.4g} in all")
+    return 0
+
+
 COMMANDS = [
+    ("metrics", "show each metric's mechanism, privacy cost and the oracle 'auto' chose",
+     configure_metrics, run_metrics),
     ("serve", "run the collector (HTTP API) under the waitress WSGI server",
      configure_serve, run_serve),
     ("export", "write google/rappor params.csv and counts.csv for a metric",

@@ -15,7 +15,7 @@ from veil.server.collector.config import DEFAULTS
 
 GROUPS = {
     "analysis": ["decode", "map"],
-    "collector": ["serve", "export", "rebuild-aggregates", "backup"],
+    "collector": ["metrics", "serve", "export", "rebuild-aggregates", "backup"],
     "simulations": ["demo", "experiment", "simulate"],
     "storage": ["check"],
 }
