@@ -54,6 +54,23 @@ def test_oracle_variances_match_wang_closed_forms() -> None:
         assert row["mean_bias_in_sd"] <= Z, row
 
 
+def test_shipped_oracles_match_the_variance_their_decoders_state() -> None:
+    """Per point, the mean over categories of R-round sample variances, over the mean stated
+    variance: each sample variance has relative sd sqrt(2 / (R - 1)) (near-normal estimates)
+    and averaging over categories can only shrink that, so Z of it bounds the distance to 1.
+    Each category's mean estimate is within 5.5 of its standard errors sqrt(var / R) of the
+    truth: the largest of about 25,000 normal deviates exceeds 5.5 with probability 1e-3."""
+    results = run_experiment("oracles", quick=True, seed=5)
+    assert {row["oracle"] for row in results.rows} == {"grr", "oue", "olh", "hadamard"}
+    for row in results.rows:
+        assert abs(row["ratio"] - 1) <= Z * math.sqrt(2 / (row["rounds"] - 1)), row
+        assert row["max_bias_in_se"] <= 5.5, row
+        if row["oracle"] in ("grr", "oue", "hadamard"):
+            # one-shot GRR, OUE and Hadamard are exactly the literature's mechanisms
+            assert math.isclose(row["variance_per_report"], row["wang_closed_form"],
+                                rel_tol=1e-6), row
+
+
 def test_rr_error_grows_like_sqrt_n_and_laplace_stays_flat() -> None:
     """The RMSE of T errors with kurtosis kappa has relative sd about sqrt((kappa - 1) / (4 T))
     around the theoretical sd: kappa = 3 for the (binomial, near-normal) randomized response
