@@ -4,6 +4,7 @@ Prints reports per second on one core (best of ``--repeat`` runs). Encoding uses
 the production CSPRNG (``os.urandom``). Run it on an otherwise idle machine::
 
     python benchmarks/bench_client.py --repeat 5
+    python benchmarks/bench_client.py --oracles     # only the category oracles
 """
 
 from __future__ import annotations
@@ -19,7 +20,17 @@ import time
 from collections.abc import Callable
 
 from veil.client import Client, make_encoder
-from veil.shared.kinds import BooleanParams, CategoryParams, NumberParams, StringParams
+from veil.shared.kinds import (
+    BooleanParams,
+    CategoryParams,
+    GrrParams,
+    HadamardParams,
+    NumberParams,
+    OlhParams,
+    OracleParams,
+    OueParams,
+    StringParams,
+)
 from veil.shared.registry import Metric, Registry
 
 
@@ -81,6 +92,38 @@ def bench_other_kinds(count: int, repeat: int) -> None:
         print(f"{label:<22} {rate(run, count, repeat):>12,.0f} reports/s")
 
 
+#: encodes per second each oracle should reach at d = 1024 on one core (memoized values)
+ORACLE_TARGETS: dict[type[OracleParams], int] = {
+    GrrParams: 100_000, OueParams: 50_000, OlhParams: 100_000, HadamardParams: 100_000,
+}
+
+
+def bench_oracles(count: int, repeat: int, d: int = 1024) -> None:
+    print(f"\nCategory oracles, d={d}, epsilon=2 (report_epsilon 1), os.urandom noise: "
+          f"encoder.encode(value) over the {d} values in turn")
+    print(f"{'oracle':<10} {'encodes/s':>12} {'target':>9} {'first report of a value/s':>27}")
+    values = [f"c{i}" for i in range(d)]
+    rotation = [values[i % d] for i in range(count)]
+    for cls, target in ORACLE_TARGETS.items():
+        metric = Metric("browser", cls(categories=tuple(values), epsilon=2.0))
+        encode = make_encoder(metric, os.urandom(32)).encode
+        for value in values:  # derive (and memoize) every permanent response first
+            encode(value)
+
+        def warm(n: int, encode: Callable[[object], object] = encode) -> None:
+            for value in rotation[:n]:
+                encode(value)
+
+        def first(n: int, metric: Metric = metric) -> None:
+            encode = make_encoder(metric, os.urandom(32)).encode
+            for value in values[:n]:
+                encode(value)
+
+        figure = rate(warm, count, repeat)
+        print(f"{cls.oracle:<10} {figure:>12,.0f} {target:>9,} {rate(first, d, repeat):>27,.0f}"
+              + ("" if figure >= target else "  below target"))
+
+
 def bench_client_report(count: int, repeat: int) -> None:
     print("\nClient.report() into the durable outbox (string k=128, h=2; one commit per report)")
     registry = Registry([Metric("homepage", StringParams())])
@@ -107,12 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=int, default=30_000, help="reports per timed run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best is kept)")
+    parser.add_argument("--oracles", action="store_true",
+                        help="only the category oracles (GRR, OUE, OLH, Hadamard) at d=1024")
     args = parser.parse_args(argv)
     logging.getLogger("veil.client").setLevel(logging.ERROR)  # the refused final uploads
     print(f"Python {platform.python_version()} on {platform.machine()}, "
           f"{args.reports:,} reports per run, best of {args.repeat}")
+    if args.oracles:
+        bench_oracles(args.reports, args.repeat)
+        return 0
     bench_string_encoding(args.reports, args.repeat)
     bench_other_kinds(args.reports // 3, args.repeat)
+    bench_oracles(args.reports, args.repeat)
     bench_client_report(args.reports // 2, args.repeat)
     return 0
 

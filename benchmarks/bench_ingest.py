@@ -1,7 +1,7 @@
 """Collector benchmarks: HTTP ingestion into ``veil serve`` and reading counts.
 
 1. Ingestion: a ``veil serve`` process on 127.0.0.1 with a string metric (k=128,
-   h=2, m=64); request bodies of ``--batch`` reports each are built and
+   h=2, m=64), or with ``--metric`` a category metric over 1,024 categories by oracle; request bodies of ``--batch`` reports each are built and
    serialized before timing; ``--uploaders`` threads post them over keep-alive
    connections, optionally into a database already holding ``--prefill``
    reports. Prints sustained reports/s over the whole run and over its second
@@ -14,6 +14,7 @@
 Run it alone on the machine (it measures the machine)::
 
     python benchmarks/bench_ingest.py [--batches 1000] [--workers 2] [--threads 4] [--uploaders 8]
+    python benchmarks/bench_ingest.py --metric category_olh --skip-counts   # d = 1024
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -37,6 +39,7 @@ from veil.server.storage import open_storage
 from veil.shared.registry import Registry
 from veil.shared.wire import Report, make_batch, make_report
 
+CATEGORIES = ", ".join(f'"c{i}"' for i in range(1024))
 REGISTRY = Registry.from_toml("""
 version = 1
 [metrics.homepage]
@@ -45,15 +48,37 @@ min_reports = 1
 k = 128
 h = 2
 m = 64
-""")
+""" + "".join(f"""
+[metrics.category_{oracle}]
+kind = "category"
+oracle = "{oracle}"
+epsilon = 2.0
+min_reports = 1
+categories = [{CATEGORIES}]
+""" for oracle in ("grr", "oue", "olh", "hadamard")))
 K_BYTES = 16
+#: the metric ingested (``--metric``): strings, or categories over d = 1024 by oracle
+METRIC = "homepage"
 
 
-def random_reports(n: int) -> list[dict]:
-    """Wire reports with uniformly random 128-bit payloads (what IRR output looks like)."""
-    fingerprint = REGISTRY["homepage"].params.fingerprint
-    return [make_report(os.urandom(16).hex(), "homepage", i % 64, os.urandom(K_BYTES).hex(),
-                        fingerprint) for i in range(n)]
+def random_payload(params: Any, i: int) -> tuple[int | None, Any]:
+    """A cohort and a uniformly random payload of the metric (what IRR output looks like)."""
+    if params.kind == "string":
+        return i % params.m, os.urandom(params.k // 8).hex()
+    if params.statistic == "bits":
+        return None, os.urandom(params.d // 8).hex()
+    return None, int.from_bytes(os.urandom(4), "big") % params.responses
+
+
+def random_reports(n: int, metric: str | None = None) -> list[dict]:
+    """Wire reports of ``metric`` (default :data:`METRIC`) with random payloads."""
+    metric = metric or METRIC
+    params = REGISTRY[metric].params
+    out = []
+    for i in range(n):
+        cohort, payload = random_payload(params, i)
+        out.append(make_report(os.urandom(16).hex(), metric, cohort, payload, params.fingerprint))
+    return out
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:
@@ -142,15 +167,17 @@ def bench_ingest(batches: int, batch_size: int, threads: int, workers: int, uplo
             latencies.clear()
             finished.clear()
             wall = run(list(bodies))
-            stored = fetch_counts(url, "bench", "homepage")
+            stored = fetch_counts(url, "bench", METRIC)
         finally:
             process.terminate()
             process.wait(30)
             process.stdout.close()
     total = batches * batch_size
-    assert stored["reports"] == stored_before + total + len(warmup) * batch_size, stored["reports"]
+    before = stored_before if METRIC == "homepage" else 0
+    assert stored["reports"] == before + total + len(warmup) * batch_size, stored["reports"]
     lat = sorted(latencies)
-    print(f"ingest: {total:,} reports in {batches} batches of {batch_size} (k=128) into a "
+    print(f"ingest: {total:,} reports of {METRIC} "
+          f"({REGISTRY[METRIC].params.mechanism_name}) in {batches} batches of {batch_size} into a "
           f"database already holding {stored_before:,}, server workers={workers} x "
           f"threads={threads}, uploader threads={uploaders}")
     print(f"  sustained: {total / wall:,.0f} reports/s ({batches / wall:.1f} batches/s, "
@@ -225,7 +252,11 @@ def main() -> None:
     parser.add_argument("--stored", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--skip-counts", action="store_true")
+    parser.add_argument("--metric", default=METRIC, choices=list(REGISTRY),
+                        help="metric to ingest: strings (k=128) or categories (d=1024) by oracle")
     args = parser.parse_args()
+    global METRIC
+    METRIC = args.metric
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     bench_ingest(args.batches, args.batch, args.threads, args.workers, args.uploaders,
                  args.prefill)
