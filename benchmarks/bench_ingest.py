@@ -252,7 +252,7 @@ def main() -> None:
     parser.add_argument("--stored", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--skip-counts", action="store_true")
-    parser.add_argument("--metric", default=METRIC, choices=list(REGISTRY),
+    parser.add_argument("--metric", default="homepage", choices=list(REGISTRY),
                         help="metric to ingest: strings (k=128) or categories (d=1024) by oracle")
     args = parser.parse_args()
     global METRIC

@@ -43,11 +43,12 @@ def population(d: int, n: int) -> np.ndarray:
 
 
 def rounds_for(d: int, quick: bool) -> int:
-    """Rounds per point: enough that the pooled variance has a relative sd near 3% or less
-    (``sqrt(2 / ((rounds - 1) d))`` for ``d`` categories)."""
+    """Rounds per point: enough that the pooled variance has a relative sd near 2% or less
+    (``sqrt(2 / (rounds - 1))`` for one category, shrinking with more of them; for ``d = 2``
+    the two shares move together, so only the rounds count)."""
     if quick:
         return {2: 400, 16: 60}.get(d, 10)
-    return {2: 1000, 16: 200, 1024: 20}.get(d, 8)
+    return {2: 5000, 16: 1000, 1024: 20}.get(d, 8)
 
 
 def decode_shares(params: OracleParams, counts: np.ndarray, n: int) -> np.ndarray:
