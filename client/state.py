@@ -85,10 +85,11 @@ END;
 
 
 def prepare_directory(path: str | os.PathLike[str]) -> Path:
-    """Create ``path`` (mode 0700) if missing and check that it is a usable directory."""
+    """Create ``path`` (mode 0700) if missing and check that it is a usable directory;
+    ``~`` and environment variables in it are expanded, as a shell would."""
     if not isinstance(path, str | os.PathLike) or not str(path):
         raise StateError(f"state_dir must be a directory path; got {path!r}")
-    directory = Path(path)
+    directory = Path(os.path.expandvars(os.fspath(path))).expanduser()
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:

@@ -34,6 +34,22 @@ def test_state_directory_is_created_private_with_a_secret(tmp_path, test_registr
     client.close(timeout=1)
 
 
+def test_a_tilde_or_variable_in_state_dir_is_expanded(tmp_path, test_registry, offline_url,
+                                                      monkeypatch):
+    """The README's own ``state_dir="~/..."`` once made a folder named ``~`` in the working
+    directory, holding the secret."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("APP_STATE", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    for given, expected in [("~/.local/state/app/veil", tmp_path / "home/.local/state/app/veil"),
+                            ("$APP_STATE/veil", tmp_path / "state/veil")]:
+        client = Client(offline_url, given, registry=test_registry)
+        assert client.state_dir == expected
+        assert (expected / SECRET_FILE).exists()
+        client.close(timeout=1)
+    assert not (tmp_path / "~").exists() and not (tmp_path / "$APP_STATE").exists()
+
+
 def test_secret_and_cohort_are_reused_and_differ_between_installations(
     tmp_path, test_registry, offline_url
 ):
