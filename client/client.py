@@ -295,8 +295,6 @@ class Client:
             if self._ledger.saturated(spec, key):
                 # costs nothing more: a single autocommitted insert
                 queued = self._outbox.insert(body, self.max_outbox)
-                if not queued:
-                    self._outbox.count_dropped("outbox_full")
             else:
                 with transaction(self._connection):
                     queued = self._outbox.insert(body, self.max_outbox)
@@ -310,8 +308,6 @@ class Client:
                                     self._budget_note(),
                                 )
                         self._ledger.write(charge)
-                    if not queued:
-                        self._outbox.count_dropped("outbox_full")
                 if charge is not None:
                     self._ledger.committed(charge)
             self._note_outbox(queued)
@@ -328,8 +324,10 @@ class Client:
         )
 
     def _note_outbox(self, queued: bool) -> None:
-        """Log once when the outbox starts dropping reports, and once when it has room again."""
+        """Count a report the full outbox did not take; log once when the outbox starts
+        dropping reports, and once when it has room again."""
         if not queued:
+            self._outbox.count_dropped("outbox_full")
             if not self._outbox_full_drops:
                 log.warning(
                     "the outbox holds max_outbox=%d reports that the collector has not taken: "

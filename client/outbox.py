@@ -1,7 +1,7 @@
 """The durable outbox: randomized reports waiting in SQLite until the collector acknowledges them.
 
-Each row holds one wire report as JSON text (id, metric, cohort, payload: the
-randomized output, never the raw value) and a state: ``READY`` or
+Each row holds one wire report as JSON text (id, metric, params, cohort, payload:
+the randomized output, never the raw value) and a state: ``READY`` or
 ``IN_FLIGHT`` (claimed by an upload in progress). A report leaves the table
 only when the collector has acknowledged it or refused it for good; rows
 claimed by a process that died are put back to ``READY`` on start-up

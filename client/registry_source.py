@@ -62,8 +62,8 @@ def resolve_registry(
         return cached
     write_cache(cache, fetched)
     for name, why in fetched.skipped.items():
-        log.warning("metric %r of the registry is left out (reports of it are dropped): %s",
-                    name, why)
+        log.warning("metric %r of the registry is left out (reporting it raises "
+                    "UnknownMetricError): %s", name, why)
     return fetched
 
 

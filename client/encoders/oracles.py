@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from veil.client.encoders.base import Encoder
-from veil.client.encoders.rappor import IRR_MORE_WORDS
+from veil.client.encoders.rappor import IRR_MORE_WORDS, lowest_digit
 from veil.client.randomness import HmacStream
 from veil.shared.bits import (
     PROB_BITS,
@@ -44,7 +44,13 @@ Q = TypeVar("Q", bound=OracleParams)
 
 
 class OracleEncoder(Encoder[Q]):
-    """What the four oracle encoders share: the memo key and the permanent stream."""
+    """What the four oracle encoders share: the memo key, the permanent stream and the
+    realized numerators ``N_prr`` and ``N_irr``."""
+
+    def __init__(self, params: Q, *args: Any, **kwargs: Any) -> None:
+        super().__init__(params, *args, **kwargs)
+        self._prr = params.prr_numerator
+        self._irr = params.irr_numerator
 
     def memo_key(self, value: Any) -> bytes:
         """The category's UTF-8 bytes; :class:`~veil.shared.errors.ParameterError` naming
@@ -52,7 +58,8 @@ class OracleEncoder(Encoder[Q]):
         return self.params.categories[self.params.index(value)].encode()
 
     def prr_stream(self, key: bytes) -> HmacStream:
-        """The permanent response's stream for the category whose UTF-8 bytes are ``key``."""
+        """The permanent response's stream for the category whose UTF-8 bytes are ``key``:
+        purpose ``prr``, context ``fingerprint || 0x00 || key`` (see the module docstring)."""
         context = self.params.fingerprint.encode() + b"\0" + key
         return HmacStream(self.secret, b"prr", self.metric, context)
 
@@ -60,11 +67,11 @@ class OracleEncoder(Encoder[Q]):
 class GrrEncoder(OracleEncoder[GrrParams]):
     """Generalized randomized response; payload: the reported category's index.
 
-    Permanent response of category ``x`` (stream: purpose ``prr``, context
-    ``utf8(category)``): the first word ``u = u32()``; ``x`` if ``u < N_prr``, otherwise
-    ``r + (r >= x)`` for ``r = randbelow(d - 1)`` read next (uniform among the other
-    ``d - 1`` categories). Instantaneous response (CSPRNG): a word ``u = u32()``; the
-    permanent index if ``u < N_irr``, otherwise ``randbelow(d)`` read next.
+    Permanent response of category ``x`` (stream: :meth:`~OracleEncoder.prr_stream`): the
+    first word ``u = u32()``; ``x`` if ``u < N_prr``, otherwise ``r + (r >= x)`` for
+    ``r = randbelow(d - 1)`` read next (uniform among the other ``d - 1`` categories).
+    Instantaneous response (CSPRNG): a word ``u = u32()``; the permanent index if
+    ``u < N_irr``, otherwise ``randbelow(d)`` read next.
     """
 
     params_type = GrrParams
@@ -72,8 +79,6 @@ class GrrEncoder(OracleEncoder[GrrParams]):
     def __init__(self, params: GrrParams, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)
         self._d = params.d
-        self._prr = params.prr_numerator
-        self._irr = params.irr_numerator
 
     def derive(self, key: bytes) -> int:
         x = self.params.index(key.decode())
@@ -93,9 +98,9 @@ class GrrEncoder(OracleEncoder[GrrParams]):
 class OueEncoder(OracleEncoder[OueParams]):
     """Optimized unary encoding (L-OSUE); payload: ``d`` bits as hex, bit ``i`` category ``i``.
 
-    Permanent response of category ``x`` (stream: purpose ``prr``, context
-    ``utf8(category)``): ``1 + W`` words of ``d`` bits, each ``ceil(d / 8)`` bytes read
-    little-endian (as RAPPOR's PRR, :func:`~veil.shared.bits.split_words`), read at once.
+    Permanent response of category ``x`` (stream: :meth:`~OracleEncoder.prr_stream`):
+    ``1 + W`` words of ``d`` bits, each ``ceil(d / 8)`` bytes read little-endian (as
+    RAPPOR's PRR, :func:`~veil.shared.bits.split_words`), read at once.
     The first is the coin: its bit ``x`` is the category's own bit (1 with probability
     exactly 1/2). The other ``W`` are consumed by :func:`~veil.shared.bits.bernoulli_mask`
     for the numerator ``N_c = 2**32 - N_prr`` (``W`` is 32 minus its trailing zero bits):
@@ -121,12 +126,12 @@ class OueEncoder(OracleEncoder[OueParams]):
         self._d = d
         self._full = (1 << d) - 1
         self._width = payload_bytes(d)
-        self._other = params.other_numerator(params.prr_numerator)
+        self._other = params.other_numerator(self._prr)
         self._prr_bytes = (1 + mask_word_count(self._other)) * self._width
-        zero, one = params.irr_thresholds(params.irr_numerator)
+        zero, one = params.irr_thresholds(self._irr)
         if zero + one != PROB_ONE:
             raise ValueError(f"OUE thresholds ({zero}, {one}) are not symmetric")
-        lowest = (zero & -zero).bit_length() - 1 if zero else PROB_BITS
+        lowest = lowest_digit(zero)
         #: the digits of N_0 from the most significant down to its lowest 1 (below it, every
         #: undecided U is at least N_0); none when N_0 = 0 (nothing is ever flipped)
         self._digits = tuple((zero >> position) & 1
@@ -172,10 +177,10 @@ class OlhEncoder(OracleEncoder[OlhParams]):
     """Optimized local hashing over the linear family of :class:`OlhParams`; payload:
     ``function * g + bucket``.
 
-    Permanent response of category ``x`` (stream: purpose ``prr``, context
-    ``utf8(category)``): the hash function ``a = randbelow(g**r)`` first, then a word
-    ``u = u32()``; the bucket ``h = h_a(x)`` if ``u < N_prr``, otherwise ``r' + (r' >= h)``
-    for ``r' = randbelow(g - 1)`` read next (uniform among the other ``g - 1`` buckets).
+    Permanent response of category ``x`` (stream: :meth:`~OracleEncoder.prr_stream`): the
+    hash function ``a = randbelow(g**r)`` first, then a word ``u = u32()``; the bucket
+    ``h = h_a(x)`` if ``u < N_prr``, otherwise ``r' + (r' >= h)`` for
+    ``r' = randbelow(g - 1)`` read next (uniform among the other ``g - 1`` buckets).
     The memoized response is the pair ``(a, bucket)``. Instantaneous response (CSPRNG): a
     word ``u = u32()``; the bucket if ``u < N_irr``, otherwise ``randbelow(g)`` read next.
     """
@@ -186,8 +191,6 @@ class OlhEncoder(OracleEncoder[OlhParams]):
         super().__init__(params, *args, **kwargs)
         self._g = params.buckets
         self._functions = params.functions
-        self._prr = params.prr_numerator
-        self._irr = params.irr_numerator
 
     def derive(self, key: bytes) -> tuple[int, int]:
         x = self.params.index(key.decode())
@@ -210,10 +213,10 @@ class OlhEncoder(OracleEncoder[OlhParams]):
 class HadamardEncoder(OracleEncoder[HadamardParams]):
     """Hadamard response; payload: a response in ``[0, K)``.
 
-    Permanent response of category ``x`` (stream: purpose ``prr``, context
-    ``utf8(category)``), with ``u = x + 1``: a response ``y = randbelow(K)`` first
-    (``log2(K)`` bits: the top bits of ``ceil(log2(K) / 8)`` big-endian bytes, never
-    rejected as ``K`` is a power of two), then a word ``w = u32()``: the response lies in
+    Permanent response of category ``x`` (stream: :meth:`~OracleEncoder.prr_stream`),
+    with ``u = x + 1``: a response ``y = randbelow(K)`` first (``log2(K)`` bits: the top
+    bits of ``ceil(log2(K) / 8)`` big-endian bytes, never rejected as ``K`` is a power of
+    two), then a word ``w = u32()``: the response lies in
     the category's set ``C_x = {y : popcount(u & y) even}`` iff ``w < N_prr``. If ``y`` is
     on the other side, its bit ``u & -u`` is flipped: a bijection between ``C_x`` and its
     complement, so the response is uniform on the chosen side. Instantaneous response
@@ -226,8 +229,6 @@ class HadamardEncoder(OracleEncoder[HadamardParams]):
     def __init__(self, params: HadamardParams, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)
         self._size = params.size
-        self._prr = params.prr_numerator
-        self._irr = params.irr_numerator
 
     def derive(self, key: bytes) -> int:
         u = self.params.index(key.decode()) + 1

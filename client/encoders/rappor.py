@@ -37,7 +37,7 @@ from veil.shared.bits import (
 IRR_MORE_WORDS = 8
 
 
-def _lowest_digit(numerator: int) -> int:
+def lowest_digit(numerator: int) -> int:
     """Position of the lowest 1 digit of ``numerator`` (``PROB_BITS`` for 0)."""
     return (numerator & -numerator).bit_length() - 1 if numerator else PROB_BITS
 
@@ -54,7 +54,7 @@ class BitRappor:
         #: whether bits whose PRR bit is 1 (resp. 0) are always reported as 1
         self._q_certain = self.q_num >= PROB_ONE
         self._p_certain = self.p_num >= PROB_ONE
-        lowest = min(_lowest_digit(self.p_num), _lowest_digit(self.q_num))
+        lowest = min(lowest_digit(self.p_num), lowest_digit(self.q_num))
         #: (q digit, p digit) of the two thresholds, most significant first, down to
         #: the last 1 digit of either (below it every undecided U is >= its threshold)
         self._digits = [

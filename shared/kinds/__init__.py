@@ -2,13 +2,15 @@
 
 :data:`MECHANISMS` maps a mechanism's name (its kind, or ``kind/oracle``) to its
 parameter class; :data:`KINDS` maps a kind to its default mechanism; the
-encoder, statistic, decoder and simulation registries key on
-``params.mechanism_name``. :func:`parse_params` reads a registry's or counts
-document's parameters, picking the class from ``kind`` and ``oracle``.
+encoder, decoder and simulation registries key on ``params.mechanism_name``, the
+statistics (:mod:`veil.shared.statistics`) on ``params.statistic``.
+:func:`parse_params` reads a registry's or counts document's parameters, picking
+the class from ``kind`` and ``oracle``.
 
-Adding a mechanism means one new module here, one entry in :data:`MECHANISMS`,
-and its encoder, statistic, decoder and simulation encoder, each registered
-where its face lives.
+Adding a mechanism means one new module here, its class in :data:`MECHANISMS`
+(through ``_CLASSES``, or :data:`~veil.shared.kinds.oracles.ORACLES` for a
+category oracle), and its encoder, decoder and simulation encoder, each
+registered where its face lives (and a statistic, unless an existing one fits).
 """
 
 from collections.abc import Mapping

@@ -7,6 +7,7 @@ The other oracles a category metric may name (GRR, OUE, OLH, Hadamard) live in
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, ClassVar
 
 from veil.shared.bits import hex_to_bits
@@ -48,8 +49,31 @@ def check_categories(owner: str, categories: Any, low: int, high: int) -> tuple[
     return cats
 
 
+class CategoryList:
+    """The position of a value in a category metric's ``categories``, whichever its oracle
+    (:class:`CategoryParams` and :class:`~veil.shared.kinds.oracles.base.OracleParams`)."""
+
+    categories: tuple[str, ...]
+
+    def index(self, value: Any) -> int:
+        """Position of ``value`` in the category list; :class:`ParameterError` if absent."""
+        position = self._positions.get(value) if isinstance(value, str) else None
+        if position is None:
+            shown = ", ".join(repr(c) for c in self.categories[:10])
+            more = ", ..." if len(self.categories) > 10 else ""
+            raise ParameterError(
+                "value", f"{value!r} is not one of the categories ({shown}{more})"
+            )
+        return position
+
+    @functools.cached_property
+    def _positions(self) -> dict[str, int]:
+        """Each category's position (a dict: encoders look a value up for every report)."""
+        return {category: i for i, category in enumerate(self.categories)}
+
+
 @dataclasses.dataclass(frozen=True)
-class CategoryParams(RapporBits, MechanismParams):
+class CategoryParams(CategoryList, RapporBits, MechanismParams):
     """One bit per category (bit ``i`` is ``categories[i]``), then RAPPOR's PRR and IRR.
 
     With one bit set per value, RAPPOR's bounds apply with ``h = 1``.
@@ -75,17 +99,6 @@ class CategoryParams(RapporBits, MechanismParams):
     def k(self) -> int:
         """Report length in bits: one per category."""
         return len(self.categories)
-
-    def index(self, value: Any) -> int:
-        """Position of ``value`` in the category list; :class:`ParameterError` if absent."""
-        try:
-            return self.categories.index(value)
-        except ValueError:
-            shown = ", ".join(repr(c) for c in self.categories[:10])
-            more = ", ..." if len(self.categories) > 10 else ""
-            raise ParameterError(
-                "value", f"{value!r} is not one of the categories ({shown}{more})"
-            ) from None
 
     @property
     def hashes(self) -> int:

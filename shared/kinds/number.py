@@ -26,6 +26,7 @@ a sum by at most ``(resolution + 2 noise_bound) step`` and never to infinity.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, ClassVar
 
@@ -136,9 +137,10 @@ class NumberParams(MechanismParams):
             return math.ceil(sigma * math.sqrt(2 * bits * math.log(2)))
         return 0
 
-    @property
+    @functools.cached_property
     def payload_range(self) -> tuple[float, float]:
-        """Smallest and largest payload an honest laplace or gaussian report carries."""
+        """Smallest and largest payload an honest laplace or gaussian report carries (computed
+        once: :meth:`parse_payload` checks every report against it)."""
         return (self.low - self.noise_bound * self.step,
                 self.low + (self.resolution + self.noise_bound) * self.step)
 

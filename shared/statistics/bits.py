@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from veil.shared.bits import payload_bytes
+from veil.shared.bits import bit_list, payload_bytes
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.statistics.base import Field, PayloadType, State, Statistic
 
@@ -45,8 +45,7 @@ class BitCounts(Statistic):
 
     def of_report(self, params: MechanismParams, stored: Any) -> State:
         bits = int.from_bytes(stored, "little")
-        return {"ones": np.array([(bits >> i) & 1 for i in range(self.length(params))],
-                                 dtype=np.uint64)}
+        return {"ones": np.array(bit_list(bits, self.length(params)), dtype=np.uint64)}
 
     def accumulate(self, params: MechanismParams, cohorts: np.ndarray, stored: Sequence[Any],
                    ) -> list[tuple[int, int, State]]:

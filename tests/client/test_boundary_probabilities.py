@@ -52,6 +52,16 @@ def bit_counts(payloads: list[int], k: int) -> list[int]:
     return [sum((bits >> i) & 1 for bits in payloads) for i in range(k)]
 
 
+def one_report_each(metric: Metric, value: str, secrets_seed: int, fresh_seed: int,
+                    n: int) -> list[int]:
+    """One report of ``value`` from each of ``n`` seeded installations, its bits parsed as the
+    collector would (seeded fresh noise, cohort 0)."""
+    fresh = random.Random(fresh_seed).randbytes
+    params = metric.params
+    return [params.parse_payload(make_encoder(metric, s, 0, fresh).encode(value))
+            for s in secrets(secrets_seed, n)]
+
+
 IRR_PAIRS = [
     (0.0, 1.0),
     (0.0, LARGEST),
@@ -94,13 +104,8 @@ def test_prr_replaces_each_bit_with_probability_f_at_the_boundaries(f: float) ->
 def test_string_reports_follow_p_star_and_q_star_with_q_one(p: float, q: float, f: float) -> None:
     """RAPPOR's one-time setting (q = 1): Bloom bits are reported 1 w.p. q*, others p*."""
     params = StringParams(k=32, h=2, m=1, p=p, q=q, f=f)
-    metric = Metric("homepage", params)
-    fresh = random.Random(5).randbytes
     n = 2000
-    payloads = [
-        int.from_bytes(bytes.fromhex(make_encoder(metric, s, 0, fresh).encode("a.com")), "little")
-        for s in secrets(4, n)
-    ]
+    payloads = one_report_each(Metric("homepage", params), "a.com", 4, 5, n)
     bloom = set(bloom_indices(b"a.com", 0, params.k, params.h))
     p_star, q_star = params.effective_probs
     expected = [q_star if i in bloom else p_star for i in range(params.k)]
@@ -112,13 +117,8 @@ def test_string_reports_follow_p_star_and_q_star_with_q_one(p: float, q: float, 
 def test_category_reports_follow_p_star_and_q_star_at_the_boundaries(p: float, q: float,
                                                                      f: float) -> None:
     params = CategoryParams(categories=("a", "b", "c", "d"), p=p, q=q, f=f)
-    metric = Metric("browser", params)
-    fresh = random.Random(6).randbytes
     n = 2000
-    payloads = [
-        int.from_bytes(bytes.fromhex(make_encoder(metric, s, 0, fresh).encode("c")), "little")
-        for s in secrets(5, n)
-    ]
+    payloads = one_report_each(Metric("browser", params), "c", 5, 6, n)
     p_star, q_star = params.effective_probs
     expected = [q_star if label == "c" else p_star for label in params.categories]
     assert_counts(bit_counts(payloads, params.k), n, expected, f"category p={p} q={q} f={f}")

@@ -568,7 +568,15 @@ def test_permanent_response_is_memoized_per_secret_metric_and_value(
         key = first.memo_key(value)
         assert key == value.encode()
         assert first.memoized(key) == again.memoized(key) == again.derive(key)
-        assert first.memoized(key) is first.memoized(key)  # cached
+    # cached: once derived, a response is not derived again (small ints are shared objects,
+    # so `memoized(key) is memoized(key)` would hold without a cache)
+    cached = {value: first.memoized(value.encode()) for value in params.categories}
+
+    def derive_again(key: bytes) -> Any:
+        raise AssertionError(f"{key!r} was derived again")
+
+    first.derive = derive_again  # type: ignore[method-assign]
+    assert {value: first.memoized(value.encode()) for value in params.categories} == cached
     # across installations (and metrics) the responses are independent draws: among 40
     # secrets, one value's permanent responses are not all the same
     key = b"c5"

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError, WireFormatError
 from veil.shared.kinds.base import MechanismParams
-from veil.shared.kinds.category import check_categories
+from veil.shared.kinds.category import CategoryList, check_categories
 from veil.shared.privacy import round_up
 from veil.shared.validation import Interval, check_fields
 
@@ -78,7 +78,7 @@ def largest_numerator(epsilon_of: Any, target: float, low: int, high: int) -> in
 
 
 @dataclasses.dataclass(frozen=True)
-class OracleParams(MechanismParams):
+class OracleParams(CategoryList, MechanismParams):
     """A category metric reported through a frequency oracle (see the module docstring).
 
     ``categories`` lists the values (the report of ``categories[i]`` encodes ``i``);
@@ -89,8 +89,6 @@ class OracleParams(MechanismParams):
     kind: ClassVar[str] = "category"
     default_oracle: ClassVar[str] = "rappor"
     min_wire_version: ClassVar[int] = 2
-    #: what the statistic's counts vector is called in error messages
-    length_name: ClassVar[str] = "responses"
 
     categories: tuple[str, ...] = ()
     epsilon: float = 2.0
@@ -123,21 +121,6 @@ class OracleParams(MechanismParams):
     def d(self) -> int:
         """Number of categories."""
         return len(self.categories)
-
-    def index(self, value: Any) -> int:
-        """Position of ``value`` in the category list; :class:`ParameterError` if absent."""
-        position = self._positions.get(value) if isinstance(value, str) else None
-        if position is None:
-            shown = ", ".join(repr(c) for c in self.categories[:10])
-            more = ", ..." if len(self.categories) > 10 else ""
-            raise ParameterError(
-                "value", f"{value!r} is not one of the categories ({shown}{more})"
-            )
-        return position
-
-    @functools.cached_property
-    def _positions(self) -> dict[str, int]:
-        return {category: i for i, category in enumerate(self.categories)}
 
     # --- the two responses, as 32-bit numerators ------------------------------------
 
@@ -226,11 +209,3 @@ class OracleParams(MechanismParams):
 
     def parse_payload(self, payload: Any, field: str = "payload") -> Any:
         return parse_index(payload, self.responses, field)
-
-    def describe(self) -> str:
-        """One line: the oracle, its epsilons and its variance per share."""
-        return (
-            f"{self.oracle} over {self.d} categories: epsilon_inf {self.epsilon_inf:.4g}, "
-            f"epsilon_1 {self.epsilon_1:.4g}, share variance {self.share_variance():.4g}/N, "
-            f"{self.report_bytes}-byte reports"
-        )

@@ -119,14 +119,15 @@ class OlhParams(OracleParams):
         assert self.g is not None
         return self.g
 
-    @property
+    @functools.cached_property
     def digits(self) -> int:
         """``r``: base-``g`` digits of a category index (and of a hash function)."""
         return digits_needed(self.buckets, self.d)
 
-    @property
+    @functools.cached_property
     def functions(self) -> int:
-        """``g**r``: the number of hash functions."""
+        """``g**r``: the number of hash functions (computed once: every payload is checked
+        against :attr:`responses`)."""
         return int(self.buckets ** self.digits)
 
     @property
