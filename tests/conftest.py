@@ -7,6 +7,11 @@
 ``test_registry``     :data:`TEST_REGISTRY` (the registry both collectors serve).
 ``live_collector``    the same API served in-process by a werkzeug server thread (faster to start,
                       no kill/restart); still real HTTP on loopback.
+``app_factory``       ``app_factory(**settings)``: collector apps in-process (no HTTP server) with
+                      :data:`TEST_REGISTRY`, a read token and their own SQLite file in
+                      ``tmp_path``; settings override :mod:`veil.server.collector.config`.
+``recording_transport`` a client transport that keeps what it is sent (no network).
+``offline_url``       a loopback URL where nothing listens.
 
 For API semantics without HTTP, ``tests/server/conftest.py`` has ``app`` and ``client``
 (Flask's test client).
@@ -265,6 +270,27 @@ def collector_factory(tmp_path: Path) -> Iterator[Callable[..., CollectorHandle]
 def collector(collector_factory: Callable[..., CollectorHandle]) -> CollectorHandle:
     """A running ``veil serve`` with :data:`TEST_REGISTRY`, a read token and open uploads."""
     return collector_factory()
+
+
+@pytest.fixture
+def app_factory(tmp_path: Path, test_registry: Registry) -> Iterator[Callable[..., Any]]:
+    """Build collector apps (``create_app``, ``TESTING`` on) on SQLite files in ``tmp_path``;
+    their storage is closed after the test. Keyword arguments override the settings of
+    :mod:`veil.server.collector.config`."""
+    from veil.server.collector import EXTENSION, create_app
+
+    apps: list[Any] = []
+
+    def make(**settings: Any) -> Any:
+        app = create_app({"TESTING": True, "REGISTRY": test_registry,
+                          "DATABASE": tmp_path / f"veil{len(apps)}.db",
+                          "READ_TOKENS": [secrets.token_hex(16)], **settings})
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.extensions[EXTENSION].storage.close()
 
 
 def _quiet_handler() -> type:

@@ -1,15 +1,14 @@
 """Offline analysis: decode frequencies and means with standard errors.
 
-The public names load lazily, so importing this package (as the ``veil``
-command does to list its subcommands) does not pull in NumPy or SciPy.
+The public names load lazily (:mod:`veil.server.lazy`), so importing this
+package (as the ``veil`` command does to list its subcommands) does not pull in NumPy or SciPy.
 
 >>> from veil.server.analysis import StringDecoder, decode_counts, read_rappor_files, build_map
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from veil.server.lazy import lazy_getattr
 
 _EXPORTS = {
     "StringDecoder": "veil.server.analysis.strings",
@@ -44,8 +43,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -19,6 +19,10 @@ Every estimate is unbiased, so a share near 0 or 1 can read outside [0, 1] by sa
 noise (at any N for a share of exactly 0). The tables keep such shares unbiased (their
 intervals are clipped to [0, 1]) and the summary's ``note`` names them; summary shares
 are shown clipped, with the unbiased value kept beside them.
+
+:func:`start_decode`, :func:`require_reports`, :func:`base_summary` and
+:func:`category_shares_result` are the steps these decoders share with the frequency
+oracles' (:mod:`veil.server.analysis.oracles`).
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ from veil.shared.kinds import BooleanParams, CategoryParams, MechanismParams, Nu
 P = TypeVar("P", bound=MechanismParams)
 
 
-def _require_reports(counts: CountsArrays, minimum: int = 1) -> int:
+def require_reports(counts: CountsArrays, minimum: int = 1) -> int:
+    """The number of reports, at least ``minimum``; :class:`ParameterError` otherwise."""
     total = counts.total_reports
     if total < minimum:
         what = "no reports" if total == 0 else f"only {total} report(s)"
@@ -73,10 +78,11 @@ def _outside_note(labels: list[str], shares: np.ndarray, std_errors: np.ndarray)
     )
 
 
-def _start(
+def start_decode(
     counts: CountsArrays, options: DecodeOptions, params_type: type[P], decoder: str
 ) -> tuple[float, float, P]:
-    """Start time, checked confidence level and parameters of a closed-form decode."""
+    """Start time, checked confidence level and parameters (``params_type``, else a
+    :class:`ParameterError` naming ``decoder``) of a closed-form decode."""
     started = time.perf_counter()
     confidence = check_level(options.confidence, "confidence")
     params = counts.params
@@ -85,7 +91,9 @@ def _start(
     return started, confidence, params
 
 
-def _base_summary(counts: CountsArrays, started: float, confidence: float) -> dict[str, Any]:
+def base_summary(counts: CountsArrays, started: float, confidence: float) -> dict[str, Any]:
+    """The summary keys every closed-form decoder states: the sample, the parameters and
+    their privacy cost, and the time since ``started``."""
     params = counts.params
     return {
         "kind": params.kind,
@@ -104,8 +112,8 @@ def _base_summary(counts: CountsArrays, started: float, confidence: float) -> di
 @decodes(CategoryParams)
 def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Share of reports in each category, with standard errors and intervals."""
-    started, confidence, params = _start(counts, options, CategoryParams, "decode_category")
-    total = _require_reports(counts)
+    started, confidence, params = start_decode(counts, options, CategoryParams, "decode_category")
+    total = require_reports(counts)
     p_star, q_star = params.effective_probs
     spread = q_star - p_star
     if not spread > 0:
@@ -116,7 +124,7 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
     share = (ones / total - p_star) / spread
     rho = np.clip((ones + 0.5) / (total + 1.0), p_star, q_star)
     se = np.sqrt(rho * (1 - rho) / (total * spread**2))
-    summary = _base_summary(counts, started, confidence)
+    summary = base_summary(counts, started, confidence)
     return category_shares_result(list(params.categories), share, se, total, confidence, summary,
                                   {"p_star": p_star, "q_star": q_star}, "category shares")
 
@@ -152,8 +160,8 @@ def category_shares_result(labels: list[str], share: np.ndarray, se: np.ndarray,
 @decodes(BooleanParams)
 def decode_boolean(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Share of true answers (and of false ones), Warner's estimator."""
-    started, confidence, params = _start(counts, options, BooleanParams, "decode_boolean")
-    total = _require_reports(counts)
+    started, confidence, params = start_decode(counts, options, BooleanParams, "decode_boolean")
+    total = require_reports(counts)
     yes_if_false, yes_if_true = params.yes_probs
     spread = yes_if_true - yes_if_false
     if not spread > 0:
@@ -165,7 +173,7 @@ def decode_boolean(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
     std_errors = np.array([se, se])
     rows = frequency_rows(["true", "false"], share, std_errors,
                           one_sided_p_values(share, std_errors), total, z_quantile(confidence))
-    summary = _base_summary(counts, started, confidence)
+    summary = base_summary(counts, started, confidence)
     summary.update({"yes_share": mean, "yes_if_false": yes_if_false, "yes_if_true": yes_if_true})
     note = _outside_note(["true", "false"], share, std_errors)
     if note:
@@ -177,11 +185,11 @@ def decode_boolean(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
 @decodes(NumberParams)
 def decode_number(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Mean of the (clipped, grid-rounded) values, with standard error and interval."""
-    started, confidence, params = _start(counts, options, NumberParams, "decode_number")
+    started, confidence, params = start_decode(counts, options, NumberParams, "decode_number")
     z = z_quantile(confidence)
     width = params.high - params.low
     if params.mechanism == "1bitmean":
-        total = _require_reports(counts)
+        total = require_reports(counts)
         low_num, high_num = params.one_bit_numerator(0), params.one_bit_numerator(params.resolution)
         spread = (high_num - low_num) / PROB_ONE
         if not spread > 0:
@@ -196,7 +204,7 @@ def decode_number(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS
         se = width * float(np.sqrt(share * (1 - share) / total)) / spread
         details = {"one_share": share, "noise_variance": None}
     else:
-        total = _require_reports(counts, 2)
+        total = require_reports(counts, 2)
         sum_, sum_sq = float(counts.sums[0]), float(counts.sum_squares[0])
         mean = sum_ / total
         variance = max(sum_sq - sum_ * mean, 0.0) / (total - 1)
@@ -205,7 +213,7 @@ def decode_number(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS
     # The true mean lies in [low, high], so intersecting the interval with it keeps its
     # coverage; the estimate itself stays unclipped (clipping would bias it).
     row = number_row("mean", mean, se, z, params.low, params.high)
-    summary = _base_summary(counts, started, confidence)
+    summary = base_summary(counts, started, confidence)
     summary.update(details)
     if not params.low - z * se <= mean <= params.high + z * se:
         summary["warning"] = (

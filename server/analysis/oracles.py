@@ -43,10 +43,10 @@ from typing import Any
 import numpy as np
 
 from veil.server.analysis.closed_form import (
-    _base_summary,
-    _require_reports,
-    _start,
+    base_summary,
     category_shares_result,
+    require_reports,
+    start_decode,
 )
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
@@ -123,9 +123,9 @@ def _decode_oracle(
     extra: Callable[[Any], dict[str, Any]] = lambda params: {},
 ) -> DecodeResult:
     """The shared estimator: support counts -> unbiased shares, errors, intervals, summary."""
-    started, confidence, params = _start(counts, options, params_type,
+    started, confidence, params = start_decode(counts, options, params_type,
                                          f"decode_{params_type.oracle}")
-    total = _require_reports(counts)
+    total = require_reports(counts)
     p, q = params.support_probs
     if not p > q:
         raise ParameterError(
@@ -141,7 +141,7 @@ def _decode_oracle(
     # share_variance(s, N) is linear in s: evaluate at the clipped estimates
     floor, ceiling = params.share_variance(0.0, total), params.share_variance(1.0, total)
     se = np.sqrt(floor + np.clip(share, 0.0, 1.0) * (ceiling - floor))
-    summary = _base_summary(counts, started, confidence)
+    summary = base_summary(counts, started, confidence)
     details = {"oracle": params.oracle, "support_probs": [p, q],
                "share_variance_per_report": params.share_variance(), **extra(params)}
     return category_shares_result(list(params.categories), share, se, total, confidence,

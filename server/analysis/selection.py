@@ -1,6 +1,6 @@
 """The string decoder's regression: whitened equations, Lasso selection, least squares.
 
-:class:`WhitenedSystem` is ``y = X theta + e`` with unit-variance noise (steps 2 of
+:class:`WhitenedSystem` is ``y = X theta + e`` with unit-variance noise (step 2 of
 :mod:`veil.server.analysis.strings`); :func:`lasso_select` picks candidates with a
 non-negative Lasso solved on a growing working set (step 3); :func:`refit` and
 :func:`refit_with_additions` estimate the shares of a selection by non-negative least
@@ -158,23 +158,19 @@ def refit_with_additions(
     can stay below the penalty; once the kept strings are refitted without
     shrinkage, its score shows.
     """
-    design, y, background = system.design, system.y, system.background
+    design = system.design
     tried = np.zeros(design.shape[1], dtype=bool)
     tried[selected] = True
     usable = system.norms > 0
     safe_norms = np.where(usable, system.norms, 1.0)
     for _ in range(MAX_REFITS):
         solution = refit(system, selected, alpha, correction, n_candidates)
-        columns = solution.columns
-        residual = y - (design[:, columns] @ solution.theta if columns.size else 0.0)
-        if background is not None:
-            residual = residual - solution.background_share * background
-        score = (design.T @ residual) / safe_norms
+        score = (design.T @ (system.y - system.fitted(solution))) / safe_norms
         new = np.flatnonzero(usable & ~tried & (score > z_select))
         if new.size == 0:
             break
         tried[new] = True
-        selected = np.union1d(columns, new)
+        selected = np.union1d(solution.columns, new)
     return solution
 
 

@@ -1,15 +1,14 @@
 """The collector: HTTP ingestion of randomized reports into storage, and its commands.
 
-The public names load lazily, so importing this package (as the ``veil``
-command does to list its subcommands) does not pull in Flask or NumPy.
+The public names load lazily (:mod:`veil.server.lazy`), so importing this
+package (as the ``veil`` command does to list its subcommands) does not pull in Flask or NumPy.
 
 >>> from veil.server.collector import create_app
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from veil.server.lazy import lazy_getattr
 
 _EXPORTS = {
     "create_app": "veil.server.collector.app",
@@ -22,8 +21,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -8,6 +8,7 @@ storage, the error handlers, then the routes. Nothing happens at import time.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from flask import Flask, Response
@@ -35,6 +36,13 @@ class CollectorFlask(Flask):
         return json_response({"allow": methods}, headers={"Allow": ", ".join(methods)})
 
 
+def _token_list(setting: str | Iterable[str] | None) -> list[str]:
+    """A token setting as a list: one string is one token; empty entries of a list are dropped."""
+    if isinstance(setting, str):
+        return [setting]
+    return [token for token in setting or () if token]
+
+
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     """Build a collector app; :mod:`veil.server.collector.config` lists the settings."""
     app = CollectorFlask(__name__)
@@ -46,14 +54,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     registry = app.config["REGISTRY"]
     if not isinstance(registry, Registry):
         registry = Registry.load(registry)
-    tokens = app.config["READ_TOKENS"]
-    tokens = [tokens] if isinstance(tokens, str) else [t for t in tokens if t]
-    upload_tokens = app.config["UPLOAD_TOKEN"]
-    upload_tokens = [upload_tokens] if isinstance(upload_tokens, str) else [
-        t for t in upload_tokens or () if t]
+    tokens = _token_list(app.config["READ_TOKENS"])
+    upload_tokens = _token_list(app.config["UPLOAD_TOKEN"])
     for setting, values in (("READ_TOKENS", tokens), ("UPLOAD_TOKEN", upload_tokens)):
         for token in values:
-            if token is not None and not _TOKEN.fullmatch(token):
+            if not _TOKEN.fullmatch(token):
                 raise VeilError(
                     f"{setting}: a bearer token may hold only letters, digits and - . _ ~ + / "
                     "(then = padding), as RFC 6750 says; HTTP headers carry nothing else "

@@ -1,4 +1,4 @@
-"""``veil serve``, ``veil export``, ``veil rebuild-aggregates`` and ``veil backup``.
+"""``veil metrics``, ``serve``, ``export``, ``rebuild-aggregates`` and ``backup``.
 
 Registered under the ``veil.commands`` entry points. Option defaults come from
 :data:`veil.server.collector.config.DEFAULTS`. Heavy imports (Flask, waitress,
@@ -230,8 +230,8 @@ def run_metrics(args: argparse.Namespace) -> int:
     for name, metric in registry.items():
         params = metric.params
         size = getattr(params, "report_bytes", None)
-        if size is None and params.as_rappor() is not None:
-            size = (params.as_rappor().k + 7) // 8
+        if size is None and (rappor := params.as_rappor()) is not None:
+            size = (rappor.k + 7) // 8
         shown = f"{size} bytes" if size is not None else "one number"
         print(f"{name:<24} {params.mechanism_name:<18} {params.epsilon_1:>9.4g} "
               f"{params.epsilon_inf:>11.4g}  {shown}")

@@ -46,6 +46,11 @@ def network_of(address: str | None) -> str:
     return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
 
 
+def _keyed_name(key: bytes, source: str) -> bytes:
+    """What a bucket is kept under: a keyed hash of ``source``, never the source itself."""
+    return hashlib.blake2b(source.encode("utf-8", "surrogatepass"), key=key, digest_size=16).digest()
+
+
 class RateLimiter:
     """Token buckets of reports per source; thread-safe, bounded in memory."""
 
@@ -60,10 +65,6 @@ class RateLimiter:
         self._buckets: OrderedDict[bytes, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _name(self, source: str) -> bytes:
-        return hashlib.blake2b(source.encode("utf-8", "surrogatepass"), key=self._key,
-                               digest_size=16).digest()
-
     def take(self, source: str, reports: int) -> float | None:
         """Charge ``reports`` to ``source``: ``None`` if allowed, else the seconds to wait.
 
@@ -71,7 +72,7 @@ class RateLimiter:
         after which a full bucket would have to be split (the client splits
         batches on 413, not 429, so keep ``burst`` above the largest batch).
         """
-        name = self._name(source)
+        name = _keyed_name(self._key, source)
         now = self._clock()
         with self._lock:
             level, stamp = self._buckets.pop(name, (self.burst, now))
@@ -104,8 +105,7 @@ class DailyCap:
     def take(self, source: str, reports: int) -> float | None:
         """Count ``reports`` for ``source`` today: ``None`` if within the cap, else the
         seconds until the next UTC day (nothing is counted then)."""
-        name = hashlib.blake2b(source.encode("utf-8", "surrogatepass"), key=self._key,
-                               digest_size=16).digest()
+        name = _keyed_name(self._key, source)
         now = self._clock()
         day = int(now // 86_400)
         with self._lock:

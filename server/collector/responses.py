@@ -55,10 +55,10 @@ def _api_error(exc: ApiError) -> Response:
 def _storage_unavailable(exc: Exception) -> Response:
     """The database cannot take the request now (disk full, I/O error, closing): 503, retry."""
     current_app.logger.error("storage unavailable: %s", exc)
-    body = {"error": {"code": "unavailable", "field": None,
-                      "message": "the collector cannot store or read reports right now; "
-                                 "retry later (nothing from this request was stored)"}}
-    return json_response(body, 503, {"Retry-After": "5"})
+    return _api_error(ApiError(503, "unavailable", None,
+                               "the collector cannot store or read reports right now; "
+                               "retry later (nothing from this request was stored)",
+                               {"Retry-After": "5"}))
 
 
 _HTTP_CODES = {

@@ -48,6 +48,11 @@ class _Stop(SystemExit):
     """
 
 
+def _raise_stop(signum: int, frame: object) -> None:
+    """The SIGTERM handler of the server processes: leave the server loop (:class:`_Stop`)."""
+    raise _Stop
+
+
 def serve(config: dict[str, Any], sock: socket.socket) -> int:
     """Serve the app for ``config`` on the listening ``sock`` until SIGTERM or SIGINT.
 
@@ -133,11 +138,7 @@ def _serve_socket(config: dict[str, Any], sock: socket.socket) -> None:
     )
     server = _Server(app, sock, adj, receive_timeout=config["RECEIVE_TIMEOUT"],
                      body_limit=config["MAX_CONTENT_LENGTH"])
-
-    def stop(signum: int, frame: object) -> None:
-        raise _Stop
-
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         server.run()
     except (_Stop, KeyboardInterrupt):
@@ -165,11 +166,7 @@ def _supervise(config: dict[str, Any], sock: socket.socket) -> int:
     parent = os.getpid()
     children: list[int] = []
     code = 0
-
-    def stop(signum: int, frame: object) -> None:
-        raise _Stop
-
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         for _ in range(config["WORKERS"]):
             pid = os.fork()

@@ -8,8 +8,8 @@ schemes. Policies that are the same for every backend (registry compatibility,
 ``min_reports``, day ranges) live in :mod:`~veil.server.storage.base`, above the
 backends.
 
-The public names load lazily, so importing this package (as the ``veil``
-command does to list ``veil check``) does not pull in NumPy.
+The public names load lazily (:mod:`veil.server.lazy`), so importing this
+package (as the ``veil`` command does to list ``veil check``) does not pull in NumPy.
 
 >>> with open_storage("veil.db") as storage:                 # doctest: +SKIP
 ...     document = storage.counts("homepage", "2026-11-01", "2026-11-30")
@@ -17,8 +17,9 @@ command does to list ``veil check``) does not pull in NumPy.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from veil.server.lazy import lazy_getattr
 
 if TYPE_CHECKING:  # what type checkers see; at run time each name loads on first use
     from veil.server.storage.backends import BACKENDS, check_storage, open_storage
@@ -65,8 +66,4 @@ __all__ = [
     "open_storage",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -114,7 +114,9 @@ def test_map_command_reproduces_googles_map_with_md5_google(
     assert capsys.readouterr().out != GOOGLE_MAP  # Veil's mmh3 hashing stays the default
 
 
-def test_decode_hashes_candidates_as_google_clients_do(tmp_path: Path) -> None:
+def test_decode_hashes_candidates_as_google_clients_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``--candidates --hashing md5-google`` decodes like Google's own map.csv."""
     params = StringParams(k=16, h=2, m=4, hashing="md5-google")
     names = ["apple", "banana", "carrot"]
@@ -134,8 +136,11 @@ def test_decode_hashes_candidates_as_google_clients_do(tmp_path: Path) -> None:
     google = _read_csv(tmp_path / "google" / "results.csv")
     assert _read_csv(tmp_path / "veil" / "results.csv") == google
     assert {row["string"] for row in google} >= {"apple", "banana"}
+    capsys.readouterr()
+    # refused for --hashing itself, before the missing database is even looked at
     assert main(["decode", "--db", str(tmp_path / "none.db"), "--metric", "m", "--hashing",
                  "md5-google", "--out", str(tmp_path / "db")]) == 2
+    assert "--hashing goes with --params/--counts" in capsys.readouterr().err
 
 
 def test_decode_reports_dimension_mismatch_cleanly(

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from veil.server.collector import EXTENSION, create_app
 from veil.server.storage import StorageError, open_storage
 from veil.server.storage.sqlite.backend import PAGE_SIZE
 from veil.shared.registry import Registry
@@ -86,64 +85,53 @@ def test_opening_a_scribbled_file_refuses_naming_the_file_and_the_recovery(db):
     assert f"veil check --db {db}" in message and "backup" in message
 
 
-def test_a_collector_answers_503_when_a_damaged_page_is_read_or_written(db, test_registry):
+def test_a_collector_answers_503_when_a_damaged_page_is_read_or_written(db, test_registry,
+                                                                        app_factory):
     """Pages damaged under a running collector: counts and uploads answer 503 (nothing is
     stored), and from then on the readiness probe says the collector is not ready."""
-    app = create_app({"TESTING": True, "REGISTRY": test_registry, "DATABASE": db,
-                      "READ_TOKENS": ["reader"]})
-    client = app.test_client()
-    try:
-        assert client.get("/readyz").status_code == 200
-        with sqlite3.connect(db) as conn:
-            stored = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
-        scribble(db, [root_page(db, "aggregates")])
+    client = app_factory(DATABASE=db, READ_TOKENS=["reader"]).test_client()
+    assert client.get("/readyz").status_code == 200
+    with sqlite3.connect(db) as conn:
+        stored = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
+    scribble(db, [root_page(db, "aggregates")])
 
-        counts = client.get("/v1/metrics/homepage/counts",
-                            headers={"Authorization": "Bearer reader"})
-        params = test_registry["homepage"].params
-        batch = make_batch(os.urandom(16).hex(), [
-            make_report(os.urandom(16).hex(), "homepage", 1, "0f0f0f0f", params.fingerprint)])
-        upload = client.post("/v1/reports", json=batch)
-        for response in (counts, upload):
-            assert response.status_code == 503, response.get_data(as_text=True)
-            assert response.headers["Retry-After"] == "5"
-            assert response.json["error"]["code"] == "unavailable"
-        with sqlite3.connect(db) as conn:
-            assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == stored
+    counts = client.get("/v1/metrics/homepage/counts", headers={"Authorization": "Bearer reader"})
+    params = test_registry["homepage"].params
+    batch = make_batch(os.urandom(16).hex(), [
+        make_report(os.urandom(16).hex(), "homepage", 1, "0f0f0f0f", params.fingerprint)])
+    upload = client.post("/v1/reports", json=batch)
+    for response in (counts, upload):
+        assert response.status_code == 503, response.get_data(as_text=True)
+        assert response.headers["Retry-After"] == "5"
+        assert response.json["error"]["code"] == "unavailable"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == stored
 
-        ready = client.get("/readyz")
-        assert ready.status_code == 503
-        assert "is damaged" in ready.json["error"]["message"]
-        assert client.get("/healthz").status_code == 200
-    finally:
-        app.extensions[EXTENSION].storage.close()
+    ready = client.get("/readyz")
+    assert ready.status_code == 503
+    assert "is damaged" in ready.json["error"]["message"]
+    assert client.get("/healthz").status_code == 200
 
 
-def test_a_malformed_aggregate_row_is_503_and_rebuilding_repairs_it(db, test_registry):
+def test_a_malformed_aggregate_row_is_503_and_rebuilding_repairs_it(db, app_factory):
     """A row SQLite reads without complaint but Veil never wrote (a counter blob of the
     wrong size, written by another program): counts answer 503, veil check calls the
     file inconsistent, and rebuilding the aggregates from the raw reports repairs it."""
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE aggregates SET bit_counts = x'0102' "
                      "WHERE metric = 'homepage' AND day = ? AND cohort = 1", (DAYS[1],))
-    app = create_app({"TESTING": True, "REGISTRY": test_registry, "DATABASE": db,
-                      "READ_TOKENS": ["reader"]})
-    client = app.test_client()
-    try:
-        counts = client.get("/v1/metrics/homepage/counts",
-                            headers={"Authorization": "Bearer reader"})
-        assert counts.status_code == 503, counts.get_data(as_text=True)
-        checked = veil("check", "--db", str(db))
-        assert checked.returncode == 1, checked.stdout + checked.stderr
-        assert "INCONSISTENT" in checked.stdout
-        assert f"metric 'homepage', day {DAYS[1]}, cohort 1: bit_counts differ" in checked.stdout
-        assert f"veil rebuild-aggregates --db {db}" in checked.stdout
-        rebuilt = veil("rebuild-aggregates", "--db", str(db))
-        assert rebuilt.returncode == 0, rebuilt.stderr
-        assert client.get("/v1/metrics/homepage/counts",
-                          headers={"Authorization": "Bearer reader"}).status_code == 200
-    finally:
-        app.extensions[EXTENSION].storage.close()
+    client = app_factory(DATABASE=db, READ_TOKENS=["reader"]).test_client()
+    counts = client.get("/v1/metrics/homepage/counts", headers={"Authorization": "Bearer reader"})
+    assert counts.status_code == 503, counts.get_data(as_text=True)
+    checked = veil("check", "--db", str(db))
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "INCONSISTENT" in checked.stdout
+    assert f"metric 'homepage', day {DAYS[1]}, cohort 1: bit_counts differ" in checked.stdout
+    assert f"veil rebuild-aggregates --db {db}" in checked.stdout
+    rebuilt = veil("rebuild-aggregates", "--db", str(db))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert client.get("/v1/metrics/homepage/counts",
+                      headers={"Authorization": "Bearer reader"}).status_code == 200
     assert veil("check", "--db", str(db)).returncode == 0
 
 

@@ -11,12 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-from collections.abc import Iterator
 
 import pytest
-from flask.testing import FlaskClient
-
-from veil.server.collector import EXTENSION, create_app
 
 REFUSED_BY_WAITRESS = [
     (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon\r\n\r\n", 400, "bad_request"),
@@ -53,21 +49,12 @@ def test_requests_waitress_refuses_are_answered_in_json(collector):
         assert error["message"]
 
 
-@pytest.fixture
-def client(tmp_path, test_registry) -> Iterator[FlaskClient]:
-    """The collector app's test client, on a SQLite file in ``tmp_path``."""
-    app = create_app({"TESTING": True, "REGISTRY": test_registry,
-                      "DATABASE": tmp_path / "veil.db"})
-    yield app.test_client()
-    app.extensions[EXTENSION].storage.close()
-
-
 @pytest.mark.parametrize(("path", "allowed"), [
     ("/v1/reports", ["OPTIONS", "POST"]),
     ("/v1/metrics/homepage/counts", ["GET", "HEAD", "OPTIONS"]),
 ])
-def test_options_answers_the_allowed_methods_in_json(client, path, allowed):
-    response = client.options(path)
+def test_options_answers_the_allowed_methods_in_json(app_factory, path, allowed):
+    response = app_factory().test_client().options(path)
     assert response.status_code == 200
     assert response.json == {"allow": allowed}
     assert sorted(response.allow) == allowed

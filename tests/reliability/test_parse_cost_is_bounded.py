@@ -10,28 +10,15 @@ from __future__ import annotations
 
 import os
 import tracemalloc
-from collections.abc import Iterator
 
-import pytest
-from flask.testing import FlaskClient
-
-from veil.server.collector import EXTENSION, create_app
 from veil.shared.wire import make_batch, make_report
 
 MAX_REPORTS = 100
 
 
-@pytest.fixture
-def client(tmp_path, test_registry) -> Iterator[FlaskClient]:
-    """The test client of a collector app taking at most :data:`MAX_REPORTS` per batch."""
-    app = create_app({"TESTING": True, "REGISTRY": test_registry,
-                      "DATABASE": tmp_path / "veil.db", "MAX_REPORTS_PER_BATCH": MAX_REPORTS})
-    yield app.test_client()
-    app.extensions[EXTENSION].storage.close()
-
-
 def test_a_flood_of_tiny_values_is_refused_before_parsing_and_a_full_batch_is_not(
-        client, test_registry):
+        app_factory, test_registry):
+    client = app_factory(MAX_REPORTS_PER_BATCH=MAX_REPORTS).test_client()
     params = test_registry["homepage"].params
     full = make_batch(os.urandom(16).hex(), [
         make_report(os.urandom(16).hex(), "homepage", index % params.m, os.urandom(4).hex(),

@@ -6,7 +6,6 @@ import os
 
 import pytest
 
-from veil.server.collector import create_app
 from veil.server.collector.limits import MAX_BUCKETS, RateLimiter, network_of, upload_limits
 from veil.shared.registry import Registry
 from veil.shared.wire import make_batch, make_report
@@ -60,7 +59,6 @@ def test_limits_must_be_positive_and_finite(rate, burst):
         RateLimiter(rate, burst)
 
 
-
 REGISTRY = Registry.from_toml("""
 [metrics.dark_mode]
 kind = "boolean"
@@ -82,11 +80,10 @@ def post(client, n: int, address: str = "198.51.100.7", token: str | None = None
     return client.post("/v1/reports", json=batch(n), headers=headers)
 
 
-def test_a_network_over_its_rate_gets_429_with_retry_after_and_nothing_stored(tmp_path):
-    app = create_app({"REGISTRY": REGISTRY, "DATABASE": str(tmp_path / "veil.db"),
-                      "READ_TOKENS": "read", "NETWORK_RATE": 10.0, "RATE_BURST_SECONDS": 1.0,
-                      "MAX_REPORTS_PER_BATCH": 50, "PROXY_HOPS": 1})
-    client = app.test_client()
+def test_a_network_over_its_rate_gets_429_with_retry_after_and_nothing_stored(app_factory):
+    client = app_factory(REGISTRY=REGISTRY, READ_TOKENS="read", NETWORK_RATE=10.0,
+                         RATE_BURST_SECONDS=1.0, MAX_REPORTS_PER_BATCH=50,
+                         PROXY_HOPS=1).test_client()
     assert post(client, 50).status_code == 200            # a burst of one full batch
     refused = post(client, 50, "198.51.100.200")           # the same /24: refused
     assert refused.status_code == 429
@@ -97,11 +94,9 @@ def test_a_network_over_its_rate_gets_429_with_retry_after_and_nothing_stored(tm
     assert counts.json["reports"] == 100
 
 
-def test_each_upload_token_has_its_own_rate_and_daily_cap(tmp_path):
-    app = create_app({"REGISTRY": REGISTRY, "DATABASE": str(tmp_path / "veil.db"),
-                      "UPLOAD_TOKEN": ["team-a", "team-b"], "TOKEN_RATE": 1000.0,
-                      "TOKEN_DAILY_CAP": 120, "MAX_REPORTS_PER_BATCH": 50})
-    client = app.test_client()
+def test_each_upload_token_has_its_own_rate_and_daily_cap(app_factory):
+    client = app_factory(REGISTRY=REGISTRY, UPLOAD_TOKEN=["team-a", "team-b"], TOKEN_RATE=1000.0,
+                         TOKEN_DAILY_CAP=120, MAX_REPORTS_PER_BATCH=50).test_client()
     assert [post(client, 50, token="team-a").status_code for _ in range(2)] == [200, 200]
     capped = post(client, 50, token="team-a")             # 150 > 120 today
     assert capped.status_code == 429 and "cap of 120" in capped.json["error"]["message"]
@@ -110,7 +105,7 @@ def test_each_upload_token_has_its_own_rate_and_daily_cap(tmp_path):
     assert post(client, 50).status_code == 401
 
 
-def test_rates_are_shared_among_worker_processes(tmp_path):
+def test_rates_are_shared_among_worker_processes():
     """veil serve's workers each take their share of a rate; a burst stays a full batch."""
     limits = upload_limits({"WORKERS": 4, "MAX_REPORTS_PER_BATCH": 100, "RATE_BURST_SECONDS": 10,
                             "NETWORK_RATE": 200.0, "TOKEN_RATE": 0, "TOKEN_DAILY_CAP": 1000})

@@ -11,36 +11,14 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
-from flask import Flask
-
-from veil.server.collector import EXTENSION, create_app
-from veil.shared.registry import Registry
+from veil.server.collector import EXTENSION
 
 
-@pytest.fixture
-def make_app(tmp_path: Path, test_registry: Registry) -> Iterator[Callable[..., Flask]]:
-    """Collector apps on ``tmp_path/veil.db``; their storage is closed after the test."""
-    apps: list[Flask] = []
-
-    def make(**settings: Any) -> Flask:
-        app = create_app({"TESTING": True, "REGISTRY": test_registry,
-                          "DATABASE": tmp_path / "veil.db", **settings})
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        app.extensions[EXTENSION].storage.close()
-
-
-def test_readyz_is_503_while_free_space_is_below_the_threshold(make_app, tmp_path):
+def test_readyz_is_503_while_free_space_is_below_the_threshold(app_factory, tmp_path):
     free = shutil.disk_usage(tmp_path).free
-    short = make_app(MIN_FREE_BYTES=free + 2**40).test_client()
+    short = app_factory(MIN_FREE_BYTES=free + 2**40).test_client()
     response = short.get("/readyz")
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "5"
@@ -48,15 +26,15 @@ def test_readyz_is_503_while_free_space_is_below_the_threshold(make_app, tmp_pat
     assert "bytes are free on the filesystem" in response.json["error"]["message"]
     assert short.get("/healthz").status_code == 200
 
-    assert make_app(MIN_FREE_BYTES=free // 2).test_client().get("/readyz").status_code == 200
+    assert app_factory(MIN_FREE_BYTES=free // 2).test_client().get("/readyz").status_code == 200
 
 
-def test_readyz_follows_whether_writes_land_in_the_database_file(make_app, tmp_path):
+def test_readyz_follows_whether_writes_land_in_the_database_file(app_factory, tmp_path):
     """Ready while another process holds the write lock (writes wait for it); not ready once
     the file is replaced while the collector runs, as a restore done without stopping the
     collector would."""
-    db = tmp_path / "veil.db"
-    app = make_app()
+    app = app_factory()
+    db = Path(app.config["DATABASE"])
     client = app.test_client()
     with sqlite3.connect(db, isolation_level=None) as other:
         other.execute("BEGIN IMMEDIATE")

@@ -14,14 +14,14 @@ signals, crashes, restarts and the SDK over HTTP::
         assert client.counts("dark_mode")["reports"] == 1
 
 ``app_factory(**settings)`` builds an app with other settings
-(``app_factory(UPLOAD_TOKEN="u", MAX_REPORTS_PER_BATCH=3)``).
+(``app_factory(UPLOAD_TOKEN="u", MAX_REPORTS_PER_BATCH=3)``): the one of
+``tests/conftest.py``, with :class:`ApiClient` as its test client.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -108,24 +108,15 @@ class ApiClient(FlaskClient):
 
 
 @pytest.fixture
-def app_factory(tmp_path: Path, test_registry: Registry) -> Iterator[Callable[..., Flask]]:
-    """Build collector apps on SQLite files in ``tmp_path``; their storage is closed after the
-    test. Keyword arguments override the settings of :mod:`veil.server.collector.config`."""
-    from veil.server.collector import EXTENSION, create_app
-
-    apps: list[Flask] = []
+def app_factory(app_factory: Callable[..., Flask]) -> Callable[..., Flask]:
+    """``tests/conftest.py``'s ``app_factory``, whose apps' test clients are :class:`ApiClient`."""
 
     def make(**settings: Any) -> Flask:
-        app = create_app({"TESTING": True, "REGISTRY": test_registry,
-                          "DATABASE": tmp_path / f"veil{len(apps)}.db",
-                          "READ_TOKENS": [secrets.token_hex(16)], **settings})
+        app = app_factory(**settings)
         app.test_client_class = ApiClient
-        apps.append(app)
         return app
 
-    yield make
-    for app in apps:
-        app.extensions[EXTENSION].storage.close()
+    return make
 
 
 @pytest.fixture
