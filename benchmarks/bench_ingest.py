@@ -1,7 +1,8 @@
 """Collector benchmarks: HTTP ingestion into ``veil serve`` and reading counts.
 
 1. Ingestion: a ``veil serve`` process on 127.0.0.1 with a string metric (k=128,
-   h=2, m=64), or with ``--metric`` a category metric over 1,024 categories by oracle; request bodies of ``--batch`` reports each are built and
+   h=2, m=64), or with ``--metric`` a category metric over 1,024 categories by
+   oracle; request bodies of ``--batch`` reports each are built and
    serialized before timing; ``--uploaders`` threads post them over keep-alive
    connections, optionally into a database already holding ``--prefill``
    reports. Prints sustained reports/s over the whole run and over its second
@@ -24,7 +25,6 @@ import datetime as dt
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,6 +38,7 @@ from veil.server.analysis.sources import fetch_counts
 from veil.server.storage import open_storage
 from veil.shared.registry import Registry
 from veil.shared.wire import Report, make_batch, make_report
+from veil.simulations.demo import READ_TOKEN, Collector
 
 CATEGORIES = ", ".join(f'"c{i}"' for i in range(1024))
 REGISTRY = Registry.from_toml("""
@@ -57,8 +58,6 @@ min_reports = 1
 categories = [{CATEGORIES}]
 """ for oracle in ("grr", "oue", "olh", "hadamard")))
 K_BYTES = 16
-#: the metric ingested (``--metric``): strings, or categories over d = 1024 by oracle
-METRIC = "homepage"
 
 
 def random_payload(params: Any, i: int) -> tuple[int | None, Any]:
@@ -70,9 +69,8 @@ def random_payload(params: Any, i: int) -> tuple[int | None, Any]:
     return None, int.from_bytes(os.urandom(4), "big") % params.responses
 
 
-def random_reports(n: int, metric: str | None = None) -> list[dict]:
-    """Wire reports of ``metric`` (default :data:`METRIC`) with random payloads."""
-    metric = metric or METRIC
+def random_reports(metric: str, n: int) -> list[dict]:
+    """``n`` wire reports of ``metric`` with random payloads."""
     params = REGISTRY[metric].params
     out = []
     for i in range(n):
@@ -85,23 +83,6 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
     """Nearest-rank percentile of an already sorted list."""
     index = min(len(sorted_values) - 1, max(0, round(fraction * len(sorted_values)) - 1))
     return sorted_values[index]
-
-
-def start_server(workdir: Path, threads: int, workers: int) -> tuple[subprocess.Popen, str]:
-    """``veil serve`` on a free port; returns the process and its URL."""
-    config = workdir / "metrics.toml"
-    config.write_text(REGISTRY.to_toml(), encoding="utf-8")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "veil.server.cli", "serve", "--config", str(config),
-         "--db", str(workdir / "veil.db"), "--port", "0", "--threads", str(threads),
-         "--workers", str(workers), "--read-token", "bench"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    line = process.stdout.readline()
-    if "listening on" not in line:
-        process.kill()
-        raise SystemExit(f"veil serve did not start: {line!r}")
-    return process, line.rsplit(" ", 1)[1].strip()
 
 
 def prefill(path: Path, stored: int, days: int = 30) -> float:
@@ -119,17 +100,22 @@ def prefill(path: Path, stored: int, days: int = 30) -> float:
     return time.perf_counter() - begin
 
 
-def bench_ingest(batches: int, batch_size: int, threads: int, workers: int, uploaders: int,
-                 stored_before: int) -> None:
-    """Sustained ingestion through HTTP; every batch must be fully accepted."""
-    bodies = [json.dumps(make_batch(os.urandom(16).hex(), random_reports(batch_size))).encode()
-              for _ in range(batches)]
-    warmup = [json.dumps(make_batch(os.urandom(16).hex(), random_reports(batch_size))).encode()
-              for _ in range(uploaders * 2)]
+def bench_ingest(metric: str, batches: int, batch_size: int, threads: int, workers: int,
+                 uploaders: int, stored_before: int) -> None:
+    """Sustained ingestion of ``metric`` through HTTP; every batch must be fully accepted."""
+
+    def body() -> bytes:
+        batch = make_batch(os.urandom(16).hex(), random_reports(metric, batch_size))
+        return json.dumps(batch).encode()
+
+    bodies = [body() for _ in range(batches)]
+    warmup = [body() for _ in range(uploaders * 2)]
     with tempfile.TemporaryDirectory() as tmp:
         if stored_before:
             prefill(Path(tmp) / "veil.db", stored_before)
-        process, url = start_server(Path(tmp), threads, workers)
+        collector = Collector(Path(tmp), REGISTRY, "--threads", str(threads),
+                              "--workers", str(workers))
+        url = collector.url
         try:
             latencies: list[float] = []
             finished: list[float] = []
@@ -167,17 +153,15 @@ def bench_ingest(batches: int, batch_size: int, threads: int, workers: int, uplo
             latencies.clear()
             finished.clear()
             wall = run(list(bodies))
-            stored = fetch_counts(url, "bench", METRIC)
+            stored = fetch_counts(url, READ_TOKEN, metric)
         finally:
-            process.terminate()
-            process.wait(30)
-            process.stdout.close()
+            collector.stop()
     total = batches * batch_size
-    before = stored_before if METRIC == "homepage" else 0
+    before = stored_before if metric == "homepage" else 0  # prefill() stores homepage reports
     assert stored["reports"] == before + total + len(warmup) * batch_size, stored["reports"]
     lat = sorted(latencies)
-    print(f"ingest: {total:,} reports of {METRIC} "
-          f"({REGISTRY[METRIC].params.mechanism_name}) in {batches} batches of {batch_size} into a "
+    print(f"ingest: {total:,} reports of {metric} "
+          f"({REGISTRY[metric].params.mechanism_name}) in {batches} batches of {batch_size} into a "
           f"database already holding {stored_before:,}, server workers={workers} x "
           f"threads={threads}, uploader threads={uploaders}")
     print(f"  sustained: {total / wall:,.0f} reports/s ({batches / wall:.1f} batches/s, "
@@ -210,15 +194,11 @@ def bench_counts(stored: int, repeats: int) -> None:
                 start = time.perf_counter()
                 storage.counts(metric, "2026-10-05", "2026-10-20")
                 ranged.append(time.perf_counter() - start)
-        Path(tmp, "metrics.toml").write_text(REGISTRY.to_toml(), encoding="utf-8")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "veil.server.cli", "serve", "--config",
-             str(Path(tmp, "metrics.toml")), "--db", str(path), "--port", "0",
-             "--read-token", "bench"], stdout=subprocess.PIPE, text=True)
+        collector = Collector(Path(tmp), REGISTRY)  # serves the database at path
         try:
-            url = process.stdout.readline().rsplit(" ", 1)[1].strip()
+            url = collector.url
             session = requests.Session()
-            headers = {"Authorization": "Bearer bench"}
+            headers = {"Authorization": f"Bearer {READ_TOKEN}"}
             session.get(url + "/v1/metrics/homepage/counts", headers=headers, timeout=60)
             http = []
             for _ in range(repeats):
@@ -228,9 +208,7 @@ def bench_counts(stored: int, repeats: int) -> None:
                 http.append(time.perf_counter() - start)
                 assert response.json()["reports"] == stored
         finally:
-            process.terminate()
-            process.wait(30)
-            process.stdout.close()
+            collector.stop()
     print(f"counts: {stored:,} stored reports (30 days x 64 cohorts, k=128); "
           f"filled through the storage layer in {fill:.1f} s ({stored / fill:,.0f} reports/s)")
     print(f"  storage.counts, all days: median {1000 * statistics.median(times):.2f} ms, "
@@ -255,11 +233,9 @@ def main() -> None:
     parser.add_argument("--metric", default="homepage", choices=list(REGISTRY),
                         help="metric to ingest: strings (k=128) or categories (d=1024) by oracle")
     args = parser.parse_args()
-    global METRIC
-    METRIC = args.metric
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
-    bench_ingest(args.batches, args.batch, args.threads, args.workers, args.uploaders,
-                 args.prefill)
+    bench_ingest(args.metric, args.batches, args.batch, args.threads, args.workers,
+                 args.uploaders, args.prefill)
     if not args.skip_counts:
         bench_counts(args.stored, args.repeats)
 

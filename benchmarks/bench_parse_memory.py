@@ -1,11 +1,11 @@
 """Peak memory of ``veil serve`` under concurrent hostile bodies built to be costly to parse.
 
 Starts ``veil serve`` on 127.0.0.1 (one worker) with a one-metric registry, warms
-it up with one small refused body (``[]``, through the same parser), then posts ``--bodies`` bodies at once, each
-about ``--mib`` MiB of one JSON array of tiny values (``[{},{},...]`` by default:
-the most Python objects per byte). Prints each answer and the server's peak
-resident set size (``VmHWM`` in ``/proc/PID/status``, Linux only) before and
-after. Bounded: one round of requests, each with a timeout.
+it up with one small refused body (``[]``, through the same parser), then posts
+``--bodies`` bodies at once, each about ``--mib`` MiB of one JSON array of tiny
+values (``[{},{},...]`` by default: the most Python objects per byte). Prints each
+answer and the server's peak resident set size (``VmHWM`` in ``/proc/PID/status``,
+Linux only) before and after. Bounded: one round of requests, each with a timeout.
 
     python benchmarks/bench_parse_memory.py [--bodies 8] [--mib 8] [--threads 4]
         [--shape '{}'] [--max-body-bytes N]
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import subprocess
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 import requests
 
 from veil.shared.registry import Registry
+from veil.simulations.demo import Collector
 
 REGISTRY = Registry.from_toml("""
 version = 1
@@ -68,26 +67,17 @@ def main() -> None:
                         help="veil serve --max-body-bytes (default: the collector's default)")
     args = parser.parse_args()
     body = hostile_body(args.mib, args.shape)
+    options = ["--threads", str(args.threads)]
+    if args.max_body_bytes is not None:
+        options += ["--max-body-bytes", str(args.max_body_bytes)]
     with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "metrics.toml"
-        config.write_text(REGISTRY.to_toml(), encoding="utf-8")
-        command = [sys.executable, "-m", "veil.server.cli", "serve", "--config", str(config),
-                   "--db", str(Path(tmp) / "veil.db"), "--port", "0",
-                   "--threads", str(args.threads)]
-        if args.max_body_bytes is not None:
-            command += ["--max-body-bytes", str(args.max_body_bytes)]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                   text=True)
+        collector = Collector(Path(tmp), REGISTRY, *options)
         try:
-            assert process.stdout is not None
-            line = process.stdout.readline()
-            if "listening on" not in line:
-                raise SystemExit(f"veil serve did not start: {line!r}")
-            url = line.rsplit(" ", 1)[1].strip() + "/v1/reports"
+            url = collector.url + "/v1/reports"
             warm = requests.post(url, data=b"[]", headers=JSON, timeout=30)
             if warm.status_code != 400:
                 raise SystemExit(f"warm-up: expected 400 for [], got {warm.status_code}")
-            before = peak_rss_mib(process.pid)
+            before = peak_rss_mib(collector.process.pid)
             outcomes: collections.Counter[str] = collections.Counter()
             threads = [threading.Thread(target=post, args=(url, body, outcomes))
                        for _ in range(args.bodies)]
@@ -95,10 +85,9 @@ def main() -> None:
                 thread.start()
             for thread in threads:
                 thread.join()
-            after = peak_rss_mib(process.pid)
+            after = peak_rss_mib(collector.process.pid)
         finally:
-            process.terminate()
-            process.wait(30)
+            collector.stop()
     print(f"{args.bodies} concurrent bodies of {len(body) / 2**20:.2f} MiB of "
           f"[{args.shape},...] (threads {args.threads}, max body "
           f"{args.max_body_bytes or 'default'}): {dict(outcomes)}")

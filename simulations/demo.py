@@ -88,9 +88,14 @@ def simulate_users(config: DemoConfig) -> Truth:
 
 
 class Collector:
-    """A ``veil serve`` process on 127.0.0.1 with a free port (stopped by :meth:`stop`)."""
+    """A ``veil serve`` process on 127.0.0.1 with a free port (stopped by :meth:`stop`).
 
-    def __init__(self, workdir: Path, registry: Registry) -> None:
+    It serves ``registry`` from ``workdir/veil.db`` (used as it is when it exists), reads
+    counts with :data:`READ_TOKEN` and logs to ``workdir/collector.log``; ``options`` are
+    further ``veil serve`` options (``"--threads", "4"``).
+    """
+
+    def __init__(self, workdir: Path, registry: Registry, *options: str) -> None:
         config = workdir / "metrics.toml"
         config.write_text(registry.to_toml(), encoding="utf-8")
         self.log = workdir / "collector.log"
@@ -98,7 +103,7 @@ class Collector:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "veil.server.cli", "serve", "--config", str(config),
                  "--db", str(workdir / "veil.db"), "--host", "127.0.0.1", "--port", "0",
-                 "--read-token", READ_TOKEN],
+                 "--read-token", READ_TOKEN, *options],
                 stdout=subprocess.PIPE, stderr=log, text=True,
             )
         self.url = self._wait_for_address()

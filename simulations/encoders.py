@@ -86,6 +86,11 @@ def _client_cohorts(params: MechanismParams, n: int, rng: np.random.Generator,
     return cohorts[index.reshape(-1)]
 
 
+def _category_indices(params: CategoryParams | OracleParams, values: Sequence[str]) -> np.ndarray:
+    """The index of each category name in ``values`` (:class:`ParameterError` for an unknown one)."""
+    return np.array([params.index(value) for value in values], dtype=np.int64)
+
+
 @simulates(StringParams)
 def simulate_strings(params: StringParams, values: Sequence[str], rng: np.random.Generator,
                      clients: np.ndarray | None = None) -> SimulatedReports:
@@ -101,20 +106,15 @@ def simulate_strings(params: StringParams, values: Sequence[str], rng: np.random
 def simulate_categories(params: CategoryParams, values: Sequence[str], rng: np.random.Generator,
                         clients: np.ndarray | None = None) -> SimulatedReports:
     """One-hot basic RAPPOR reports of category names ``values``."""
-    indices = np.array([params.index(value) for value in values], dtype=np.int64)
-    reports = encode_categories(params, indices, rng, clients)
+    reports = encode_categories(params, _category_indices(params, values), rng, clients)
     return SimulatedReports(reports.cohorts, reports.payloads())
-
-
-def _oracle_indices(params: OracleParams, values: Sequence[str]) -> np.ndarray:
-    return np.array([params.index(value) for value in values], dtype=np.int64)
 
 
 @simulates(GrrParams)
 def simulate_grr(params: GrrParams, values: Sequence[str], rng: np.random.Generator,
                  clients: np.ndarray | None = None) -> SimulatedReports:
     """Generalized randomized response (memoized) of category names ``values``."""
-    out = encode_grr(params, _oracle_indices(params, values), rng, clients)
+    out = encode_grr(params, _category_indices(params, values), rng, clients)
     return SimulatedReports(np.zeros(len(values), np.int64), out.tolist())
 
 
@@ -122,7 +122,7 @@ def simulate_grr(params: GrrParams, values: Sequence[str], rng: np.random.Genera
 def simulate_oue(params: OueParams, values: Sequence[str], rng: np.random.Generator,
                  clients: np.ndarray | None = None) -> SimulatedReports:
     """Optimized unary encoding (memoized, L-OSUE) of category names ``values``: hex payloads."""
-    words = encode_oue(params, _oracle_indices(params, values), rng, clients)
+    words = encode_oue(params, _category_indices(params, values), rng, clients)
     return SimulatedReports(np.zeros(len(values), np.int64), payloads(words, params.d))
 
 
@@ -130,7 +130,7 @@ def simulate_oue(params: OueParams, values: Sequence[str], rng: np.random.Genera
 def simulate_olh(params: OlhParams, values: Sequence[str], rng: np.random.Generator,
                  clients: np.ndarray | None = None) -> SimulatedReports:
     """Optimized local hashing (memoized) of category names ``values``."""
-    out = encode_olh(params, _oracle_indices(params, values), rng, clients)
+    out = encode_olh(params, _category_indices(params, values), rng, clients)
     return SimulatedReports(np.zeros(len(values), np.int64), out.tolist())
 
 
@@ -138,7 +138,7 @@ def simulate_olh(params: OlhParams, values: Sequence[str], rng: np.random.Genera
 def simulate_hadamard(params: HadamardParams, values: Sequence[str], rng: np.random.Generator,
                       clients: np.ndarray | None = None) -> SimulatedReports:
     """Hadamard response (memoized) of category names ``values``."""
-    out = encode_hadamard(params, _oracle_indices(params, values), rng, clients)
+    out = encode_hadamard(params, _category_indices(params, values), rng, clients)
     return SimulatedReports(np.zeros(len(values), np.int64), out.tolist())
 
 

@@ -17,9 +17,10 @@ Reports are bit matrices packed into ``uint64`` words: bit ``i`` of a report
 is bit ``i % 64`` of word ``i // 64``, so the little-endian bytes of a row are
 exactly the wire payload.
 
-The fast paths skip the report matrix and draw the per-cohort counts directly
-with the analysis' exact sampler (:mod:`veil.server.analysis.synthetic`, which
-also serves strings: :func:`~veil.server.analysis.synthetic.string_counts_from_values`).
+The categories' fast path (:func:`aggregate_categories`) skips the report matrix
+and draws the counts directly with the analysis' exact sampler
+(:mod:`veil.server.analysis.synthetic`, where the strings' fast path is too:
+:func:`~veil.server.analysis.synthetic.string_counts_from_values`).
 
 Randomness comes from a seeded :class:`numpy.random.Generator`: reproducible,
 fast, and NOT for production. Real reports come only from the client SDK,
@@ -236,6 +237,14 @@ def encode_strings(
 # ---------------------------------------------------------------- categories
 
 
+def check_indices(values: np.ndarray, d: int) -> np.ndarray:
+    """Category indices as a flat int64 array, each in ``[0, d)``."""
+    values = np.asarray(values, dtype=np.int64).reshape(-1)
+    if values.size and not (values.min() >= 0 and values.max() < d):
+        raise ParameterError("values", f"category indices must be in [0, {d})")
+    return values
+
+
 def encode_categories(
     params: CategoryParams,
     values: np.ndarray,
@@ -243,9 +252,7 @@ def encode_categories(
     clients: np.ndarray | None = None,
 ) -> BitReports:
     """Basic RAPPOR reports of category indices ``values`` (one-hot, PRR, IRR)."""
-    values = np.asarray(values, dtype=np.int64)
-    if values.size and not (values.min() >= 0 and values.max() < params.k):
-        raise ParameterError("values", f"category indices must be in [0, {params.k})")
+    values = check_indices(values, params.k)
     first, memo = memo_rows(clients, values)
     onehot = pack_indices(values[first][:, None], params.k)
     noise = RapporNoise(params.k, params.p, params.q, params.f)

@@ -37,6 +37,7 @@ from veil.shared.kinds.oracles.olh import bucket_channel
 from veil.simulations.encoding import (
     CHUNK_ROWS,
     bernoulli_words,
+    check_indices,
     memo_rows,
     pack_indices,
     random_words,
@@ -45,14 +46,6 @@ from veil.simulations.encoding import (
 
 #: draws made at once by the direct samplers (bounds their memory to some tens of MB)
 CHUNK_DRAWS = 1 << 20
-
-
-def check_indices(params: OracleParams, values: np.ndarray) -> np.ndarray:
-    """Category indices as int64, each in ``[0, d)``."""
-    values = np.asarray(values, dtype=np.int64).reshape(-1)
-    if values.size and not (values.min() >= 0 and values.max() < params.d):
-        raise ParameterError("values", f"category indices must be in [0, {params.d})")
-    return values
 
 
 def bernoulli(numerator: int, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -119,7 +112,7 @@ def encode_grr(params: GrrParams, values: np.ndarray, rng: np.random.Generator,
     Permanent: the category w.p. ``a``, else one of the other ``d - 1`` uniformly.
     Instantaneous: kept w.p. ``lambda``, else uniform over all ``d``.
     """
-    values, d = check_indices(params, values), params.d
+    values, d = check_indices(values, params.d), params.d
 
     def permanent(x: np.ndarray) -> np.ndarray:
         other = (x + 1 + rng.integers(0, d - 1, size=x.size)) % d
@@ -142,7 +135,7 @@ def encode_olh(params: OlhParams, values: np.ndarray, rng: np.random.Generator,
     (kept w.p. ``a``, else one of the other ``g - 1``). Instantaneous: the bucket kept
     w.p. ``lambda``, else a uniform bucket; the function is kept.
     """
-    values, g = check_indices(params, values), params.buckets
+    values, g = check_indices(values, params.d), params.buckets
 
     def permanent(x: np.ndarray) -> np.ndarray:
         functions = rng.integers(0, params.functions, size=x.size)
@@ -168,7 +161,7 @@ def encode_hadamard(params: HadamardParams, values: np.ndarray, rng: np.random.G
     Permanent: uniform in the category's set w.p. ``a``, else uniform outside it.
     Instantaneous: kept w.p. ``lambda``, else uniform in ``[0, K)``.
     """
-    values = check_indices(params, values)
+    values = check_indices(values, params.d)
 
     def permanent(x: np.ndarray) -> np.ndarray:
         return hadamard_draw(params, x, bernoulli(params.prr_numerator, x.size, rng), rng)
@@ -187,13 +180,15 @@ def encode_oue(params: OueParams, values: np.ndarray, rng: np.random.Generator,
 
     Permanent: the category's bit 1 w.p. 1/2, every other bit 1 w.p. ``c``, independently.
     Instantaneous: each bit reported 1 w.p. ``one`` where the permanent bit is 1 and ``zero``
-    where 0 (``params.irr_thresholds``). Rows pack as :mod:`veil.simulations.encoding` does,
+    where 0 (``params.irr_thresholds``); the thresholds are symmetric (``one = 2**32 - zero``),
+    so, as in the SDK, the report is the permanent response XOR one mask of independent
+    Bernoulli(``zero / 2**32``) bits. Rows pack as :mod:`veil.simulations.encoding` does,
     so :func:`~veil.simulations.encoding.payloads` gives the wire hex.
     """
-    values, d = check_indices(params, values), params.d
+    values, d = check_indices(values, params.d), params.d
     mask = valid_mask(d)
     other = params.other_numerator(params.prr_numerator)
-    zero, one = params.irr_thresholds(params.irr_numerator)
+    zero, _ = params.irr_thresholds(params.irr_numerator)
 
     def permanent(x: np.ndarray) -> np.ndarray:
         out = np.empty((x.size, len(mask)), dtype=np.uint64)
@@ -208,9 +203,7 @@ def encode_oue(params: OueParams, values: np.ndarray, rng: np.random.Generator,
         out = np.empty_like(kept)
         for start in range(0, len(kept), CHUNK_ROWS):
             bits = kept[start : start + CHUNK_ROWS]
-            ones = bernoulli_words(one, bits.shape, rng)
-            zeros = bernoulli_words(zero, bits.shape, rng)
-            out[start : start + CHUNK_ROWS] = ((bits & ones) | (~bits & zeros)) & mask
+            out[start : start + CHUNK_ROWS] = (bits ^ bernoulli_words(zero, bits.shape, rng)) & mask
         return out
 
     return _permanent_then_instant(values, clients, permanent, instant)
@@ -283,8 +276,8 @@ def _olh_counts(params: OlhParams, true_counts: np.ndarray, rng: np.random.Gener
 def _hadamard_counts(params: HadamardParams, true_counts: np.ndarray,
                      rng: np.random.Generator) -> np.ndarray:
     size = params.size
-    a = params.prr_numerator / PROB_ONE
-    informative = rng.binomial(true_counts, params.keep * (2 * a - 1))
+    in_set, off_set = params.response_probs(params.prr_numerator, params.irr_numerator)
+    informative = rng.binomial(true_counts, (in_set - off_set) / 2)
     counts = _uniform_counts(int(true_counts.sum() - informative.sum()), size, rng)
     responses = np.arange(size, dtype=np.int64)
     heavy = informative > size // 2  # a multinomial over the set is cheaper
@@ -326,15 +319,16 @@ def simulate_oracle_counts(params: OracleParams, true_counts: np.ndarray,
       uniform cells of all the others together and a uniform function for each
       informative report, gives the same counts.
     * Hadamard: a report of ``x`` is ``y`` with probability ``(1 - lambda + 2 a lambda) / K``
-      inside ``x``'s set and ``(1 - lambda + 2 (1 - a) lambda) / K`` outside: the mixture
-      "w.p. ``lambda (2a - 1)`` uniform in the set, else uniform in ``[0, K)``", sampled
-      the same way.
+      inside ``x``'s set and ``(1 - lambda + 2 (1 - a) lambda) / K`` outside
+      (``params.response_probs`` gives both times ``K``): the mixture "w.p. ``lambda (2a - 1)``
+      (half their gap) uniform in the set, else uniform in ``[0, K)``", sampled the same way.
 
     Uniform draws over ``m`` cells are a ``Multinomial`` over the cells when there are more
     than ``m`` of them and the individual draws (vectorized, in chunks of
     :data:`CHUNK_DRAWS`) otherwise: the same law either way, at a cost of
-    ``O(min(draws, m))``; so 10^6 reports take tens of milliseconds whatever ``d``. With
-    memoized installations (several reports each) use the per-report encoders instead.
+    ``O(min(draws, m))``; so 10^6 reports take well under a second whatever ``d`` (OLH and
+    Hadamard at ``d = 65536`` the slowest, on the order of 0.1 s). With memoized
+    installations (several reports each) use the per-report encoders instead.
     """
     true_counts = np.asarray(true_counts, dtype=np.int64).reshape(-1)
     if true_counts.size != params.d or (true_counts.size and true_counts.min() < 0):
@@ -361,15 +355,10 @@ def oracle_counts_document(params: OracleParams, counts: np.ndarray,
         raise ParameterError("params", "OUE's set-bit counts do not give the number of reports; "
                                        "use oue_counts_document")
     counts = np.asarray(counts, dtype=np.int64).reshape(-1)
-    return _document(params, int(counts.sum()), "responses", counts, metric)
+    return counts_document(params, np.array([counts.sum()]), counts, metric, "responses")
 
 
 def oue_counts_document(params: OueParams, reports: int, ones: np.ndarray,
                         metric: str = "m") -> dict[str, Any]:
     """A counts document (one cohort) of ``reports`` OUE reports with set-bit counts ``ones``."""
-    return _document(params, reports, "ones", np.asarray(ones, dtype=np.int64).reshape(-1), metric)
-
-
-def _document(params: OracleParams, reports: int, field: str, counts: np.ndarray,
-              metric: str) -> dict[str, Any]:
-    return counts_document(params, np.array([reports]), counts, metric, field)
+    return counts_document(params, np.array([reports]), ones, metric, "ones")

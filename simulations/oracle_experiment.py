@@ -9,8 +9,10 @@ the SDK's reports, one per installation) and decoded by the oracle's decoder
 variance of every category's share estimate is compared with the formula the
 decoder states, ``params.share_variance(share, n)``. One-shot parameters
 (``report_epsilon = epsilon``: no instantaneous noise) make the figures
-comparable with Wang et al.'s, whose closed form for OUE and OLH,
-``4 e^eps / (e^eps - 1)^2`` per report, is listed beside them.
+comparable with the literature's closed forms per report of an absent value,
+listed beside them: Wang et al.'s for GRR, OUE and OLH
+(:meth:`veil.simulations.oracles.Oracle.closed_form_variance`) and
+``((e^eps + 1) / (e^eps - 1))^2`` for Hadamard response.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import numpy as np
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decode import DECODERS
 from veil.shared.kinds.oracles import ORACLES, OracleParams
+from veil.shared.statistics import statistic_for
 from veil.simulations.oracle_encoding import simulate_oracle_counts
+from veil.simulations.oracles import Oracle
 from veil.simulations.report import Results, new_figure, progress
 
 COLORS = {"grr": "#E69F00", "oue": "#009E73", "olh": "#CC79A7", "hadamard": "#0072B2"}
@@ -53,7 +57,7 @@ def rounds_for(d: int, quick: bool) -> int:
 
 def decode_shares(params: OracleParams, counts: np.ndarray, n: int) -> np.ndarray:
     """The decoder's share estimates from one sampled statistic."""
-    field = "ones" if params.statistic == "bits" else "responses"
+    field = statistic_for(params).fields[0].name  # the counts vector: responses, or OUE's ones
     arrays = CountsArrays(metric="m", params=params, reports=np.array([n]),
                           fields={field: counts.reshape(1, -1).astype(np.int64)},
                           source="simulation")
@@ -64,12 +68,10 @@ def decode_shares(params: OracleParams, counts: np.ndarray, n: int) -> np.ndarra
 def wang_variance(oracle: str, epsilon: float, d: int) -> float:
     """Wang et al.'s closed form per report for an absent value (one-shot, ideal hashing);
     Hadamard response's is ``((e^eps + 1) / (e^eps - 1))^2``."""
-    e = math.exp(epsilon)
-    if oracle == "grr":
-        return (d - 2 + e) / (e - 1) ** 2
     if oracle == "hadamard":
+        e = math.exp(epsilon)
         return ((e + 1) / (e - 1)) ** 2
-    return 4 * e / (e - 1) ** 2
+    return Oracle(oracle.upper(), epsilon, d).closed_form_variance(1)
 
 
 def oracles(quick: bool = False, seed: int = 1) -> Results:
@@ -82,15 +84,18 @@ def oracles(quick: bool = False, seed: int = 1) -> Results:
     cells = [(name, d, eps) for name in ORACLES for d in domains for eps in epsilons]
     for name, d, epsilon in progress(cells, "oracles"):
         categories = tuple(f"c{i}" for i in range(d))
-        params = ORACLES[name](categories=categories, epsilon=epsilon,
-                                       report_epsilon=epsilon)
+        params = ORACLES[name](categories=categories, epsilon=epsilon, report_epsilon=epsilon)
         truth = population(d, n)
         shares = truth / n
         rounds = rounds_for(d, quick)
         estimates = np.stack([decode_shares(params, simulate_oracle_counts(params, truth, rng), n)
                               for _ in range(rounds)])
-        empirical = estimates.var(axis=0, ddof=1)
         stated = np.array([params.share_variance(float(s), n) for s in shares])
+        empirical = estimates.var(axis=0, ddof=1)
+        # each round's mean squared error over the categories, over the mean stated variance
+        # (the estimates are unbiased): its spread over rounds gives the ratio's standard
+        # error, correlations between categories included
+        per_round = ((estimates - shares) ** 2).mean(axis=1) / stated.mean()
         absent = shares == 0
         rows.append({
             "oracle": name, "epsilon": epsilon, "d": d, "n": n, "rounds": rounds,
@@ -100,6 +105,8 @@ def oracles(quick: bool = False, seed: int = 1) -> Results:
             "empirical_per_report": float(empirical.mean() * n),
             "stated_per_report": float(stated.mean() * n),
             "ratio": float(empirical.mean() / stated.mean()),
+            "mse_ratio": float(per_round.mean()),
+            "mse_ratio_se": float(per_round.std(ddof=1) / math.sqrt(rounds)),
             "ratio_absent": float(empirical[absent].mean() / stated[absent].mean())
             if absent.any() else math.nan,
             "max_bias_in_se": float(np.max(np.abs(estimates.mean(axis=0) - shares)

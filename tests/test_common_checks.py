@@ -5,9 +5,12 @@ oracle of a category metric) and each example parameter set:
 the parameters validate and round-trip, the SDK encoder's output passes wire
 validation, the statistic's fast accumulation equals the report-by-report fold
 and merges, counts documents round-trip, the decoder recovers a known
-population, and the simulation encoder has the SDK encoder's law. A kind that
-lacks a face (encoder, statistic, decoder, simulation encoder) or an example here
-fails this file.
+population, and the simulation encoder's reports have the SDK encoder's mean
+statistic in every cohort (the whole law of one report where the statistic counts
+each payload value, GRR, OLH and Hadamard, or the payload is one bit, booleans and
+1bitmean; each bit's law for bit vectors; the first two moments for laplace and
+gaussian numbers). A kind that lacks a face (encoder, statistic, decoder,
+simulation encoder) or an example here fails this file.
 
 Randomness is seeded. Tolerances: the decoder's estimate lies within 4 of its
 stated standard errors of the truth; SDK and simulated reports agree, field by
@@ -93,6 +96,21 @@ def sdk_reports(params: MechanismParams, values: list[Any], seed: int) -> list[d
     return out
 
 
+def stored_payloads(params: MechanismParams, payloads: list[Any]) -> list[Any]:
+    """What the collector stores for each wire payload."""
+    statistic = statistic_for(params)
+    return [statistic.stored_payload(params, p, params.parse_payload(p)) for p in payloads]
+
+
+def document(params: MechanismParams, sizes: Any, states: list[Any]) -> dict[str, Any]:
+    """The counts document of ``sizes[c]`` reports with statistic ``states[c]`` per cohort."""
+    statistic = statistic_for(params)
+    return {"metric": "m", "kind": params.kind, "params": params.to_dict(),
+            "reports": int(sum(sizes)),
+            "cohorts": [{"cohort": c, "reports": int(sizes[c]), **statistic.to_entry(states[c])}
+                        for c in range(params.cohorts)]}
+
+
 def per_report_fields(params: MechanismParams, cohorts: list[int], payloads: list[Any],
                       ) -> dict[str, np.ndarray]:
     """Each field of the statistic of each report, as ``(reports, ...)`` arrays.
@@ -102,8 +120,7 @@ def per_report_fields(params: MechanismParams, cohorts: list[int], payloads: lis
     """
     statistic = statistic_for(params)
     out: dict[str, list[Any]] = {field.name: [] for field in statistic.fields}
-    for cohort, payload in zip(cohorts, payloads, strict=True):
-        stored = statistic.stored_payload(params, payload, params.parse_payload(payload))
+    for cohort, stored in zip(cohorts, stored_payloads(params, payloads), strict=True):
         state = statistic.of_report(params, stored)
         for field in statistic.fields:
             value = np.asarray(state[field.name], dtype=float)
@@ -146,8 +163,7 @@ def test_statistic_accumulates_merges_and_round_trips(params, shares, truth) -> 
     statistic = statistic_for(params)
     reports = sdk_reports(params, population(shares, 400, 3), 4)
     cohorts = np.array([r.get("cohort", 0) for r in reports])
-    stored = [statistic.stored_payload(params, r["payload"], params.parse_payload(r["payload"]))
-              for r in reports]
+    stored = stored_payloads(params, [r["payload"] for r in reports])
     folded = [statistic.zero(params) for _ in range(params.cohorts)]
     sizes = [0] * params.cohorts
     for cohort, item in zip(cohorts, stored, strict=True):
@@ -167,11 +183,7 @@ def test_statistic_accumulates_merges_and_round_trips(params, shares, truth) -> 
     for whole, merged, fold in zip(accumulated(slice(None)), halves, folded, strict=True):
         assert statistic.to_entry(whole) == statistic.to_entry(fold)
         assert statistic.to_entry(merged) == statistic.to_entry(fold)
-    entries = [{"cohort": c, "reports": sizes[c], **statistic.to_entry(folded[c])}
-               for c in range(params.cohorts)]
-    document = {"metric": "m", "kind": params.kind, "params": params.to_dict(),
-                "reports": len(reports), "cohorts": entries}
-    arrays = counts_arrays(document)
+    arrays = counts_arrays(document(params, sizes, folded))
     for field in statistic.fields:
         expected = [statistic.to_entry(state)[field.name] for state in folded]
         assert arrays.fields[field.name].tolist() == expected
@@ -198,19 +210,13 @@ def test_decoder_recovers_a_known_population(params, shares, truth) -> None:
     values = population(shares, POPULATION, 8)
     simulated = SIMULATORS[params.mechanism_name](params, values, np.random.default_rng(9))
     statistic = statistic_for(params)
-    stored = [statistic.stored_payload(params, p, params.parse_payload(p))
-              for p in simulated.payloads]
+    stored = stored_payloads(params, simulated.payloads)
     states = [statistic.zero(params) for _ in range(params.cohorts)]
     sizes = np.bincount(simulated.cohorts, minlength=params.cohorts)
     for cohort, _, state in statistic.accumulate(params, simulated.cohorts, stored):
         states[cohort] = state
-    document = {
-        "metric": "m", "kind": params.kind, "params": params.to_dict(), "reports": len(values),
-        "cohorts": [{"cohort": c, "reports": int(sizes[c]), **statistic.to_entry(states[c])}
-                    for c in range(params.cohorts)],
-    }
     # candidates matter to strings only; the other decoders ignore them
-    result = decode_counts(document, [*truth, "never.example"])
+    result = decode_counts(document(params, sizes, states), [*truth, "never.example"])
     label, estimate, std_error = result.columns[0], result.columns[1], result.columns[2]
     if "proportion" in result.columns:
         estimate, std_error = "proportion", "prop_std_error"
