@@ -313,7 +313,7 @@ def decode_metrics(
     from veil.server.analysis import StringDecoder
 
     start = time.perf_counter()
-    decoder = StringDecoder(params).fit(reports, ones, candidates)
+    decoder = StringDecoder(params, correction="bonferroni").fit(reports, ones, candidates)
     elapsed = time.perf_counter() - start
     total = truth.sum()
     actual = {value: count / total for value, count in zip(population.values, truth, strict=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from concurrent.futures import Executor
 
 from veil.shared.errors import ParameterError
 from veil.shared.hashing import HASHINGS
@@ -39,12 +40,14 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument(
-        "--correction", default="bonferroni", choices=["bonferroni", "bh", "none"],
-        help="multiple-testing correction for detected strings (default: bonferroni)",
+        "--correction", default="storey",
+        help="multiple-testing correction for detected strings: storey (false discovery rate, "
+        "Benjamini-Hochberg adapted to the share of absent candidates; the default), bh "
+        "(Benjamini-Hochberg), bonferroni (family-wise error rate) or none",
     )
     parser.add_argument(
-        "--alpha", type=float, default=0.05, help="family-wise error (bonferroni) or false "
-        "discovery rate (bh) for detected strings (default: 0.05)",
+        "--alpha", type=float, default=0.05, help="false discovery rate (storey, bh) or "
+        "family-wise error rate (bonferroni) for detected strings (default: 0.05)",
     )
     parser.add_argument(
         "--no-background", action="store_true",
@@ -56,12 +59,19 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
 
 def run_decode(args: argparse.Namespace) -> int:
     """Decode counts from files, a collector or its database, and write the outputs."""
+    from veil.server.analysis.report import ChartWorker
+
+    if args.top < 1:
+        raise ParameterError("top", f"--top must be at least 1; got {args.top}")
+    with ChartWorker() as charts:
+        return _decode(args, charts)
+
+
+def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     from veil.server.analysis.candidate_map import read_candidates
     from veil.server.analysis.decode import decode_counts
     from veil.server.analysis.report import write_outputs
 
-    if args.top < 1:
-        raise ParameterError("top", f"--top must be at least 1; got {args.top}")
     sources = [bool(args.params or args.counts), bool(args.server), bool(args.db)]
     if sum(sources) != 1:
         raise ParameterError(
@@ -111,7 +121,7 @@ def run_decode(args: argparse.Namespace) -> int:
         background=not args.no_background,
         source=source,
     )
-    paths = write_outputs(result, args.out, args.top)
+    paths = write_outputs(result, args.out, args.top, charts)
     summary = result.summary
     print(f"{summary['reports']:,} reports: {result.headline}; wrote {paths['results']}, "
           f"{paths['summary'].name}, {paths['chart'].name}")

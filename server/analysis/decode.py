@@ -28,7 +28,7 @@ def decode_counts(
     candidates: Sequence[str] | None = None,
     candidate_map: sp.spmatrix | None = None,
     *,
-    correction: str = "bonferroni",
+    correction: str = "storey",
     alpha: float = 0.05,
     confidence: float = 0.95,
     background: bool = True,

@@ -30,7 +30,7 @@ class DecodeOptions:
 
     candidates: Sequence[str] | None = None
     candidate_map: Any = None
-    correction: str = "bonferroni"
+    correction: str = "storey"
     alpha: float = 0.05
     confidence: float = 0.95
     background: bool = True

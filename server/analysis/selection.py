@@ -1,10 +1,18 @@
-"""The string decoder's regression: whitened equations, Lasso selection, least squares.
+"""The string decoder's regression: whitened equations, a joint fit or a Lasso selection.
 
 :class:`WhitenedSystem` is ``y = X theta + e`` with unit-variance noise (step 2 of
-:mod:`veil.server.analysis.strings`); :func:`lasso_select` picks candidates with a
-non-negative Lasso solved on a growing working set (step 3); :func:`refit` and
-:func:`refit_with_additions` estimate the shares of a selection by non-negative least
-squares with their covariance, dropping strings that are not significant (step 4).
+:mod:`veil.server.analysis.strings`). When the candidate list is small enough for the
+equations, :func:`joint_fit` estimates every candidate at once by least squares: each
+p-value is then exact, with no selection before the test. Otherwise :func:`lasso_select`
+picks candidates with a non-negative Lasso solved on a growing working set, and
+:func:`refit` and :func:`refit_with_additions` estimate the shares of that selection by
+non-negative least squares, dropping strings that are not significant.
+
+Both scale their covariances by the *dispersion*, the residual chi-square per degree of
+freedom when it exceeds 1: values missing from the list set their own bits, which the
+background column (one share over every bit) fits only on average, and the excess shows
+in the residual. Without it those bits pass for signal of the listed strings that share
+them, and the stated error rates no longer hold.
 """
 
 from __future__ import annotations
@@ -14,7 +22,6 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import optimize
 
 from veil.server.analysis.stats import adjust_p_values, one_sided_p_values
 from veil.shared.errors import ParameterError
@@ -22,6 +29,12 @@ from veil.shared.errors import ParameterError
 #: rounds of refitting (and of Benjamini-Hochberg's selection) before giving up
 MAX_REFITS = 20
 _MAX_WORKING_SET_ROUNDS = 20
+#: the joint fit is used when it widens the median candidate's standard error by at most
+#: this factor over that candidate fitted alone (the price of testing every candidate
+#: against all others); past it the Lasso selection has more power
+JOINT_FIT_MAX_INFLATION = 1.1
+#: ... and when the list has at most this many usable candidates (its covariance is dense)
+JOINT_FIT_MAX_CANDIDATES = 3_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +59,17 @@ class WhitenedSystem:
     ) -> WhitenedSystem:
         """The system of unbiased bit shares with their variances, over a float CSC map."""
         weight = np.where(np.isfinite(variance), 1.0 / np.sqrt(variance), 0.0).ravel()
-        design = candidate_map.copy()
-        design.data = design.data * weight[design.indices]
-        norms = np.sqrt(np.asarray(design.multiply(design).sum(axis=0)).ravel())
-        return cls(design, share.ravel() * weight, weight, norms, weight.copy() if background else None)
+        # new values over the map's own index arrays: at 100,000 candidates a copy of those
+        # (and of the squared matrix for the norms) was a third of the peak memory
+        data = weight[candidate_map.indices]
+        data *= candidate_map.data
+        design = sp.csc_matrix(
+            (data, candidate_map.indices, candidate_map.indptr), shape=candidate_map.shape
+        )
+        return cls(
+            design, share.ravel() * weight, weight, _column_norms(design),
+            weight.copy() if background else None,
+        )
 
     @property
     def equations(self) -> int:
@@ -77,16 +97,90 @@ class WhitenedSystem:
         return norms
 
 
+def _column_norms(matrix: sp.csc_matrix, block: int = 1 << 20) -> np.ndarray:
+    """Euclidean norms of a CSC matrix's columns, squaring ``block`` entries at a time."""
+    squares = np.zeros(matrix.shape[1])
+    for start in range(0, matrix.data.size, block):
+        values = matrix.data[start : start + block]
+        positions = np.arange(start, start + values.size)
+        columns = np.searchsorted(matrix.indptr, positions, side="right") - 1
+        squares += np.bincount(columns, weights=values * values, minlength=squares.size)
+    norms: np.ndarray = np.sqrt(squares)
+    return norms
+
+
 @dataclasses.dataclass(frozen=True)
 class LeastSquares:
-    """Shares of the kept ``columns`` (``theta``) with their ``covariance``, and the
-    background share with its variance (0 without a background column)."""
+    """Shares of the fitted ``columns`` (``theta``) with their ``covariance``, and the
+    background share with its variance (0 without a background column), both scaled by
+    the ``dispersion`` (at least 1). ``method`` is ``"joint"`` (every usable candidate,
+    unconstrained) or ``"lasso"`` (a selection, non-negative)."""
 
     columns: np.ndarray
     theta: np.ndarray
     covariance: np.ndarray
     background_share: float
     background_variance: float
+    dispersion: float = 1.0
+    method: str = "lasso"
+
+
+def _dispersion(residual_ss: float, dof: int) -> float:
+    """The residual chi-square per degree of freedom, never below 1 (the known noise)."""
+    return max(1.0, residual_ss / dof) if dof > 0 else 1.0
+
+
+def joint_fit(
+    system: WhitenedSystem, max_inflation: float = JOINT_FIT_MAX_INFLATION
+) -> LeastSquares | None:
+    """Least squares of every usable candidate at once (shares may come out negative, so
+    each is unbiased), or ``None`` when that is not the better test: too many candidates,
+    fewer than two equations per candidate, a singular system (candidates with identical
+    bits), or a median standard error more than ``max_inflation`` times the lone one.
+
+    The choice depends on the map and the cohort sizes only, never on the counts, so the
+    p-values of the joint fit are exact: no candidate is chosen before it is tested.
+    """
+    usable = np.flatnonzero(system.norms > 0)
+    background = system.background
+    free = background is not None and bool(np.any(background))
+    dof = system.equations - usable.size - (1 if free else 0)
+    if usable.size == 0 or usable.size > JOINT_FIT_MAX_CANDIDATES or dof < usable.size:
+        return None
+    design = system.design[:, usable]
+    gram = np.asarray((design.T @ design).toarray())
+    rhs = np.asarray(design.T @ system.y)
+    loading = np.zeros(usable.size)
+    back_norm2 = 0.0
+    if free:
+        assert background is not None
+        back_norm2 = float(background @ background)
+        cross = np.asarray(design.T @ background)
+        loading = cross / back_norm2
+        gram = gram - np.outer(cross, loading)
+        rhs = rhs - loading * float(background @ system.y)
+    try:
+        np.linalg.cholesky(gram)
+        covariance = np.linalg.inv(gram)
+    except np.linalg.LinAlgError:
+        return None
+    variances = np.diag(covariance)
+    lone = system.lone_norms()[usable]
+    if not np.all(variances > 0) or np.median(np.sqrt(variances) * lone) > max_inflation:
+        return None
+    theta = covariance @ rhs
+    explained = design @ theta
+    back = back_var = 0.0
+    if free:
+        assert background is not None
+        back = float(background @ (system.y - explained)) / back_norm2
+        back_var = 1.0 / back_norm2 + float(loading @ covariance @ loading)
+        explained = explained + back * background
+    residual = system.y - explained
+    dispersion = _dispersion(float(residual @ residual), dof)
+    return LeastSquares(
+        usable, theta, covariance * dispersion, back, back_var * dispersion, dispersion, "joint"
+    )
 
 
 def lasso_select(system: WhitenedSystem, z_select: float) -> np.ndarray:
@@ -106,14 +200,15 @@ def lasso_select(system: WhitenedSystem, z_select: float) -> np.ndarray:
         return usable
     scale = np.zeros_like(norms)
     scale[usable] = 1.0 / norms[usable]
-    unit = sp.csc_matrix(design @ sp.diags(scale))
+    # unit-norm columns are formed for the working set only; scores over all candidates
+    # are the raw design's scaled afterwards (no second copy of a 100,000-column map)
     base = y
     back_unit = None
     if background is not None and np.any(background):
         back_unit = background / np.linalg.norm(background)
         coef = max(float(back_unit @ y), 0.0)
         base = y - coef * back_unit
-    score = unit.T @ base
+    score = (design.T @ base) * scale
     working: np.ndarray = usable[score[usable] > z_select / 2]
     model = Lasso(
         alpha=z_select / rows, fit_intercept=False, positive=True, max_iter=10_000, tol=1e-6,
@@ -122,7 +217,7 @@ def lasso_select(system: WhitenedSystem, z_select: float) -> np.ndarray:
     # the background column is scaled up so that its penalty is negligible
     back_column = None if back_unit is None else sp.csc_matrix((back_unit * 1e3)[:, None])
     for _ in range(_MAX_WORKING_SET_ROUNDS):
-        blocks = [unit[:, working]] if working.size else []
+        blocks = [design[:, working] @ sp.diags(scale[working])] if working.size else []
         if back_column is not None:
             blocks.append(back_column)
         if not blocks:
@@ -132,7 +227,7 @@ def lasso_select(system: WhitenedSystem, z_select: float) -> np.ndarray:
             warnings.simplefilter("ignore", ConvergenceWarning)
             model.fit(matrix, y)
         residual = y - matrix @ model.coef_
-        gradient = unit.T @ residual
+        gradient = (design.T @ residual) * scale
         outside = np.setdiff1d(usable, working, assume_unique=True)
         violators = outside[gradient[outside] > z_select * (1 + 1e-6)]
         if violators.size == 0:
@@ -183,6 +278,8 @@ def refit(
 ) -> LeastSquares:
     """Non-negative least squares on the selection, dropping non-significant strings
     until every kept string passes the ``correction`` at level ``alpha``."""
+    from scipy import optimize  # only this path needs it: a fifth of a short decode's start-up
+
     design, y = system.design, system.y
     columns = np.asarray(selected, dtype=np.int64)
     background = system.background
@@ -203,6 +300,10 @@ def refit(
             cov = np.linalg.pinv(partial.T @ partial, hermitian=True)
         else:
             theta, cov = np.zeros(0), np.zeros((0, 0))
+        residual = target - partial @ theta
+        dof = system.equations - columns.size - (1 if free is not None else 0)
+        dispersion = _dispersion(float(residual @ residual), dof)
+        cov = cov * dispersion
         se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
         p_values = one_sided_p_values(theta, se)
         adjusted = adjust_p_values(p_values, correction, n_candidates)
@@ -211,7 +312,7 @@ def refit(
             back = back_var = 0.0
             if free is not None:
                 back = float(free @ (y - dense @ theta)) / back_norm2
-                back_var = 1.0 / back_norm2 + float(loading @ cov @ loading)
-            return LeastSquares(columns, theta, cov, back, back_var)
+                back_var = dispersion / back_norm2 + float(loading @ cov @ loading)
+            return LeastSquares(columns, theta, cov, back, back_var, dispersion)
         columns = columns[keep]
     raise ParameterError("fit", "the selection did not settle; check the counts and map")

@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import stats
 
 from veil.server.analysis.candidate_map import build_map
 from veil.server.analysis.counts import CountsArrays
@@ -51,6 +50,7 @@ from veil.server.analysis.selection import (
     MAX_REFITS,
     LeastSquares,
     WhitenedSystem,
+    joint_fit,
     lasso_select,
     refit_with_additions,
 )
@@ -58,7 +58,9 @@ from veil.server.analysis.stats import (
     adjust_p_values,
     check_correction,
     check_level,
+    chi2_sf,
     critical_z,
+    normal_isf,
     one_sided_p_values,
     z_quantile,
 )
@@ -174,10 +176,15 @@ class StringDecoder:
     """Estimate how many reports carry each candidate string.
 
     Parameters are stored as given and checked in :meth:`fit` (scikit-learn's
-    convention). ``correction`` is ``"bonferroni"`` (family-wise error rate
-    ``alpha``), ``"bh"`` (Benjamini-Hochberg false discovery rate ``alpha``) or
-    ``"none"``; ``confidence`` sets the intervals; ``background`` adds the
-    column for values missing from the candidate list.
+    convention). ``correction`` is ``"storey"`` (the default: false discovery
+    rate ``alpha`` by Benjamini-Hochberg adapted to the estimated share of absent
+    candidates), ``"bh"`` (Benjamini-Hochberg), ``"bonferroni"`` (family-wise
+    error rate ``alpha``) or ``"none"``; ``confidence`` sets the intervals;
+    ``background`` adds the column for values missing from the candidate list.
+
+    Candidates are fitted jointly (every one tested against all others, exact
+    p-values) when the equations afford it, otherwise selected by a Lasso first
+    (``summary_["fit"]`` says which; :mod:`veil.server.analysis.selection`).
 
     After :meth:`fit`: ``result_`` (a :class:`DecodeResult` of detected
     strings), ``summary_``, and per candidate ``estimates_``, ``std_errors_``,
@@ -190,7 +197,7 @@ class StringDecoder:
         self,
         params: StringParams,
         *,
-        correction: str = "bonferroni",
+        correction: str = "storey",
         alpha: float = 0.05,
         confidence: float = 0.95,
         background: bool = True,
@@ -232,7 +239,7 @@ class StringDecoder:
         self.summary_ = self._summary(reports, matrix, system, solution, settings, started)
         self.result_ = DecodeResult(
             "string", FREQUENCY_COLUMNS, rows, self.summary_,
-            f"{self.summary_['detected']} of {self.summary_['candidates']} candidates detected "
+            f"{self.summary_['detected']:,} of {self.summary_['candidates']:,} candidates detected "
             f"({self.summary_['allocated_proportion']:.1%} of reports)",
         )
         return self
@@ -275,22 +282,29 @@ class StringDecoder:
         return WhitenedSystem.build(share, weights_variance, candidate_map, self.background)
 
     def _select(self, system: WhitenedSystem, settings: _Settings, n_candidates: int) -> LeastSquares:
-        """Selection by the Lasso, then least squares on it.
+        """The joint fit of every candidate when the equations afford it
+        (:func:`~veil.server.analysis.selection.joint_fit`); otherwise selection by
+        the Lasso, then least squares on it.
 
-        Penalty = the z a lone string needs under the correction: Bonferroni's
-        alpha / n; for Benjamini-Hochberg (D + 1) alpha / n once D strings are
-        found (its threshold for one more discovery), repeated until D settles.
+        Lasso penalty = the z a lone string needs under the correction: Bonferroni's
+        alpha / n; for Benjamini-Hochberg and Storey (D + 1) alpha / n once D strings
+        are found (the threshold for one more discovery), repeated until D settles.
         """
+        self.lasso_selected_: int | None = None
+        self.selection_z_: float | None = None
+        joint = joint_fit(system)
+        if joint is not None:
+            return joint
         correction, alpha = settings.correction, settings.alpha
         discoveries = 0
         for _ in range(MAX_REFITS):
             tests = 1 if correction == "none" else n_candidates
-            z_select = float(stats.norm.isf(alpha * (discoveries + 1) / tests))
+            z_select = normal_isf(alpha * (discoveries + 1) / tests)
             selected = lasso_select(system, z_select)
             solution = refit_with_additions(
                 system, selected, z_select, alpha, correction, n_candidates
             )
-            if correction != "bh" or solution.columns.size <= discoveries:
+            if correction not in ("bh", "storey") or solution.columns.size <= discoveries:
                 break
             discoveries = solution.columns.size
         self.lasso_selected_ = int(selected.size)
@@ -326,7 +340,8 @@ class StringDecoder:
         self.covariance_ = cov
         self.background_share_ = solution.background_share
 
-        order = columns[np.argsort(-theta, kind="stable")] if columns.size else columns
+        found = np.flatnonzero(detected)
+        order = found[np.argsort(-estimates[found], kind="stable")]
         return frequency_rows(
             [candidates[s] for s in order], estimates[order], std_errors[order], raw_p[order],
             total, z_quantile(settings.confidence),
@@ -345,7 +360,7 @@ class StringDecoder:
         params = self.params
         total = int(reports.sum())
         n_candidates = len(self.candidates_)
-        columns, theta, back = solution.columns, solution.theta, solution.background_share
+        columns, back = solution.columns, solution.background_share
         p_star, q_star = params.effective_probs
         residual = system.y - system.fitted(solution)
         total_ss = float(system.y @ system.y)
@@ -364,9 +379,17 @@ class StringDecoder:
         )
         norms = system.lone_norms()
         usable = norms > 0
-        typical_se = float(np.median(1.0 / norms[usable])) if usable.any() else float("inf")
-        z_detect = critical_z(settings.alpha, settings.correction, n_candidates) + float(
-            stats.norm.isf(1 - DETECTION_POWER)
+        lone_se = float(np.median(1.0 / norms[usable])) if usable.any() else float("inf")
+        # the standard error a candidate gets in this fit: the joint fit's own, or a lone
+        # string's widened by the dispersion
+        typical_se = (
+            float(np.median(self.std_errors_[columns])) / total if solution.method == "joint"
+            else lone_se * float(np.sqrt(solution.dispersion))
+        )
+        detected = self.detected_
+        allocated = float(self.proportions_[detected].sum())
+        z_detect = critical_z(settings.alpha, settings.correction, n_candidates) + normal_isf(
+            1 - DETECTION_POWER
         )
         noise_sd = float(np.median(1.0 / system.weight[system.weight > 0]))
         bit_mass = self._bit_mass(reports, candidate_map, solution)
@@ -380,12 +403,15 @@ class StringDecoder:
             "candidates_unusable": int(np.count_nonzero(~usable)),
             "lasso_selected": self.lasso_selected_,
             "selection_z": self.selection_z_,
-            "detected": int(columns.size),
+            "detected": int(np.count_nonzero(detected)),
+            "fit": solution.method,
+            "dispersion": solution.dispersion,
             "correction": settings.correction,
             "alpha": settings.alpha,
             "confidence": settings.confidence,
-            "allocated_proportion": float(theta.sum()) if columns.size else 0.0,
-            "allocated_reports": float(theta.sum() * total) if columns.size else 0.0,
+            "allocated_proportion": float(np.clip(allocated, 0.0, 1.0)),
+            "allocated_proportion_unbiased": allocated,
+            "allocated_reports": float(np.clip(allocated, 0.0, 1.0) * total),
             "missing_proportion": None if missing is None else float(np.clip(missing, 0.0, 1.0)),
             "missing_proportion_unbiased": None if missing is None else float(missing),
             "missing_proportion_std_error": None if missing_se is None else float(missing_se),
@@ -397,9 +423,10 @@ class StringDecoder:
             "noise_variance": float(dof),
             "residual_chi2": residual_ss,
             "residual_dof": dof,
-            "residual_p_value": float(stats.chi2.sf(residual_ss, dof)),
+            "residual_p_value": chi2_sf(residual_ss, dof),
             "noise_sd_per_bit_share": noise_sd,
-            "std_error_lone_string": typical_se,
+            "std_error_lone_string": lone_se,
+            "std_error_typical": typical_se,
             "min_detectable_proportion": min(z_detect * typical_se, 1.0),
             "min_detectable_reports": min(z_detect * typical_se, 1.0) * total,
             "detection_power": DETECTION_POWER,
@@ -410,22 +437,31 @@ class StringDecoder:
             "epsilon_inf": params.epsilon_inf,
             "elapsed_seconds": time.perf_counter() - started,
         }
+        notes = []
+        if not allocated <= 1.0:
+            notes.append(
+                f"the detected strings' unbiased shares add up to {allocated:.3g}, above 1 by "
+                "sampling noise; allocated_proportion shows it clipped, "
+                "allocated_proportion_unbiased keeps it"
+            )
         if missing is not None and not 0.0 <= missing <= 1.0:
-            summary["note"] = (
+            notes.append(
                 f"the unbiased missing share {missing:.3g} (std error {missing_se:.2g}) lies "
                 "outside [0, 1] by sampling noise; missing_proportion shows it clipped, "
                 "missing_proportion_unbiased keeps it for averaging"
             )
+        if notes:
+            summary["note"] = "; ".join(notes)
         return summary
 
     def _bit_mass(
         self, reports: np.ndarray, candidate_map: sp.csc_matrix, solution: LeastSquares
     ) -> dict[str, float]:
         """Reports' set bits in all, explained by the detected strings, and by the background."""
-        columns = solution.columns
+        found = np.flatnonzero(self.detected_)
         row_reports = np.repeat(reports.astype(float), self.params.k)
         strings_share = (
-            candidate_map[:, columns] @ solution.theta if columns.size
+            candidate_map[:, found] @ self.proportions_[found] if found.size
             else np.zeros(candidate_map.shape[0])
         )
         return {
@@ -436,7 +472,9 @@ class StringDecoder:
 
 
 def _ratio(part: float, whole: float) -> float | None:
-    return part / whole if whole > 0 else None
+    """``part / whole`` as a fraction in [0, 1] (noise can push unbiased parts past the
+    whole at small N), or ``None`` when there is no positive whole to divide."""
+    return min(max(part / whole, 0.0), 1.0) if whole > 0 else None
 
 
 @decodes(StringParams)

@@ -51,6 +51,43 @@ def test_listing_the_commands_does_not_load_the_numeric_stack() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+CHART_HELPER = """
+import sys
+from pathlib import Path
+import numpy as np
+from veil.server.analysis import StringDecoder, build_map, simulate_string_counts
+from veil.server.analysis.report import ChartWorker, plot_estimates, write_outputs
+from veil.shared.kinds import StringParams
+
+out = Path(sys.argv[1])
+with ChartWorker() as charts:
+    assert charts is not None  # one thread, and fork is available: the helper runs
+    params = StringParams(k=32, h=2, m=8)
+    names = ["alpha.example", "beta.example"]
+    counts = simulate_string_counts(
+        params, build_map(params, names), np.array([0.7, 0.3]), 100_000, np.random.default_rng(1)
+    )
+    result = StringDecoder(params).fit(*counts, names).result_
+    paths = write_outputs(result, out, charts=charts)
+    assert paths["chart"].read_bytes().startswith(b"\\x89PNG")
+    try:  # an error while drawing reaches the caller
+        charts.submit(plot_estimates, result, out / "absent" / "chart.png").result()
+    except FileNotFoundError:
+        print("error reported")
+"""
+
+
+def test_the_chart_is_drawn_by_a_helper_process_that_reports_its_errors(tmp_path: Path) -> None:
+    if sys.platform == "win32":
+        pytest.skip("no fork on Windows: the chart is drawn in-process there")
+    done = subprocess.run(
+        [sys.executable, "-c", CHART_HELPER, str(tmp_path / "out")],
+        check=True, capture_output=True, text=True, timeout=120,
+    )
+    assert done.stdout.strip() == "error reported"
+    assert (tmp_path / "out" / "results.csv").exists()
+
+
 def test_decode_google_rappor_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     params = StringParams(k=32, h=2, m=8)
     names = ["alpha.example", "beta.example", "gamma.example"]

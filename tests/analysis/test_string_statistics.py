@@ -98,40 +98,89 @@ def test_bonferroni_keeps_the_family_wise_error_rate() -> None:
     assert np.all(reported - false == 5)  # the five true strings are always found
 
 
-def test_benjamini_hochberg_keeps_the_false_discovery_rate() -> None:
+@pytest.mark.parametrize(("correction", "seed"), [("bh", 12), ("storey", 17)])
+def test_fdr_corrections_keep_the_false_discovery_rate(correction: str, seed: int) -> None:
     runs = 300
-    false, reported = _false_positive_runs("bh", runs, seed=12)
+    false, reported = _false_positive_runs(correction, runs, seed=seed)
     proportion = false / np.maximum(reported, 1)
     # a [0, 1] variable with mean <= 0.05 has variance <= 0.05 * 0.95: 3 sds of the mean
     bound = 0.05 + 3 * np.sqrt(0.05 * 0.95 / runs)
     assert proportion.mean() <= bound, (proportion.mean(), bound)
 
 
-def test_values_missing_from_the_list_go_to_the_background_not_to_decoys() -> None:
-    """1,000 unlisted values with equal shares hold 30% of reports; the listed ones stay unbiased."""
+def _mostly_present_runs(runs: int, seed: int) -> dict[str, np.ndarray]:
+    """40 listed strings present (8 strong, 32 near the detection limit) and 20 decoys:
+    per correction and run, [decoys reported, strings reported]."""
+    true = [f"present-{i}" for i in range(40)]
+    candidates = true + [f"decoy-{i}" for i in range(20)]
+    candidate_map = build_map(PARAMS, candidates)
+    shares = np.concatenate([np.full(8, 0.09), np.full(32, 0.28 / 32)])
+    rng = np.random.default_rng(seed)
+    tallies = {name: np.zeros((runs, 2), dtype=int) for name in ("storey", "bh")}
+    for run in range(runs):
+        reports, ones = simulate_string_counts(PARAMS, candidate_map[:, :40], shares, 100_000, rng)
+        for name, tally in tallies.items():
+            decoder = StringDecoder(PARAMS, correction=name).fit(
+                reports, ones, candidates, candidate_map
+            )
+            assert decoder.summary_["fit"] == "joint"
+            tally[run] = decoder.detected_[40:].sum(), decoder.detected_.sum()
+    return tallies
+
+
+def test_storey_keeps_the_fdr_and_finds_more_when_most_candidates_are_present() -> None:
+    runs = 300
+    tallies = _mostly_present_runs(runs, seed=18)
+    for name, tally in tallies.items():
+        proportion = tally[:, 0] / np.maximum(tally[:, 1], 1)
+        # a [0, 1] variable with mean <= 0.05 has variance <= 0.05 * 0.95: 3 sds of the mean
+        assert proportion.mean() <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / runs), (name, proportion.mean())
+    true_found = {name: (tally[:, 1] - tally[:, 0]) for name, tally in tallies.items()}
+    # Storey's threshold is never stricter than BH's (its estimated null share is at most
+    # 1); with two thirds of the list present it is looser: at least one more string per
+    # run on average, and more by over 3 standard errors of the mean gain
+    gain = true_found["storey"] - true_found["bh"]
+    assert np.all(gain >= 0)
+    assert gain.mean() >= 1.0 and gain.mean() > 3 * gain.std(ddof=1) / np.sqrt(runs), gain.mean()
+
+
+@pytest.mark.parametrize(("decoys", "fit", "seed"), [(100, "lasso", 13), (40, "joint", 19)])
+def test_values_missing_from_the_list_go_to_the_background_not_to_decoys(
+    decoys: int, fit: str, seed: int
+) -> None:
+    """1,000 unlisted values with equal shares hold 30% of reports; the listed ones stay
+    unbiased and the error rates hold, through the Lasso path and the joint fit."""
     unlisted = [f"unlisted-{i}" for i in range(1000)]
     shares = np.concatenate([SHARES * 0.7, np.full(1000, 0.3 / 1000)])
-    candidates = TRUE + [f"decoy-{i}" for i in range(100)]
+    candidates = TRUE + [f"decoy-{i}" for i in range(decoys)]
     true_map = build_map(PARAMS, TRUE + unlisted)
     candidate_map = build_map(PARAMS, candidates)
-    rng = np.random.default_rng(13)
+    rng = np.random.default_rng(seed)
     runs = 100
     missing = np.zeros(runs)
     missing_se = np.zeros(runs)
     errors = np.zeros((runs, 5))
     false = 0
+    false_share = np.zeros(runs)
     for run in range(runs):
         reports, ones = simulate_string_counts(PARAMS, true_map, shares, REPORTS, rng)
+        strict = StringDecoder(PARAMS, correction="bonferroni").fit(
+            reports, ones, candidates, candidate_map
+        )
+        false += int(strict.detected_[5:].any())
         decoder = StringDecoder(PARAMS).fit(reports, ones, candidates, candidate_map)
-        false += int(decoder.detected_[5:].any())
+        assert decoder.summary_["fit"] == strict.summary_["fit"] == fit
+        false_share[run] = decoder.detected_[5:].sum() / max(decoder.detected_.sum(), 1)
         missing[run] = decoder.summary_["missing_proportion"]
         missing_se[run] = decoder.summary_["missing_proportion_std_error"]
         errors[run] = decoder.proportions_[:5] - shares[:5]
     # mean of 100 runs within 4 of its standard errors (sd / sqrt(runs))
     assert abs(missing.mean() - 0.3) < 4 * missing.std(ddof=1) / np.sqrt(runs)
     assert np.all(np.abs(errors.mean(axis=0)) < 4 * errors.std(axis=0, ddof=1) / np.sqrt(runs))
-    # family-wise error at most 0.05: 3 binomial sds above runs * 0.05
+    # Bonferroni: family-wise error at most 0.05, 3 binomial sds above runs * 0.05;
+    # the default (Storey): false discovery rate at most 0.05, 3 sds of a [0, 1] mean above
     assert false <= runs * 0.05 + 3 * np.sqrt(runs * 0.05 * 0.95)
+    assert false_share.mean() <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / runs), false_share.mean()
     # the stated standard error of the missing share matches its spread (chi-square, 1e-4 tails)
     dof = runs - 1
     ratio = missing.var(ddof=1) / np.mean(missing_se**2)
@@ -169,9 +218,11 @@ def test_a_string_at_the_stated_detection_limit_is_found_80_percent_of_the_time(
     reports, ones = simulate_string_counts(
         PARAMS, candidate_map[:, :2], np.array([0.5, 0.5]), REPORTS, rng
     )
-    limit = StringDecoder(PARAMS).fit(reports, ones, candidates, candidate_map).summary_[
-        "min_detectable_proportion"
-    ]
+    # the limit is stated for a lone discovery (Bonferroni's threshold, which the FDR
+    # corrections reach when nothing else is found): test it under Bonferroni
+    limit = StringDecoder(PARAMS, correction="bonferroni").fit(
+        reports, ones, candidates, candidate_map
+    ).summary_["min_detectable_proportion"]
     unlisted = [f"unlisted-{i}" for i in range(500)]
     true_map = build_map(PARAMS, ["big", "target", *unlisted])
     shares = np.concatenate([[0.4, limit], np.full(500, (0.6 - limit) / 500)])
@@ -179,7 +230,9 @@ def test_a_string_at_the_stated_detection_limit_is_found_80_percent_of_the_time(
     found = 0
     for _ in range(runs):
         reports, ones = simulate_string_counts(PARAMS, true_map, shares, REPORTS, rng)
-        found += StringDecoder(PARAMS).fit(reports, ones, candidates, candidate_map).detected_[1]
+        found += StringDecoder(PARAMS, correction="bonferroni").fit(
+            reports, ones, candidates, candidate_map
+        ).detected_[1]
     # detections ~ Binomial(runs, 0.8): within 3 binomial sds sqrt(runs * 0.8 * 0.2)
     assert abs(found - 0.8 * runs) <= 3 * np.sqrt(runs * 0.8 * 0.2), found / runs
 
