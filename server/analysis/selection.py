@@ -123,6 +123,9 @@ class LeastSquares:
     background_variance: float
     dispersion: float = 1.0
     method: str = "lasso"
+    #: per fitted column, its projection on the background (``X' b / b' b``): the
+    #: background share is ``b' y / b' b - loading' theta``
+    background_loading: np.ndarray | None = None
 
 
 def _dispersion(residual_ss: float, dof: int) -> float:
@@ -179,7 +182,8 @@ def joint_fit(
     residual = system.y - explained
     dispersion = _dispersion(float(residual @ residual), dof)
     return LeastSquares(
-        usable, theta, covariance * dispersion, back, back_var * dispersion, dispersion, "joint"
+        usable, theta, covariance * dispersion, back, back_var * dispersion, dispersion, "joint",
+        loading if free else None,
     )
 
 

@@ -360,7 +360,7 @@ class StringDecoder:
         params = self.params
         total = int(reports.sum())
         n_candidates = len(self.candidates_)
-        columns, back = solution.columns, solution.background_share
+        columns = solution.columns
         p_star, q_star = params.effective_probs
         residual = system.y - system.fitted(solution)
         total_ss = float(system.y @ system.y)
@@ -372,10 +372,9 @@ class StringDecoder:
         # expected distinct bits per value: k (1 - (1 - 1/k)^h)
         bits_per_value = params.k * (1 - (1 - 1 / params.k) ** params.h)
         # unbiased, so at small N it can leave [0, 1]; shown clipped, with a note
-        missing = back * params.k / bits_per_value if self.background else None
-        missing_se = (
-            np.sqrt(solution.background_variance) * params.k / bits_per_value
-            if self.background else None
+        missing, missing_se = (
+            self._missing_share(solution, params.k / bits_per_value) if self.background
+            else (None, None)
         )
         norms = system.lone_norms()
         usable = norms > 0
@@ -453,6 +452,25 @@ class StringDecoder:
         if notes:
             summary["note"] = "; ".join(notes)
         return summary
+
+    def _missing_share(self, solution: LeastSquares, scale: float) -> tuple[float, float]:
+        """The share of reports whose values are not in the table, with its standard error.
+
+        The background share per bit times ``scale`` (bits per share of values) counts the
+        values not listed; the joint fit also estimates every listed candidate, so the
+        ones not detected are added (with their covariances, and the background's
+        covariance with them: ``-loading' C``). On the Lasso path the background already
+        holds the candidates left out of the selection.
+        """
+        missing = solution.background_share * scale
+        variance = solution.background_variance * scale**2
+        if solution.method == "joint" and solution.background_loading is not None:
+            rest = ~self.detected_[solution.columns]
+            cov = solution.covariance
+            missing += float(solution.theta[rest].sum())
+            variance += float(cov[np.ix_(rest, rest)].sum())
+            variance -= 2 * scale * float(solution.background_loading @ cov[:, rest].sum(axis=1))
+        return missing, float(np.sqrt(max(variance, 0.0)))
 
     def _bit_mass(
         self, reports: np.ndarray, candidate_map: sp.csc_matrix, solution: LeastSquares
