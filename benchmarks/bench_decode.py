@@ -9,6 +9,10 @@ lists mix the most common true values with decoys that nobody reported:
     10,000 candidates:  5,000 true + 5,000 decoys
     100,000 candidates: 10,000 true + 90,000 decoys
 
+and one more population, 1,000,000 reports of 100,000 values with Zipf(1.5)
+shares (about 11,700 of them reported), decoded with all 100,000 as candidates:
+the largest list, with signal spread over thousands of them.
+
 Each decode runs in a fresh process that loads the counts, hashes the
 candidates (building the map is part of the timing) and decodes. Peak memory
 is that process's peak resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``),
@@ -48,42 +52,46 @@ VALUES = 10_000
 ZIPF = 1.5
 SEED = 2026
 SIZES = ((1_000, 500), (10_000, 5_000), (100_000, 10_000))
+#: the larger population: every one of its values is a candidate
+LARGE_VALUES = 100_000
 
 
-def true_values() -> list[str]:
+def true_values(values: int = VALUES) -> list[str]:
     """The population's distinct values, most common first."""
-    return [f"https://site{i}.example.org/index.html" for i in range(VALUES)]
+    return [f"https://site{i}.example.org/index.html" for i in range(values)]
 
 
-def true_shares() -> np.ndarray:
+def true_shares(values: int = VALUES) -> np.ndarray:
     """Zipf(1.5) shares over the values."""
-    weights = np.arange(1, VALUES + 1, dtype=float) ** -ZIPF
+    weights = np.arange(1, values + 1, dtype=float) ** -ZIPF
     return weights / weights.sum()
 
 
-def candidate_list(size: int, true_count: int) -> list[str]:
+def candidate_list(size: int, true_count: int, values: int = VALUES) -> list[str]:
     """``true_count`` most common values plus decoys, shuffled (fixed seed)."""
     decoys = [f"https://decoy{i}.example.net/home" for i in range(size - true_count)]
-    candidates = true_values()[:true_count] + decoys
+    candidates = true_values(values)[:true_count] + decoys
     order = np.random.default_rng(SEED + size).permutation(size)
     return [candidates[i] for i in order]
 
 
-def simulate(path: Path) -> None:
-    """Draw the counts once and save them."""
+def simulate(path: Path, values: int = VALUES) -> int:
+    """Draw the counts of a population of ``values`` once and save them; returns the
+    expected number of distinct values reported, ``sum(1 - exp(-N s))``."""
     from veil.server.analysis import build_map, simulate_string_counts
     from veil.shared.kinds import StringParams
 
     params = StringParams(k=K, h=H, m=M)
-    true_map = build_map(params, true_values())
-    reports, ones = simulate_string_counts(
-        params, true_map, true_shares(), REPORTS, np.random.default_rng(SEED)
-    )
+    true_map = build_map(params, true_values(values))
+    rng = np.random.default_rng(SEED)
+    reports, ones = simulate_string_counts(params, true_map, true_shares(values), REPORTS, rng)
     np.savez(path, reports=reports, ones=ones)
+    return round(float(np.sum(-np.expm1(-REPORTS * true_shares(values)))))
 
 
 def decode_once(
-    counts_path: Path, size: int, true_count: int, background: bool, correction: str
+    counts_path: Path, size: int, true_count: int, background: bool, correction: str,
+    values: int = VALUES,
 ) -> dict:
     """One decode in this process; returns timings, memory and accuracy."""
     from veil.server.analysis import StringDecoder, build_map
@@ -91,7 +99,7 @@ def decode_once(
 
     data = np.load(counts_path)
     params = StringParams(k=K, h=H, m=M)
-    candidates = candidate_list(size, true_count)
+    candidates = candidate_list(size, true_count, values)
     started = time.perf_counter()
     candidate_map = build_map(params, candidates, progress=False)
     mapped = time.perf_counter()
@@ -101,9 +109,9 @@ def decode_once(
     finished = time.perf_counter()
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    shares = true_shares()
-    index = {value: i for i, value in enumerate(true_values())}
-    estimate = np.zeros(VALUES)
+    shares = true_shares(values)
+    index = {value: i for i, value in enumerate(true_values(values))}
+    estimate = np.zeros(values)
     false_positives = 0
     for row in decoder.result_.rows:
         position = index.get(row["string"])
@@ -116,6 +124,7 @@ def decode_once(
     limit = decoder.summary_["min_detectable_proportion"]
     detectable = shares[:true_count] >= limit
     return {
+        "values": values,
         "candidates": size,
         "background": background,
         "correction": correction,
@@ -199,48 +208,65 @@ def compare_selection() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS,
-                        metavar=("COUNTS", "SIZE", "TRUE", "BACKGROUND", "CORRECTION"))
+    parser.add_argument("--one", nargs=6, help=argparse.SUPPRESS,
+                        metavar=("COUNTS", "SIZE", "TRUE", "BACKGROUND", "CORRECTION", "VALUES"))
     parser.add_argument("--sizes", type=int, nargs="*", help="only these candidate list sizes")
     parser.add_argument("--selection", action="store_true",
                         help="compare selection methods instead")
+    parser.add_argument("--simulate", nargs=2, help=argparse.SUPPRESS, metavar=("OUT", "VALUES"))
     args = parser.parse_args()
+    if args.simulate:
+        print(simulate(Path(args.simulate[0]), int(args.simulate[1])))
+        return
     if args.selection:
         compare_selection()
         return
     if args.one:
-        path, size, true_count, background, correction = args.one
-        print(json.dumps(
-            decode_once(Path(path), int(size), int(true_count), background == "1", correction)
-        ))
+        path, size, true_count, background, correction, values = args.one
+        print(json.dumps(decode_once(
+            Path(path), int(size), int(true_count), background == "1", correction, int(values)
+        )))
         return
 
-    runs = [(size, true_count, True, "bonferroni") for size, true_count in SIZES]
-    runs += [(10_000, 5_000, False, "bonferroni"), (100_000, 10_000, True, "bh")]
+    # (population, candidates, true candidates, background column, correction)
+    runs = [(VALUES, size, true_count, True, "storey") for size, true_count in SIZES]
+    runs += [
+        (VALUES, 10_000, 5_000, False, "storey"),
+        (VALUES, 100_000, 10_000, True, "bonferroni"),
+        (LARGE_VALUES, LARGE_VALUES, LARGE_VALUES, True, "storey"),
+    ]
     if args.sizes:
-        runs = [run for run in runs if run[0] in args.sizes]
+        runs = [run for run in runs if run[1] in args.sizes]
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        counts_path = Path(tmp) / "counts.npz"
-        started = time.perf_counter()
-        simulate(counts_path)
-        print(f"simulated {REPORTS:,} reports of {VALUES:,} values (Zipf {ZIPF}) in "
-              f"{time.perf_counter() - started:.1f} s; k={K} h={H} m={M} p=0.5 q=0.75 f=0.5")
-        results = []
-        for size, true_count, background, correction in runs:
-            out = subprocess.run(
-                [sys.executable, __file__, "--one", str(counts_path), str(size), str(true_count),
-                 "1" if background else "0", correction],
+        for values in sorted({run[0] for run in runs}):
+            counts_path = Path(tmp) / f"counts-{values}.npz"
+            started = time.perf_counter()
+            # in a process of its own: Linux carries a parent's peak RSS into the children
+            # it forks, so simulating here would inflate every decode's figure
+            reported = int(subprocess.run(
+                [sys.executable, __file__, "--simulate", str(counts_path), str(values)],
                 check=True, capture_output=True, text=True,
-            )
-            results.append(json.loads(out.stdout))
-    header = (f"{'candidates':>10} {'test':>4} {'bg':>3} {'map s':>6} {'decode s':>8} {'total s':>7} "
+            ).stdout)
+            print(f"simulated {REPORTS:,} reports of {values:,} values (Zipf {ZIPF}, about "
+                  f"{reported:,} reported) in {time.perf_counter() - started:.1f} s; "
+                  f"k={K} h={H} m={M} p=0.5 q=0.75 f=0.5")
+            for _, size, true_count, background, correction in (r for r in runs if r[0] == values):
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", str(counts_path), str(size),
+                     str(true_count), "1" if background else "0", correction, str(values)],
+                    check=True, capture_output=True, text=True,
+                )
+                results.append(json.loads(out.stdout))
+    header = (f"{'values':>7} {'candidates':>10} {'test':>6} {'bg':>3} {'map s':>6} {'decode s':>8} "
+              f"{'total s':>7} "
               f"{'peak MiB':>8} {'found':>5} {'FP':>3} {'FN*':>7} {'FN all':>11} {'TVD':>6} "
               f"{'missing':>13} {'limit':>6}")
     print(header)
     print("-" * len(header))
     for r in results:
         print(
-            f"{r['candidates']:>10,} {'BH' if r['correction'] == 'bh' else 'Bonf':>4} "
+            f"{r['values']:>7,} {r['candidates']:>10,} {TESTS[r['correction']]:>6} "
             f"{'yes' if r['background'] else 'no':>3} "
             f"{r['map_seconds']:>6.2f} {r['decode_seconds']:>8.2f} {r['total_seconds']:>7.2f} "
             f"{r['peak_rss_mib']:>8.0f} {r['detected']:>5} {r['false_positives']:>3} "
@@ -248,11 +274,14 @@ def main() -> None:
             f"{r['false_negatives_all']:>5}/{r['true_candidates']:<5} {r['tvd']:>6.4f} "
             f"{_share(r['missing_share']):>6}/{r['true_missing_share']:.3f} {r['min_detectable']:>6.4f}"
         )
-    print("test = multiple-testing correction at 0.05 (Bonferroni or Benjamini-Hochberg); "
+    print("test = multiple-testing correction at 0.05 (Storey's adaptive BH, Bonferroni); "
           "bg = background column for values missing from the list.")
     print("FN* = missed true candidates with share above the stated detection limit (80% power); "
           "missing = estimated/true share of reports not attributed to detected strings; "
           "limit = smallest detectable share.")
+
+
+TESTS = {"storey": "Storey", "bh": "BH", "bonferroni": "Bonf", "none": "none"}
 
 
 def _share(value: float | None) -> str:
