@@ -18,6 +18,7 @@ for test vectors that a client in another language can check against.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import mmh3
@@ -62,6 +63,24 @@ def bloom_indices(data: bytes, cohort: int, k: int, h: int, hashing: str = "mmh3
         raise ParameterError("hashing", f"must be one of {', '.join(map(repr, HASHINGS))}; got {hashing!r}")
     base = cohort << 16
     return [mmh3.hash(data, base | i, signed=False) % k for i in range(h)]
+
+
+def bloom_indices_all_cohorts(data: bytes, m: int, k: int, h: int, hashing: str = "mmh3") -> list[int]:
+    """:func:`bloom_indices` of cohorts ``0 .. m-1`` in one flat list (cohort-major,
+    ``m * h`` entries): what a candidate map needs for each candidate.
+
+    For mmh3 one comprehension over the seeds: per-cohort calls cost four times as much
+    at 100,000 candidates.
+    """
+    if hashing == "mmh3":
+        return [mmh3.hash(data, seed, signed=False) % k for seed in _seeds(m, h)]
+    return [index for cohort in range(m) for index in bloom_indices(data, cohort, k, h, hashing)]
+
+
+@functools.cache
+def _seeds(m: int, h: int) -> tuple[int, ...]:
+    """The mmh3 seeds of cohorts ``0 .. m-1``, hash functions ``0 .. h-1``, cohort-major."""
+    return tuple(hash_seed(cohort, i) for cohort in range(m) for i in range(h))
 
 
 def bloom_bits(value: str, cohort: int, k: int, h: int, hashing: str = "mmh3") -> int:

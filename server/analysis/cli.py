@@ -40,13 +40,13 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument(
-        "--correction", default="storey",
+        "--correction",
         help="multiple-testing correction for detected strings: storey (false discovery rate, "
         "Benjamini-Hochberg adapted to the share of absent candidates; the default), bh "
         "(Benjamini-Hochberg), bonferroni (family-wise error rate) or none",
     )
     parser.add_argument(
-        "--alpha", type=float, default=0.05, help="false discovery rate (storey, bh) or "
+        "--alpha", type=float, help="false discovery rate (storey, bh) or "
         "family-wise error rate (bonferroni) for detected strings (default: 0.05)",
     )
     parser.add_argument(
@@ -112,14 +112,12 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
             raise ParameterError("map", "--map goes with --params/--counts; use --candidates")
     if args.candidates:
         candidates = read_candidates(args.candidates)
+    # options not given on the command line keep the decoders' defaults (DEFAULT_OPTIONS)
+    given = {name: getattr(args, name) for name in ("correction", "alpha")
+             if getattr(args, name) is not None}
     result = decode_counts(
-        document,
-        candidates,
-        candidate_map,
-        correction=args.correction,
-        alpha=args.alpha,
-        background=not args.no_background,
-        source=source,
+        document, candidates, candidate_map, background=not args.no_background, source=source,
+        **given,
     )
     paths = write_outputs(result, args.out, args.top, charts)
     summary = result.summary

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 
 from veil.server.analysis.closed_form import decode_boolean, decode_category, decode_number
 from veil.server.analysis.counts import CountsArrays, counts_arrays
-from veil.server.analysis.decoders import DecodeOptions, Decoder
+from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, Decoder
 from veil.server.analysis.oracles import decode_grr, decode_hadamard, decode_olh, decode_oue
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.strings import decode_strings
@@ -28,10 +28,10 @@ def decode_counts(
     candidates: Sequence[str] | None = None,
     candidate_map: sp.spmatrix | None = None,
     *,
-    correction: str = "storey",
-    alpha: float = 0.05,
-    confidence: float = 0.95,
-    background: bool = True,
+    correction: str = DEFAULT_OPTIONS.correction,
+    alpha: float = DEFAULT_OPTIONS.alpha,
+    confidence: float = DEFAULT_OPTIONS.confidence,
+    background: bool = DEFAULT_OPTIONS.background,
     progress: bool | None = None,
     source: str = "counts document",
 ) -> DecodeResult:

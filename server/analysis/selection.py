@@ -18,6 +18,7 @@ them, and the stated error rates no longer hold.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 
 import numpy as np
@@ -86,6 +87,7 @@ class WhitenedSystem:
             fitted = fitted + solution.background_share * self.background
         return fitted
 
+    @functools.cached_property
     def lone_norms(self) -> np.ndarray:
         """Each column's norm once the background is partialled out: 1 / the standard error
         of a string's share when it is the only one in the list."""
@@ -113,23 +115,29 @@ def _column_norms(matrix: sp.csc_matrix, block: int = 1 << 20) -> np.ndarray:
 class LeastSquares:
     """Shares of the fitted ``columns`` (``theta``) with their ``covariance``, and the
     background share with its variance (0 without a background column), both scaled by
-    the ``dispersion`` (at least 1). ``method`` is ``"joint"`` (every usable candidate,
-    unconstrained) or ``"lasso"`` (a selection, non-negative)."""
+    the :attr:`dispersion`; the whitened residual sum of squares and its degrees of
+    freedom. ``method`` is ``"joint"`` (every usable candidate, unconstrained) or
+    ``"lasso"`` (a selection, non-negative)."""
 
     columns: np.ndarray
     theta: np.ndarray
     covariance: np.ndarray
     background_share: float
     background_variance: float
-    dispersion: float = 1.0
+    residual_ss: float
+    dof: int
     method: str = "lasso"
     #: per fitted column, its projection on the background (``X' b / b' b``): the
     #: background share is ``b' y / b' b - loading' theta``
     background_loading: np.ndarray | None = None
 
+    @property
+    def dispersion(self) -> float:
+        """The residual chi-square per degree of freedom, never below 1 (the known noise)."""
+        return _dispersion(self.residual_ss, self.dof)
+
 
 def _dispersion(residual_ss: float, dof: int) -> float:
-    """The residual chi-square per degree of freedom, never below 1 (the known noise)."""
     return max(1.0, residual_ss / dof) if dof > 0 else 1.0
 
 
@@ -163,12 +171,11 @@ def joint_fit(
         gram = gram - np.outer(cross, loading)
         rhs = rhs - loading * float(background @ system.y)
     try:
-        np.linalg.cholesky(gram)
         covariance = np.linalg.inv(gram)
-    except np.linalg.LinAlgError:
+    except np.linalg.LinAlgError:  # exactly singular; a nearly singular one fails below
         return None
     variances = np.diag(covariance)
-    lone = system.lone_norms()[usable]
+    lone = system.lone_norms[usable]
     if not np.all(variances > 0) or np.median(np.sqrt(variances) * lone) > max_inflation:
         return None
     theta = covariance @ rhs
@@ -180,10 +187,11 @@ def joint_fit(
         back_var = 1.0 / back_norm2 + float(loading @ covariance @ loading)
         explained = explained + back * background
     residual = system.y - explained
-    dispersion = _dispersion(float(residual @ residual), dof)
+    residual_ss = float(residual @ residual)
+    dispersion = _dispersion(residual_ss, dof)
     return LeastSquares(
-        usable, theta, covariance * dispersion, back, back_var * dispersion, dispersion, "joint",
-        loading if free else None,
+        usable, theta, covariance * dispersion, back, back_var * dispersion, residual_ss, dof,
+        "joint", loading if free else None,
     )
 
 
@@ -305,8 +313,9 @@ def refit(
         else:
             theta, cov = np.zeros(0), np.zeros((0, 0))
         residual = target - partial @ theta
+        residual_ss = float(residual @ residual)
         dof = system.equations - columns.size - (1 if free is not None else 0)
-        dispersion = _dispersion(float(residual @ residual), dof)
+        dispersion = _dispersion(residual_ss, dof)
         cov = cov * dispersion
         se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
         p_values = one_sided_p_values(theta, se)
@@ -317,6 +326,6 @@ def refit(
             if free is not None:
                 back = float(free @ (y - dense @ theta)) / back_norm2
                 back_var = dispersion / back_norm2 + float(loading @ cov @ loading)
-            return LeastSquares(columns, theta, cov, back, back_var, dispersion)
+            return LeastSquares(columns, theta, cov, back, back_var, residual_ss, dof)
         columns = columns[keep]
     raise ParameterError("fit", "the selection did not settle; check the counts and map")

@@ -197,10 +197,10 @@ class StringDecoder:
         self,
         params: StringParams,
         *,
-        correction: str = "storey",
-        alpha: float = 0.05,
-        confidence: float = 0.95,
-        background: bool = True,
+        correction: str = DEFAULT_OPTIONS.correction,
+        alpha: float = DEFAULT_OPTIONS.alpha,
+        confidence: float = DEFAULT_OPTIONS.confidence,
+        background: bool = DEFAULT_OPTIONS.background,
         progress: bool | None = None,
     ) -> None:
         self.params = params
@@ -362,10 +362,9 @@ class StringDecoder:
         n_candidates = len(self.candidates_)
         columns = solution.columns
         p_star, q_star = params.effective_probs
-        residual = system.y - system.fitted(solution)
         total_ss = float(system.y @ system.y)
-        residual_ss = float(residual @ residual)
-        dof = max(system.equations - columns.size - (1 if self.background else 0), 1)
+        residual_ss = solution.residual_ss
+        dof = max(solution.dof, 1)
         explained_ss = max(total_ss - residual_ss, 0.0)
         unexplained_ss = max(residual_ss - dof, 0.0)
         signal_ss = explained_ss + unexplained_ss
@@ -376,7 +375,7 @@ class StringDecoder:
             self._missing_share(solution, params.k / bits_per_value) if self.background
             else (None, None)
         )
-        norms = system.lone_norms()
+        norms = system.lone_norms
         usable = norms > 0
         lone_se = float(np.median(1.0 / norms[usable])) if usable.any() else float("inf")
         # the standard error a candidate gets in this fit: the joint fit's own, or a lone

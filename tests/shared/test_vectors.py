@@ -14,7 +14,7 @@ from veil.client.encoders import make_encoder
 from veil.client.randomness import HmacStream
 from veil.client.state import derived_cohort_seed
 from veil.shared import Metric, StringParams
-from veil.shared.hashing import bloom_indices
+from veil.shared.hashing import bloom_indices, bloom_indices_all_cohorts
 
 VECTORS = json.loads(
     (Path(__file__).parents[2] / "docs" / "test-vectors.json").read_text(encoding="utf-8")
@@ -83,6 +83,15 @@ def test_bloom_indices(vector):
     ]
     assert expected == vector["indices"]
     assert bloom_indices(data, vector["cohort"], vector["k"], vector["h"]) == vector["indices"]
+
+
+@pytest.mark.parametrize("hashing", ["mmh3", "md5-google"])
+def test_all_cohorts_at_once_are_the_per_cohort_indices(hashing: str) -> None:
+    """The candidate map hashes every cohort in one call; it must be the client's hashing."""
+    for value in ("", "https://example.org/", "\u00e9t\u00e9 \U0001f600"):
+        data = value.encode("utf-8")
+        expected = [i for cohort in range(37) for i in bloom_indices(data, cohort, 200, 3, hashing)]
+        assert bloom_indices_all_cohorts(data, 37, 200, 3, hashing) == expected
 
 
 def test_murmur_reference_matches_published_values():
