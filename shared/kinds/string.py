@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
-from veil.shared.bits import hex_to_bits, realized
+from veil.shared.bits import PROB_ONE, hex_to_bits, realized
 from veil.shared.errors import ParameterError
 from veil.shared.hashing import HASHINGS, MD5_MAX_H, MD5_MAX_K
 from veil.shared.kinds.base import MechanismParams
@@ -143,7 +144,14 @@ class StringParams(RapporBits, MechanismParams):
         p: float = 0.5,
     ) -> StringParams:
         """Parameters whose longitudinal bound is ``epsilon_inf`` (and one-report bound
-        ``epsilon_1`` if given, by choosing ``q``; otherwise q = 0.75)."""
-        f = f_for_epsilon_inf(epsilon_inf, h)
-        q = 0.75 if epsilon_1 is None else q_for_epsilon_1(epsilon_1, h, p, f)
+        ``epsilon_1`` if given, by choosing ``q``; otherwise q = 0.75).
+
+        ``f`` and ``q`` are set on the encoders' grid of ``N / 2**32`` (:func:`realized`),
+        rounded towards more privacy: the bounds of the realized probabilities never
+        exceed the targets.
+        """
+        f = math.ceil(f_for_epsilon_inf(epsilon_inf, h) * PROB_ONE) / PROB_ONE
+        if epsilon_1 is None:
+            return cls(k=k, h=h, m=m, p=p, q=0.75, f=f)
+        q = math.floor(q_for_epsilon_1(epsilon_1, h, realized(p), f) * PROB_ONE) / PROB_ONE
         return cls(k=k, h=h, m=m, p=p, q=q, f=f)

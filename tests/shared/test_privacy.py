@@ -59,6 +59,21 @@ def test_parameter_helpers_invert_the_formulas():
     assert CategoryParams.for_epsilon(["a", "b"], 2.0).epsilon_inf == pytest.approx(2.0, rel=1e-6)
 
 
+@pytest.mark.parametrize(("epsilon_inf", "epsilon_1"), [
+    (0.5, None), (2.0, None), (10.0, None), (0.5, 0.1), (2.0, 0.5), (4.0, 0.3), (4.0, 1.0),
+    (10.0, 1.0),
+])
+def test_parameters_for_a_target_never_state_more_than_the_target(epsilon_inf, epsilon_1):
+    """The encoders realize f and q on a grid of 2**-32: rounding to the nearest point
+    stated 0.5000000001 for a target epsilon_1 of 0.5; the picker rounds towards privacy."""
+    params = StringParams.for_epsilon(epsilon_inf, epsilon_1)
+    assert params.epsilon_inf <= epsilon_inf
+    assert params.epsilon_inf == pytest.approx(epsilon_inf, rel=1e-8)
+    if epsilon_1 is not None:
+        assert params.epsilon_1 <= epsilon_1
+        assert params.epsilon_1 == pytest.approx(epsilon_1, rel=1e-8)
+
+
 def test_composition():
     assert sequential([1.0, 0.5, 0.25]) == pytest.approx(1.75)
     assert sequential([1.0, 0.5]) >= 1.5
