@@ -4,9 +4,13 @@
 
     from veil.client import Client
 
-    client = Client("https://veil.example.org", state_dir="/var/lib/myapp/veil")
+    client = Client("https://veil.example.org", app_name="myapp")
     client.report("homepage", "example.com")
     client.flush()
+
+The client never blocks the application on the network and never raises into
+it by default: what it cannot report it drops, counts (``client.drops``) and
+logs once per cause on the ``veil.client`` logger. ``strict=True`` raises instead.
 """
 
 from veil.client.accounting import PrivacySpent

@@ -6,10 +6,17 @@ The client is a facade over its parts: the encoders randomize values, the
 state database, a :class:`~veil.client.transport.Transport` carries batches to
 the collector, and a :class:`~veil.client.worker.BackgroundWorker` flushes
 from a daemon thread when ``background=True``.
+
+It lives inside other people's applications, so by default it never blocks
+them on the network and never raises into them: the constructor reads the
+registry from its cache and fetches it in a background thread, and a report
+that cannot be queued is dropped, counted (:attr:`Client.drops`) and logged
+once per cause. ``strict=True`` raises instead, for tests and development.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import logging
@@ -26,14 +33,26 @@ from typing import Any
 
 import requests
 
+from veil.client import settings
 from veil.client.accounting import PrivacyLedger, PrivacySpent
 from veil.client.encoders import make_encoder
 from veil.client.encoders.base import Encoder
-from veil.client.errors import BudgetExceededError, ClientClosedError, UnknownMetricError
+from veil.client.errors import (
+    BudgetExceededError,
+    ClientClosedError,
+    StateError,
+    UnknownMetricError,
+)
 from veil.client.limits import DEFAULT_MAX_EPSILON_PER_VALUE, PrivacyLimits
-from veil.client.outbox import Outbox
-from veil.client.registry_source import resolve_registry
+from veil.client.outbox import DROP_CAUSES, Outbox
+from veil.client.registry_source import (
+    fetch_registry,
+    given_registry,
+    read_cache,
+    resolve_registry,
+)
 from veil.client.state import (
+    REGISTRY_CACHE_FILE,
     cohort_seed,
     ledger_lost_at,
     open_database,
@@ -43,7 +62,7 @@ from veil.client.state import (
 )
 from veil.client.transport import RequestsTransport, RetryPolicy, Transport
 from veil.client.worker import BackgroundWorker
-from veil.shared.errors import ParameterError
+from veil.shared.errors import ParameterError, VeilError
 from veil.shared.registry import Metric, Registry
 from veil.shared.wire import join_batch, make_report, validate_report
 
@@ -52,7 +71,32 @@ log = logging.getLogger("veil.client")
 MAX_BATCH_SIZE = 10_000
 #: default cap of the outbox, in reports (115 to 520 bytes each on disk, by kind and k)
 DEFAULT_MAX_OUTBOX = 100_000
+#: what a full outbox drops: the new report (the default) or the oldest queued one
+OUTBOX_POLICIES = ("drop-newest", "drop-oldest")
+#: seconds :meth:`Client.flush` takes at most by default, retries and waits included
+DEFAULT_FLUSH_TIMEOUT = 2.0
+#: seconds :meth:`Client.close` takes at most by default
+DEFAULT_CLOSE_TIMEOUT = 1.0
+#: values that may wait in memory for the registry (raw values: never written to disk) ...
+MAX_WAITING = 1_000
+#: ... and how long each may wait once a fetch of the registry has failed
+WAITING_SECONDS = 10.0
+#: a report waiting for the registry starts a new fetch at most this often
+FETCH_RETRY_SECONDS = 5.0
 _JSON = json.JSONEncoder(separators=(",", ":"))
+#: what disables a client when it starts (``strict=True``: raises): the machine, not the code
+_START_PROBLEMS = (ParameterError, StateError, OSError, sqlite3.Error)
+#: what ``report()`` turns into a counted drop (``strict=True``: raises) ...
+_REPORT_ERRORS = (VeilError, sqlite3.Error)
+#: ... and the cause it is counted under (the first match)
+_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
+    (UnknownMetricError, "unknown_metric"),
+    (BudgetExceededError, "budget"),
+    (ClientClosedError, "closed"),
+    (StateError, "state"),
+    (sqlite3.Error, "state"),
+    (VeilError, "invalid_value"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +106,11 @@ class FlushResult:
     ``sent`` reports were answered by the collector: ``accepted`` new ones,
     ``duplicates`` it already had (both leave the outbox), and ``rejected`` ones
     it refused for good (dropped from the outbox, counted in
-    :attr:`Client.dropped`, and logged). ``remaining`` reports are still queued;
-    ``error`` says why the flush stopped early (``None`` when it emptied the outbox).
+    :attr:`Client.dropped`, and logged). ``remaining`` reports are still queued
+    (values waiting in memory for the registry included); ``held`` of them are
+    being uploaded by another thread or process sharing the state directory, so
+    this flush could not send them. ``error`` says why the flush did not empty
+    the outbox (``None`` when it did).
     """
 
     batches: int = 0
@@ -73,11 +120,29 @@ class FlushResult:
     rejected: int = 0
     remaining: int = 0
     error: str | None = None
+    held: int = 0
 
     @property
     def ok(self) -> bool:
         """True when nothing went wrong (every claimed batch was acknowledged)."""
         return self.error is None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Metrics:
+    """The registry in use and what derives from it; replaced whole when another arrives.
+
+    ``prepared`` maps each metric reported so far (and not refused) to its
+    :class:`Metric` and encoder: the one lookup of :meth:`Client.report`.
+    """
+
+    registry: Registry
+    refused: dict[str, str]
+    loaded: bool
+    prepared: dict[str, tuple[Metric, Encoder[Any]]] = dataclasses.field(default_factory=dict)
+
+
+_NOT_LOADED = _Metrics(Registry([]), {}, loaded=False)
 
 
 def _positive(name: str, value: Any, *, integer: bool = False, upper: float = math.inf) -> None:
@@ -88,37 +153,63 @@ def _positive(name: str, value: Any, *, integer: bool = False, upper: float = ma
         raise ParameterError(name, f"{name} must be {what} greater than 0{bound}; got {value!r}")
 
 
-def _check_url(url: Any) -> str:
+def _check_url(url: Any, source: str) -> str:
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ParameterError(
             "url",
-            f"url must be the collector's base URL, like 'https://veil.example.org'; got {url!r}",
+            f"{source} must be the collector's base URL, like 'https://veil.example.org'; "
+            f"got {url!r}",
         )
     return url.rstrip("/")
+
+
+def _enable_debug_logging() -> None:
+    """``debug=True``: log on ``veil.client`` at DEBUG level, to stderr unless the application
+    has a handler for it."""
+    log.setLevel(logging.DEBUG)
+    if not log.hasHandlers():
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
 
 
 class Client:
     """Records values privately and uploads the randomized reports to a Veil collector.
 
-    ``Client(url, state_dir)`` fetches the metric registry from the collector
-    (or takes ``registry=``: a :class:`~veil.shared.registry.Registry` or a
-    TOML path) and keeps its installation secret, outbox and privacy ledger in
-    ``state_dir``. :meth:`report` never touches the network; :meth:`flush`
-    uploads, or ``background=True`` lets a daemon thread do it every
-    ``flush_interval`` seconds or ``batch_size`` reports. ``budget`` caps the
-    installation's total worst-case epsilon; ``max_epsilon_per_value``,
-    ``max_epsilon_per_report`` and ``pinned`` are the application's own limits on
-    what the collector's registry may ask (metrics beyond them are refused:
-    :attr:`refused_metrics`). ``max_outbox`` caps the reports kept while the
-    collector is unreachable. ``transport`` replaces the default
+    ``Client(url, app_name="myapp")`` keeps the installation's secret, outbox
+    and privacy ledger in the platform's per-user state directory for
+    ``myapp``, or in ``state_dir``; ``url``, ``token``, ``state_dir``,
+    ``disabled`` and ``debug`` left at ``None`` come from ``VEIL_URL``,
+    ``VEIL_UPLOAD_TOKEN``, ``VEIL_STATE_DIR``, ``VEIL_DISABLED`` and ``VEIL_DEBUG``.
+    The metric registry is ``registry=`` (a :class:`~veil.shared.registry.Registry`
+    or a TOML path), or the collector's, read from the state directory's cache
+    and fetched in a background thread: the constructor never waits for the
+    network. :meth:`report` never touches the network; :meth:`flush` uploads, or
+    ``background=True`` lets a daemon thread do it about every ``flush_interval``
+    seconds or ``batch_size`` reports.
+
+    ``budget`` caps the installation's total worst-case epsilon;
+    ``max_epsilon_per_value``, ``max_epsilon_per_report`` and ``pinned`` are the
+    application's own limits on what the collector's registry may ask (metrics
+    beyond them are refused: :attr:`refused_metrics`). ``max_outbox`` caps the
+    reports kept while the collector is unreachable, and ``outbox_policy`` says
+    which go when it is full. ``transport`` replaces the default
     :class:`~veil.client.transport.RequestsTransport`; :meth:`close` closes it.
+
+    By default nothing the SDK meets raises into the application: a report that
+    cannot be queued is dropped, counted in :attr:`drops` and logged once per
+    cause, and a missing URL or an unusable state directory disables the client
+    (logged as an error). ``strict=True`` raises instead, and fetches the
+    registry in the constructor. ``debug=True`` logs every drop.
+    ``disabled=True`` makes every call a no-op: nothing is stored or sent.
     """
 
     def __init__(
         self,
-        url: str,
-        state_dir: str | os.PathLike[str],
+        url: str | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
         *,
+        app_name: str | None = None,
         registry: Registry | str | os.PathLike[str] | None = None,
         token: str | None = None,
         budget: float | None = None,
@@ -132,11 +223,23 @@ class Client:
         backoff_cap: float = 30.0,
         transport: Transport | None = None,
         max_outbox: int = DEFAULT_MAX_OUTBOX,
+        outbox_policy: str = "drop-newest",
         max_epsilon_per_value: float | None = DEFAULT_MAX_EPSILON_PER_VALUE,
         max_epsilon_per_report: float | None = None,
         pinned: Mapping[str, str] | None = None,
+        strict: bool = False,
+        debug: bool | None = None,
+        disabled: bool | None = None,
     ) -> None:
-        self.url = _check_url(url)
+        if not isinstance(strict, bool):
+            raise ParameterError("strict", f"strict must be True or False; got {strict!r}")
+        self.strict = strict
+        self.debug = settings.flag("debug", debug, settings.DEBUG_VARIABLE)
+        self.disabled = settings.flag("disabled", disabled, settings.DISABLED_VARIABLE)
+        if self.debug:
+            _enable_debug_logging()
+        if token is None:
+            token = settings.environment(settings.TOKEN_VARIABLE)
         if token is not None and (not isinstance(token, str) or not token or "\n" in token):
             raise ParameterError(
                 "token", "token must be a non-empty string (or None for open collectors)"
@@ -158,6 +261,11 @@ class Client:
                 "max_retries", f"max_retries must be an integer >= 0; got {max_retries!r}"
             )
         _positive("max_outbox", max_outbox, integer=True)
+        if outbox_policy not in OUTBOX_POLICIES:
+            raise ParameterError(
+                "outbox_policy",
+                f"outbox_policy must be 'drop-newest' or 'drop-oldest'; got {outbox_policy!r}",
+            )
         self._limits = PrivacyLimits.checked(max_epsilon_per_report, max_epsilon_per_value, pinned)
         if transport is not None and not isinstance(transport, Transport):
             raise ParameterError(
@@ -165,6 +273,12 @@ class Client:
                 "transport must be a veil.client.Transport, or None for the default "
                 f"RequestsTransport; got {type(transport).__name__}",
             )
+        if app_name is not None:
+            settings.check_app_name(app_name)
+        given = given_registry(registry)
+        self.url: str | None = None
+        if url is not None:
+            self.url = _check_url(url, "url")
         self.token = token
         self.budget = budget
         self.background = background
@@ -174,45 +288,124 @@ class Client:
         self.flush_interval = float(flush_interval)
         self.max_batch_bytes = max_batch_bytes
         self.max_outbox = max_outbox
+        self.outbox_policy = outbox_policy
+        self._drop_oldest = outbox_policy == "drop-oldest"
         self.retry_policy = RetryPolicy(max_retries, float(backoff_base), float(backoff_cap))
-
-        self.state_dir: Path = prepare_directory(state_dir)
+        self.state_dir: Path | None = None
         self.transport: Transport = RequestsTransport() if transport is None else transport
-        connection: sqlite3.Connection | None = None
-        try:
-            self.registry: Registry = resolve_registry(
-                registry, self.url, self.state_dir, self.transport,
-                token=self.token, timeout=self.timeout,
-            )
-            connection, self._secret = open_state(self.state_dir)
-            self._attach(connection, recover=True)
-            self._cohort_seed = cohort_seed(connection, self._secret)
-        except BaseException:
-            if connection is not None:
-                connection.close()
-            if transport is None:  # a transport the caller passed in stays theirs until we exist
-                self.transport.close()
-            raise
-        #: metrics this application's limits refuse, with why: never encoded, reports dropped
-        self.refused_metrics: dict[str, str] = self._limits.refusals(self.registry)
-        for why in self.refused_metrics.values():
-            log.error("%s", why)
-        for name in sorted(set(self._limits.pinned) - set(self.registry)):
-            log.warning("pinned metric %r is not in the registry", name)
-        #: reports dropped since the outbox was last found full (logged once per episode)
-        self._outbox_full_drops = 0
+        self._own_transport = transport is None
+
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._closed = False
         self._abandoned: list[sqlite3.Connection] = []
-        self._encoders: dict[str, Encoder[Any]] = {}
-        self._worker = (
-            BackgroundWorker(self._flush_in_background, batch_size=batch_size,
-                             interval=self.flush_interval, at_exit=self._close_at_exit)
-            if background else None
-        )
+        self._metrics = _NOT_LOADED
+        #: values reported before the registry arrived: (metric, value, time.monotonic())
+        self._waiting: collections.deque[tuple[Any, Any, float]] = collections.deque()
+        self._waiting_lock = threading.Lock()
+        self._fetching = False
+        self._fetched = threading.Event()
+        self._fetch_ended = -math.inf
+        self._registry_problem: str | None = None
+        self._registry_warned = False
+        self._upload_failing = False
+        #: drop causes already logged at WARNING level (once each)
+        self._warned: set[str] = set()
+        #: drops that could not be written to the state database (it was closed or failing)
+        self._unsaved: collections.Counter[str] = collections.Counter()
+        self._drops_at_close = dict.fromkeys(DROP_CAUSES, 0)
+        #: reports dropped since the outbox was last found full (logged once per episode)
+        self._outbox_full_drops = 0
+        self._cohort_seed: int | None = None
+        self._worker: BackgroundWorker | None = None
+        if self.disabled:
+            self._closed = True
+            log.debug("Veil is disabled: reports are neither stored nor sent")
+            return
+        self._start(state_dir, app_name, given)
 
     # ---------------------------------------------------------------- set-up
+
+    def _start(
+        self, state_dir: str | os.PathLike[str] | None, app_name: str | None,
+        given: Registry | None,
+    ) -> None:
+        """Open the state directory and find the registry, or disable the client (non-strict)
+        when the URL or the state directory is missing or unusable."""
+        connection: sqlite3.Connection | None = None
+        try:
+            self.url = self._endpoint = self._collector_url()
+            self.state_dir = self._directory = prepare_directory(
+                self._state_directory(state_dir, app_name)
+            )
+            connection, self._secret = open_state(self._directory)
+            self._attach(connection, recover=True)
+            self._seed = self._cohort_seed = cohort_seed(connection, self._secret)
+            if given is None and self.strict:
+                given = resolve_registry(self._endpoint, self._directory, self.transport,
+                                         token=self.token, timeout=self.timeout)
+        except BaseException as problem:
+            if connection is not None:
+                connection.close()
+            if self.strict or not isinstance(problem, _START_PROBLEMS):
+                self._release_transport()
+                raise
+            log.error("Veil is disabled: %s", problem)
+            self.disabled = self._closed = True
+            self._cohort_seed = None
+            return
+        if given is not None:
+            self._install(given)
+        else:
+            cached = read_cache(self._directory / REGISTRY_CACHE_FILE)
+            if cached is not None:
+                self._install(cached)
+            self._start_fetch()
+        if self.background:
+            self._worker = BackgroundWorker(
+                self._flush_in_background, batch_size=self.batch_size,
+                interval=self.flush_interval, at_exit=self._close_at_exit,
+            )
+
+    def _collector_url(self) -> str:
+        """The collector's URL: the argument (checked already), else ``VEIL_URL``."""
+        if self.url is not None:
+            return self.url
+        found = settings.environment(settings.URL_VARIABLE)
+        if found is None:
+            raise ParameterError(
+                "url", f"no collector URL: pass url= or set {settings.URL_VARIABLE}"
+            )
+        return _check_url(found, settings.URL_VARIABLE)
+
+    def _state_directory(
+        self, state_dir: str | os.PathLike[str] | None, app_name: str | None
+    ) -> str | os.PathLike[str]:
+        """``state_dir``, else ``VEIL_STATE_DIR``, else the default directory of ``app_name``."""
+        if state_dir is not None:
+            return state_dir
+        found = settings.environment(settings.STATE_DIR_VARIABLE)
+        if found is not None:
+            return found
+        if app_name is None:
+            if self.strict:
+                raise ParameterError(
+                    "app_name",
+                    "give app_name= (Veil then keeps its state in the platform's per-user state "
+                    f"directory for it) or state_dir=, or set {settings.STATE_DIR_VARIABLE}",
+                )
+            app_name = settings.DEFAULT_APP_NAME
+            log.warning(
+                "no app_name or state_dir given: Veil keeps its state in %s, shared by every "
+                "application that names neither; pass app_name=",
+                settings.default_state_dir(app_name),
+            )
+        return settings.default_state_dir(app_name)
+
+    def _release_transport(self) -> None:
+        """Close the default transport (one the caller passed in stays theirs until we exist)."""
+        if self._own_transport:
+            self.transport.close()
 
     @property
     def session(self) -> requests.Session:
@@ -239,29 +432,151 @@ class Client:
     def _check_process(self) -> None:
         """Raise if closed; after ``os.fork()`` give the child its own connection.
 
-        (The worker and the default transport notice the fork themselves.)
+        (The worker and the default transport notice the fork themselves.) The
+        values waiting for the registry stay the parent's to encode.
         """
         if self._closed:
             raise ClientClosedError("this Client is closed; create a new one")
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._lock = threading.Lock()
+            self._waiting_lock = threading.Lock()
+            self._waiting = collections.deque()
+            self._fetching = False
             # never close the parent's SQLite connection in the child: closing it would
             # release this process's POSIX locks on the database (SQLite's fork caveat)
             self._abandoned.append(self._connection)
-            self._attach(open_database(self.state_dir), recover=False)
+            self._attach(open_database(self._directory), recover=False)
 
-    def _metric(self, name: Any) -> Metric:
-        if not isinstance(name, str) or name not in self.registry:
-            raise UnknownMetricError(name, list(self.registry))
-        return self.registry[name]
+    # ---------------------------------------------------------------- the registry
 
-    def _encoder(self, metric: Metric) -> Encoder[Any]:
-        encoder = self._encoders.get(metric.name)
-        if encoder is None:
-            encoder = make_encoder(metric, self._secret, self._cohort_seed)
-            self._encoders[metric.name] = encoder
-        return encoder
+    @property
+    def registry(self) -> Registry | None:
+        """The metric registry in use, or ``None`` while it is not loaded yet."""
+        metrics = self._metrics
+        return metrics.registry if metrics.loaded else None
+
+    @property
+    def refused_metrics(self) -> dict[str, str]:
+        """Metrics this application's limits refuse, with why: never encoded, reports dropped."""
+        return self._metrics.refused
+
+    def _install(self, registry: Registry) -> None:
+        """Use ``registry`` from now on, and encode the values that waited for it."""
+        refused = self._limits.refusals(registry)
+        with self._waiting_lock:
+            previous = self._metrics
+            changed = not (previous.loaded and previous.registry == registry)
+            if changed:
+                self._metrics = _Metrics(registry, refused, loaded=True)
+            self._fetching = False
+            self._fetch_ended = time.monotonic()
+            waiting = list(self._waiting)
+            self._waiting.clear()
+        self._registry_problem = None
+        self._registry_warned = False
+        if changed:
+            for name, why in refused.items():
+                if previous.refused.get(name) != why:
+                    log.error("%s", why)
+            for name in sorted(set(self._limits.pinned) - set(registry)):
+                log.warning("pinned metric %r is not in the registry", name)
+        for metric, value, _ in waiting:
+            self._submit(metric, value)
+
+    def _start_fetch(self, *, unless_within: float = 0.0) -> threading.Event:
+        """Fetch the registry in a daemon thread (unless one is at it, or the last attempt
+        ended less than ``unless_within`` seconds ago); the event is set when it ends."""
+        with self._waiting_lock:
+            if self._fetching or time.monotonic() - self._fetch_ended < unless_within:
+                return self._fetched
+            self._fetching = True
+            done = self._fetched = threading.Event()
+        thread = threading.Thread(target=self._fetch_registry, args=(done,),
+                                  name="veil-registry", daemon=True)
+        thread.start()
+        return done
+
+    def _fetch_registry(self, done: threading.Event) -> None:
+        try:
+            registry = fetch_registry(self.transport, self._endpoint, self._directory,
+                                      token=self.token, timeout=self.timeout)
+        except VeilError as problem:
+            self._registry_unavailable(str(problem))
+        except Exception as problem:
+            log.exception("fetching the metric registry failed")
+            self._registry_unavailable(f"{type(problem).__name__}: {problem}")
+        else:
+            self._install(registry)
+        finally:
+            done.set()
+
+    def _registry_unavailable(self, problem: str) -> None:
+        """A fetch failed: forget the values that waited too long; with a registry loaded (this
+        was a refresh), the values that waited for it are reported against the one in use."""
+        now = time.monotonic()
+        with self._waiting_lock:
+            self._fetching = False
+            self._fetch_ended = now
+            loaded = self._metrics.loaded
+            expired = self._expire_waiting(now)
+            retry = list(self._waiting) if loaded else []
+            if loaded:
+                self._waiting.clear()
+        self._registry_problem = problem
+        if expired:
+            self._drop("no_registry", f"dropped {expired} values that waited {WAITING_SECONDS:g} s "
+                       f"for the metric registry, which could not be fetched: {problem}", expired)
+        if loaded:
+            log.info("could not refresh the metric registry; using the one loaded: %s", problem)
+        elif not self._registry_warned:
+            self._registry_warned = True
+            log.warning(
+                "the metric registry is not available yet: %s. Up to %d values wait in memory "
+                "for it (each for %g s after a failed fetch), then are dropped and counted in "
+                "client.drops['no_registry']", problem, MAX_WAITING, WAITING_SECONDS,
+            )
+        for metric, value, _ in retry:
+            self._submit(metric, value)
+
+    def _expire_waiting(self, now: float) -> int:
+        """Remove the values that waited longer than :data:`WAITING_SECONDS` (call it holding
+        the waiting lock); return how many."""
+        waiting, expired = self._waiting, 0
+        while waiting and now - waiting[0][2] > WAITING_SECONDS:
+            waiting.popleft()
+            expired += 1
+        return expired
+
+    def _wait_for_registry(self, metrics: _Metrics, metric: Any, value: Any) -> None:
+        """Keep ``value`` in memory until the registry arrives (bounded in count and time)."""
+        now = time.monotonic()
+        with self._waiting_lock:
+            current = self._metrics is metrics and (not metrics.loaded or self._fetching)
+            if current:
+                expired = self._expire_waiting(now)
+                kept = len(self._waiting) < MAX_WAITING
+                if kept:
+                    self._waiting.append((metric, value, now))
+        if not current:  # the registry arrived meanwhile
+            self._report(metric, value)
+            return
+        if expired:
+            self._drop("no_registry", f"dropped {expired} values that waited "
+                       f"{WAITING_SECONDS:g} s for the metric registry", expired)
+        if not kept:
+            self._drop("no_registry", f"dropped a report of {metric!r}: {MAX_WAITING} values "
+                       "already wait in memory for the metric registry")
+        self._start_fetch(unless_within=FETCH_RETRY_SECONDS)
+
+    def _await_registry(self, deadline: float | None) -> None:
+        """Wait (at most until ``deadline``, or ``timeout``) for the registry, or for the refresh
+        values wait for, fetching it if no fetch is under way."""
+        if self._metrics.loaded and not self._waiting:
+            return
+        done = self._start_fetch()
+        limit = self.timeout if deadline is None else deadline - time.monotonic()
+        done.wait(max(limit, 0.0))
 
     # ---------------------------------------------------------------- reporting
 
@@ -269,36 +584,63 @@ class Client:
         """Randomize ``value`` for ``metric`` and queue the report durably.
 
         When this returns, the report (randomized; the raw value is never stored)
-        is committed to the outbox: it survives the application crashing. Raises
-        :class:`UnknownMetricError`, :class:`~veil.shared.errors.ParameterError`
-        (a value of the wrong type or outside the category list) or
-        :class:`BudgetExceededError`; in each case nothing is queued.
+        is committed to the outbox: it survives the application crashing. Before
+        the registry is loaded the value waits in memory (bounded) and is encoded
+        when it arrives.
 
-        Two drops never raise; they are counted in :attr:`drops` and logged: a
-        metric this application's limits refuse (:attr:`refused_metrics`) is
-        never encoded, and while the outbox holds ``max_outbox`` reports a new
-        one is not queued (nor charged to the ledger).
+        It never raises by default: an unknown metric, a bad value, a report
+        over the ``budget``, a refused metric, a full outbox or a closed client
+        drop the report (nothing is queued or charged), count it in :attr:`drops`
+        and log the first drop of each cause. With ``strict=True`` it raises
+        :class:`UnknownMetricError`, :class:`~veil.shared.errors.ParameterError`
+        (field ``value``, naming the metric), :class:`BudgetExceededError` or
+        :class:`ClientClosedError` instead (refused metrics and a full outbox
+        still only drop).
         """
+        try:
+            self._report(metric, value)
+        except _REPORT_ERRORS as problem:
+            if self.strict and not self.disabled:
+                raise
+            self._report_failed(metric, problem)
+
+    def _submit(self, metric: Any, value: Any) -> None:
+        """:meth:`report` for a value that waited for the registry: never raises."""
+        try:
+            self._report(metric, value)
+        except _REPORT_ERRORS as problem:
+            self._report_failed(metric, problem)
+
+    def _report(self, metric: Any, value: Any) -> None:
         self._check_process()
-        spec = self._metric(metric)
-        if spec.name in self.refused_metrics:
-            with self._lock:
-                self._outbox.count_dropped("privacy_limit")
-            return
-        encoder = self._encoder(spec)
-        key = encoder.memo_key(value)
+        metrics = self._metrics
+        try:
+            spec, encoder = metrics.prepared[metric]
+        except (KeyError, TypeError):
+            prepared = self._prepare(metrics, metric, value)
+            if prepared is None:
+                return
+            spec, encoder = prepared
+        try:
+            key = encoder.memo_key(value)
+        except ParameterError as problem:
+            raise ParameterError("value", f"metric {spec.name!r}: value {problem.message}") from None
         wire = make_report(secrets.token_hex(16), spec.name, encoder.cohort,
                            encoder.finish(encoder.memoized(key)), spec.params.fingerprint)
-        validate_report(wire, self.registry)
+        validate_report(wire, metrics.registry)
         body = _JSON.encode(wire)
         with self._lock:
-            if self._ledger.saturated(spec, key):
+            saturated = self._ledger.saturated(spec, key)
+            evicted = 0
+            if saturated and not self._drop_oldest:
                 # costs nothing more: a single autocommitted insert
                 queued = self._outbox.insert(body, self.max_outbox)
             else:
                 with transaction(self._connection):
+                    if self._drop_oldest:
+                        evicted = self._outbox.evict_oldest(self.max_outbox)
                     queued = self._outbox.insert(body, self.max_outbox)
-                    charge = self._ledger.charge(spec, key) if queued else None
+                    charge = self._ledger.charge(spec, key) if queued and not saturated else None
                     if charge is not None:
                         if self.budget is not None:
                             total = self._ledger.total_after(charge)
@@ -310,9 +652,28 @@ class Client:
                         self._ledger.write(charge)
                 if charge is not None:
                     self._ledger.committed(charge)
-            self._note_outbox(queued)
+            self._note_outbox(evicted + (not queued))
         if queued and self._worker is not None:
             self._worker.nudge()
+
+    def _prepare(
+        self, metrics: _Metrics, metric: Any, value: Any
+    ) -> tuple[Metric, Encoder[Any]] | None:
+        """The first report of ``metric``: its encoder, or ``None`` when the value waits for
+        the registry or the metric is refused (dropped); unknown metrics raise."""
+        if not isinstance(metric, str) or metric not in metrics.registry:
+            if not metrics.loaded or self._fetching:
+                self._wait_for_registry(metrics, metric, value)
+                return None
+            raise UnknownMetricError(metric, list(metrics.registry))
+        why = metrics.refused.get(metric)
+        if why is not None:
+            self._drop("privacy_limit", f"dropped a report of {metric!r}: {why}")
+            return None
+        spec = metrics.registry[metric]
+        prepared = (spec, make_encoder(spec, self._secret, self._seed))
+        metrics.prepared[metric] = prepared
+        return prepared
 
     def _budget_note(self) -> str:
         """Why the spend is what it is, for :class:`BudgetExceededError` after a ledger loss."""
@@ -323,18 +684,20 @@ class Client:
             "that is unknown and counts as the whole budget)"
         )
 
-    def _note_outbox(self, queued: bool) -> None:
-        """Count a report the full outbox did not take; log once when the outbox starts
-        dropping reports, and once when it has room again."""
-        if not queued:
-            self._outbox.count_dropped("outbox_full")
+    def _note_outbox(self, dropped: int) -> None:
+        """Count the reports a full outbox dropped (the new one, or the oldest it evicted); log
+        once when the outbox starts dropping reports, and once when it has room again."""
+        if dropped:
+            self._outbox.count_dropped("outbox_full", dropped)
             if not self._outbox_full_drops:
+                which = ("new reports are dropped" if not self._drop_oldest
+                         else "the oldest queued reports are dropped to make room")
                 log.warning(
                     "the outbox holds max_outbox=%d reports that the collector has not taken: "
-                    "new reports are dropped (counted in client.drops['outbox_full']) until an "
-                    "upload makes room", self.max_outbox,
+                    "%s (counted in client.drops['outbox_full']) until an upload makes room",
+                    self.max_outbox, which,
                 )
-            self._outbox_full_drops += 1
+            self._outbox_full_drops += dropped
         elif self._outbox_full_drops:
             log.warning(
                 "the outbox has room again; %d reports were dropped while it was full",
@@ -342,18 +705,51 @@ class Client:
             )
             self._outbox_full_drops = 0
 
+    def _report_failed(self, metric: Any, problem: BaseException) -> None:
+        """A report that could not be queued: count and log it (nothing when disabled)."""
+        if self.disabled:
+            return
+        cause = next(cause for kind, cause in _CAUSES if isinstance(problem, kind))
+        self._drop(cause, f"dropped a report of {metric!r}: {problem}")
+
+    def _drop(self, cause: str, message: str, count: int = 1) -> None:
+        """Count ``count`` reports dropped for ``cause`` and log it (WARNING the first time)."""
+        try:
+            with self._lock:
+                self._outbox.count_dropped(cause, count)
+        except sqlite3.Error:
+            self._unsaved[cause] += count
+        self._log_drop(cause, message)
+
+    def _log_drop(self, cause: str, message: str) -> None:
+        """Log a drop: at WARNING level the first time for ``cause``, at DEBUG afterwards."""
+        with self._lock:
+            first = cause not in self._warned
+            self._warned.add(cause)
+        if not first:
+            log.debug("%s", message)
+            return
+        log.warning(
+            "%s. Further drops of this kind are counted in client.drops[%r] and logged at debug "
+            "level%s", message, cause, "" if self.debug else " (debug=True shows them)",
+        )
+
     def privacy_spent(self) -> PrivacySpent:
         """The worst-case epsilon spent so far, per metric and in total."""
+        if self.disabled:
+            return PrivacySpent({}, 0.0, self.budget)
         self._check_process()
         with self._lock:
             return self._ledger.spent()
 
     @property
     def pending(self) -> int:
-        """Reports waiting in the outbox."""
+        """Reports waiting to be uploaded: in the outbox, or in memory waiting for the registry."""
+        if self.disabled:
+            return 0
         self._check_process()
         with self._lock:
-            return self._outbox.pending()
+            return self._outbox.pending() + len(self._waiting)
 
     @property
     def dropped(self) -> int:
@@ -362,36 +758,75 @@ class Client:
 
     @property
     def drops(self) -> dict[str, int]:
-        """Reports dropped over the installation's lifetime, per cause: ``rejected`` (refused for
-        good by the collector), ``outbox_full`` and ``privacy_limit`` (a refused metric)."""
-        self._check_process()
-        with self._lock:
-            return self._outbox.drops()
+        """Reports dropped over the installation's lifetime, per cause (still readable after
+        :meth:`close`; all zero when disabled).
+
+        ``rejected`` (refused for good by the collector), ``outbox_full``,
+        ``privacy_limit`` (a refused metric), ``invalid_value``, ``unknown_metric``,
+        ``budget``, ``no_registry`` (waited in memory for a registry that did not
+        come), ``closed`` (reported after :meth:`close`; counted in memory only)
+        and ``state`` (the state database failed).
+        """
+        if self.disabled:
+            return dict.fromkeys(DROP_CAUSES, 0)
+        if self._closed:
+            durable = self._drops_at_close
+        else:
+            self._check_process()
+            with self._lock:
+                durable = self._outbox.drops()
+        return {cause: durable[cause] + self._unsaved[cause] for cause in DROP_CAUSES}
 
     @property
-    def cohort_seed(self) -> int:
+    def cohort_seed(self) -> int | None:
         """The installation's cohort seed, derived from its secret (each string metric uses it
-        modulo ``m``; a state database from an SDK older than that keeps its random one)."""
+        modulo ``m``; a state database from an SDK older than that keeps its random one).
+        ``None`` when the client is disabled."""
         return self._cohort_seed
 
     # ---------------------------------------------------------------- uploading
 
-    def flush(self, timeout: float | None = None) -> FlushResult:
-        """Upload every queued report in batches; ``timeout`` bounds the whole call (seconds).
+    def flush(self, timeout: float | None = DEFAULT_FLUSH_TIMEOUT) -> FlushResult:
+        """Upload every queued report in batches; ``timeout`` bounds the whole call (seconds,
+        retries and waits included; ``None``: no bound).
 
         Reports leave the outbox only once the collector acknowledged them
         (accepted or duplicate) or refused them for good (counted as dropped).
-        On network failure they stay queued and ``error`` says why.
+        On network failure they stay queued and ``error`` says why; so it does
+        when another thread or process holds some of them (``held``), or values
+        still wait for the registry. A disabled client returns an empty result;
+        a closed one returns one whose ``error`` says so (``strict=True``:
+        :class:`ClientClosedError`).
         """
-        self._check_process()
         if timeout is not None:
             _positive("timeout", timeout)
+        if self.disabled:
+            return FlushResult()
+        if self._closed and not self.strict:
+            return FlushResult(error="this Client is closed")
+        self._check_process()
         deadline = None if timeout is None else time.monotonic() + timeout
-        return self._flush(deadline, None, self.retry_policy)
+        return self._flush_safely(deadline, None, self.retry_policy)
+
+    def _flush_safely(
+        self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy
+    ) -> FlushResult:
+        """:meth:`_flush`, with a failing state database reported in the result (non-strict)."""
+        try:
+            return self._flush(deadline, stop, policy)
+        except sqlite3.Error as problem:
+            if self.strict:
+                raise
+            log.error("the state database failed during an upload: %s", problem)
+            return FlushResult(error=f"the state database failed: {problem}")
 
     def _flush(
         self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy
     ) -> FlushResult:
+        if stop is None:
+            self._await_registry(deadline)
+        elif not self._metrics.loaded:
+            self._start_fetch()
         totals = {"batches": 0, "sent": 0, "accepted": 0, "duplicates": 0, "rejected": 0}
         error: str | None = None
         while True:
@@ -404,7 +839,7 @@ class Client:
             body = join_batch(secrets.token_hex(16), [text for _, text in rows]).encode()
             try:
                 outcome = self.transport.send(
-                    self.url, body, len(rows), token=self.token, timeout=self.timeout,
+                    self._endpoint, body, len(rows), token=self.token, timeout=self.timeout,
                     policy=policy, deadline=deadline, stop=stop,
                 )
             except BaseException:
@@ -419,7 +854,8 @@ class Client:
                     if rejected:
                         self._outbox.count_dropped("rejected", rejected)
                 for item in answer.get("errors", [])[:20]:
-                    log.warning("the collector refused a report (dropped): %s", item)
+                    self._log_drop("rejected", f"the collector refused a report: {item}")
+                self._note_upload(None, outcome.kind)
                 totals["batches"] += 1
                 totals["sent"] += len(rows)
                 totals["accepted"] += answer["accepted"]
@@ -430,8 +866,8 @@ class Client:
                 with self._lock:
                     self._outbox.delete(seqs)
                     self._outbox.count_dropped("rejected")
-                log.warning(
-                    "dropped a report the collector refuses as too large: %s", outcome.message
+                self._log_drop(
+                    "rejected", f"the collector refuses a report as too large: {outcome.message}"
                 )
                 totals["batches"] += 1
                 totals["sent"] += 1
@@ -444,28 +880,53 @@ class Client:
                 self._batch_limit = max(1, len(rows) // 2)
                 continue
             error = outcome.message
-            if outcome.kind == "refused":
-                log.error("the collector refused a batch; the reports stay queued: %s", error)
-            else:
-                log.warning("upload failed; the reports stay queued: %s", error)
+            self._note_upload(error, outcome.kind)
             break
         with self._lock:
             remaining = self._outbox.pending()
-        return FlushResult(remaining=remaining, error=error, **totals)
+            held = self._outbox.held() if remaining else 0
+        waiting = len(self._waiting)
+        if error is None and waiting:
+            error = (f"{waiting} values wait in memory for the metric registry: "
+                     f"{self._registry_problem or 'the fetch is still under way'}")
+        elif error is None and held:
+            error = (f"{held} reports are held by another upload in progress (another thread, "
+                     "or another process sharing the state directory)")
+        return FlushResult(remaining=remaining + waiting, error=error, held=held, **totals)
+
+    def _note_upload(self, error: str | None, kind: str) -> None:
+        """Log an upload failure once per outage (then at DEBUG level), and the recovery."""
+        with self._lock:
+            was_failing, self._upload_failing = self._upload_failing, error is not None
+        if error is None:
+            if was_failing:
+                log.info("uploads to the collector succeed again")
+            return
+        if was_failing:
+            log.debug("upload failed; the reports stay queued: %s", error)
+            return
+        if kind == "refused":
+            log.error("the collector refused a batch; the reports stay queued: %s (further "
+                      "failures are logged at debug level until an upload succeeds)", error)
+        else:
+            log.warning("upload failed; the reports stay queued: %s (further failures are "
+                        "logged at debug level until an upload succeeds)", error)
 
     def _flush_in_background(self, stop: threading.Event) -> None:
         """The background worker's flush: retries as configured, waits end when ``stop`` is set."""
-        self._flush(None, stop, self.retry_policy)
+        self._flush_safely(None, stop, self.retry_policy)
 
     # ---------------------------------------------------------------- closing
 
-    def close(self, timeout: float = 5.0) -> FlushResult | None:
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> FlushResult | None:
         """Stop the background uploader, then try one final flush of at most ``timeout`` seconds.
 
         The final flush makes one attempt per batch (no backoff waits), so closing
         is quick when the collector is down; undelivered reports stay in the
-        outbox for the next start. Returns that flush's result, or ``None`` if the
-        client was already closed or an upload in progress outlived ``timeout``.
+        outbox for the next start, and values still waiting in memory for the
+        registry are dropped (counted as ``no_registry``). Returns that flush's
+        result, or ``None`` if the client was already closed (or is disabled) or
+        an upload in progress outlived ``timeout``.
         """
         if self._closed:
             return None
@@ -476,18 +937,36 @@ class Client:
             return None
         deadline = time.monotonic() + timeout
         stopped = self._worker is None or self._worker.stop(max(deadline - time.monotonic(), 0.0))
-        self._closed = True
         if not stopped:
+            self._closed = True
             log.warning("closing while an upload is still in progress; its reports stay queued")
+            self._forget_waiting()
             return None
         policy = dataclasses.replace(self.retry_policy, max_retries=0)
         try:
-            result = self._flush(deadline, None, policy)
+            result = self._flush_safely(deadline, None, policy)
         finally:
+            self._closed = True
+            self._forget_waiting()
             with self._lock:
                 self._connection.close()
             self.transport.close()
         return result
+
+    def _forget_waiting(self) -> None:
+        """At close: drop (and count) the values still waiting for the registry, and keep the
+        drop counts readable."""
+        with self._waiting_lock:
+            count = len(self._waiting)
+            self._waiting.clear()
+        if count:
+            self._drop("no_registry", f"dropped {count} values that still waited for the metric "
+                       "registry when the client closed", count)
+        try:
+            with self._lock:
+                self._drops_at_close = self._outbox.drops()
+        except sqlite3.Error as problem:
+            log.warning("cannot read the drop counts at close: %s", problem)
 
     def _close_at_exit(self) -> None:
         """Close at interpreter exit, unless already closed or inherited through a fork unused."""
@@ -506,4 +985,5 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Client(url={self.url!r}, state_dir={str(self.state_dir)!r})"
+        where = "disabled" if self.disabled else f"state_dir={str(self.state_dir)!r}"
+        return f"Client(url={self.url!r}, {where})"

@@ -13,10 +13,11 @@ in the ``counters`` table (:meth:`Outbox.count_dropped`), so that none is lost
 silently; so are the reports dropped before they were queued (:data:`DROP_CAUSES`).
 
 The table holds at most the client's ``max_outbox`` reports: while it is full,
-new reports are dropped rather than old ones (those were charged to the privacy
-ledger already; a report dropped before it is queued costs nothing). Triggers
-keep the count of rows in ``counters`` (``queued``), so that checking the cap
-costs no table scan.
+new reports are dropped (the client's default, ``outbox_policy="drop-newest"``:
+the queued ones were charged to the privacy ledger already, and a report
+dropped before it is queued costs nothing), or the oldest ready report makes
+room (``"drop-oldest"``, :meth:`Outbox.evict_oldest`). Triggers keep the count
+of rows in ``counters`` (``queued``), so that checking the cap costs no table scan.
 
 Methods run single statements or short transactions on a connection the caller
 serializes (the client holds a lock around every call).
@@ -34,8 +35,14 @@ IN_FLIGHT = 1
 #: why a report was dropped -> the name of its durable counter
 DROP_CAUSES = {
     "rejected": "dropped",  # refused for good by the collector
-    "outbox_full": "dropped_outbox_full",  # not queued: the outbox held max_outbox reports
+    "outbox_full": "dropped_outbox_full",  # the outbox held max_outbox reports
     "privacy_limit": "dropped_privacy_limit",  # not encoded: the metric breaks the app's limits
+    "invalid_value": "dropped_invalid_value",  # a value of the wrong type or outside the domain
+    "unknown_metric": "dropped_unknown_metric",  # a metric the registry does not define
+    "budget": "dropped_budget",  # it would have spent more than the installation's budget
+    "no_registry": "dropped_no_registry",  # waited in memory for a registry that did not come
+    "closed": "dropped_closed",  # reported to a closed client (kept in memory: the file is shut)
+    "state": "dropped_state",  # the state database failed (disk full, damaged)
 }
 
 
@@ -63,6 +70,18 @@ class Outbox:
             (body, limit),
         )
         return cursor.rowcount == 1
+
+    def evict_oldest(self, limit: int) -> int:
+        """Delete the oldest ready report if ``limit`` reports are queued; return how many went.
+
+        Run it in the transaction that inserts the new report, so the cap holds.
+        """
+        cursor = self.connection.execute(
+            "DELETE FROM outbox WHERE seq = (SELECT MIN(seq) FROM outbox WHERE state = ?) "
+            "AND (SELECT value FROM counters WHERE name = 'queued') >= ?",
+            (READY, limit),
+        )
+        return cursor.rowcount
 
     def claim(self, limit: int, max_bytes: int) -> list[tuple[int, str]]:
         """Mark up to ``limit`` oldest ready reports (at most ``max_bytes`` of JSON) in flight.
@@ -98,6 +117,13 @@ class Outbox:
         """Reports still in the outbox (ready or in flight)."""
         (count,) = self.connection.execute(
             "SELECT value FROM counters WHERE name = 'queued'"
+        ).fetchone()
+        return int(count)
+
+    def held(self) -> int:
+        """Reports in flight: claimed by an upload in progress (or one whose process died)."""
+        (count,) = self.connection.execute(
+            "SELECT COUNT(*) FROM outbox WHERE state = ?", (IN_FLIGHT,)
         ).fetchone()
         return int(count)
 

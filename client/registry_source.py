@@ -2,7 +2,10 @@
 
 A registry fetched through the client's transport (``GET /v1/metrics``) is
 cached as ``registry.json`` in the state directory, so an application that
-starts while the collector is unreachable still knows its metrics.
+starts while the collector is unreachable still knows its metrics. The client
+fetches in a background thread (:func:`fetch_registry`) and never waits for it
+when it is created; only ``strict=True`` resolves the registry before the
+constructor returns (:func:`resolve_registry`), raising when there is none.
 """
 
 from __future__ import annotations
@@ -21,35 +24,53 @@ from veil.shared.registry import Registry
 
 log = logging.getLogger("veil.client")
 
-#: with a cached registry to fall back on, start-up waits at most this long for the collector
+#: with a cached registry to fall back on, a strict client waits at most this long for the collector
 CACHED_FETCH_TIMEOUT = 2.0
 
 
-def resolve_registry(
-    registry: Registry | str | os.PathLike[str] | None,
-    url: str,
-    directory: Path,
-    transport: Transport,
-    *,
-    token: str | None,
-    timeout: float,
-) -> Registry:
-    """A :class:`Registry` object, a TOML file path, or ``None`` (fetch, else the cache)."""
-    if isinstance(registry, Registry):
+def given_registry(registry: Registry | str | os.PathLike[str] | None) -> Registry | None:
+    """The registry the application passed (a :class:`Registry` or a TOML file path), or
+    ``None`` when it passed none (fetch it from the collector)."""
+    if registry is None or isinstance(registry, Registry):
         return registry
     if isinstance(registry, str | os.PathLike):
         return Registry.load(os.fspath(registry))
-    if registry is not None:
-        raise ParameterError(
-            "registry",
-            f"registry must be a Registry, a path to a TOML file, or None (fetch it from the "
-            f"collector); got {type(registry).__name__}",
-        )
+    raise ParameterError(
+        "registry",
+        f"registry must be a Registry, a path to a TOML file, or None (fetch it from the "
+        f"collector); got {type(registry).__name__}",
+    )
+
+
+def fetch_registry(
+    transport: Transport, url: str, directory: Path, *, token: str | None, timeout: float
+) -> Registry:
+    """The collector's registry, cached in ``directory``; :class:`RegistryUnavailableError`
+    (naming the cause) if it cannot be fetched."""
+    fetched = transport.fetch_registry(url, token=token, timeout=timeout)
+    try:
+        write_cache(directory / REGISTRY_CACHE_FILE, fetched)
+    except OSError as exc:
+        log.warning("cannot cache the metric registry in %s: %s", directory, exc.strerror)
+    for name, why in fetched.skipped.items():
+        log.warning("metric %r of the registry is left out (its reports are dropped as "
+                    "unknown_metric): %s", name, why)
+    return fetched
+
+
+def resolve_registry(
+    url: str, directory: Path, transport: Transport, *, token: str | None, timeout: float
+) -> Registry:
+    """Fetch the registry now, else read the cache (a strict client's start-up).
+
+    With a cache the fetch waits at most :data:`CACHED_FETCH_TIMEOUT` seconds;
+    with neither, :class:`RegistryUnavailableError` says what to do.
+    """
     cache = directory / REGISTRY_CACHE_FILE
     if cache.exists():
         timeout = min(timeout, CACHED_FETCH_TIMEOUT)
     try:
-        fetched = transport.fetch_registry(url, token=token, timeout=timeout)
+        return fetch_registry(transport, url, directory, token=token, timeout=timeout)
     except VeilError as problem:
         cached = read_cache(cache)
         if cached is None:
@@ -60,11 +81,6 @@ def resolve_registry(
             ) from None
         log.warning("using the cached metric registry: %s", problem)
         return cached
-    write_cache(cache, fetched)
-    for name, why in fetched.skipped.items():
-        log.warning("metric %r of the registry is left out (reporting it raises "
-                    "UnknownMetricError): %s", name, why)
-    return fetched
 
 
 def read_cache(path: Path) -> Registry | None:

@@ -119,6 +119,24 @@ def _batch_error(response: requests.Response) -> tuple[str, str]:
         return "", response.text[:200]
 
 
+def network_problem(exc: requests.RequestException) -> str:
+    """A one-line account of a failed request: the exception's class and its root cause
+    (``ConnectionError (connection refused)``), not urllib3's nested descriptions."""
+    cause: BaseException | None = exc
+    reason = ""
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            reason = cause.strerror
+        inner = getattr(cause, "reason", None)
+        if not isinstance(inner, BaseException):
+            first = cause.args[0] if cause.args else None
+            inner = first if isinstance(first, BaseException) else None
+        cause = inner or cause.__cause__ or cause.__context__
+    if not reason:
+        reason = "timed out" if isinstance(exc, requests.Timeout) else "no further detail"
+    return f"{exc.__class__.__name__} ({reason.lower()})"
+
+
 def _authorization(token: str | None) -> dict[str, str]:
     return {} if token is None else {"Authorization": f"Bearer {token}"}
 
@@ -206,7 +224,7 @@ class RequestsTransport(Transport):
             try:
                 response = self.session.post(address, data=body, headers=headers, timeout=limit)
             except requests.RequestException as exc:
-                problem, status = f"POST {address} failed: {exc.__class__.__name__}: {exc}", None
+                problem, status = f"POST {address} failed: {network_problem(exc)}", None
             else:
                 status = response.status_code
                 if status == 200:
@@ -249,7 +267,9 @@ class RequestsTransport(Transport):
         try:
             response = self.session.get(address, headers=_authorization(token), timeout=timeout)
         except requests.RequestException as exc:
-            raise RegistryUnavailableError(f"GET {address} failed: {exc}") from None
+            raise RegistryUnavailableError(
+                f"GET {address} failed: {network_problem(exc)}"
+            ) from None
         if response.status_code != 200:
             raise RegistryUnavailableError(f"GET {address} answered HTTP {response.status_code}")
         try:

@@ -7,7 +7,9 @@ interpreter alive, and starts afresh in a forked child (threads do not survive
 ``fork()``, and the parent's locks may have been copied while held). At
 interpreter exit it calls its owner's ``at_exit`` (the client's time-limited
 final flush). Unlike sentry's worker it holds no queue: the reports wait in the
-durable outbox, and the thread only decides when to flush it.
+durable outbox, and the thread only decides when to flush it. Each wait lasts
+the interval times a random factor in [0.8, 1.2] (:data:`INTERVAL_JITTER`), so
+that many installations started together do not upload in lockstep.
 """
 
 from __future__ import annotations
@@ -15,15 +17,21 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import random
 import threading
 import weakref
 from collections.abc import Callable
 
 log = logging.getLogger("veil.client")
 
+#: each wait between background flushes is the interval times a factor drawn from this range
+INTERVAL_JITTER = (0.8, 1.2)
+_jitter = random.Random()
+
 
 class BackgroundWorker:
-    """Calls ``flush(stop)`` every ``interval`` seconds, or as soon as ``batch_size`` reports wait.
+    """Calls ``flush(stop)`` about every ``interval`` seconds (jittered), or as soon as
+    ``batch_size`` reports wait.
 
     ``stop`` is set when the worker is stopping, so that ``flush`` can end its
     retry waits early. ``at_exit`` runs at interpreter exit if the worker was
@@ -107,7 +115,7 @@ class BackgroundWorker:
         while not stop.is_set():
             with wake:
                 if self._waiting < self.batch_size:
-                    wake.wait(self.interval)
+                    wake.wait(self.interval * _jitter.uniform(*INTERVAL_JITTER))
                 self._waiting = 0
             if stop.is_set():
                 break
@@ -115,4 +123,4 @@ class BackgroundWorker:
                 self._flush(stop)
             except Exception:
                 log.exception("the background upload failed; the reports stay queued")
-                stop.wait(self.interval)
+                stop.wait(self.interval * _jitter.uniform(*INTERVAL_JITTER))

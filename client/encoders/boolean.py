@@ -19,9 +19,7 @@ class BooleanEncoder(Encoder[BooleanParams]):
 
     def memo_key(self, value: Any) -> bytes:
         if not isinstance(value, bool):
-            raise ParameterError(
-                "value", f"metric {self.metric!r} takes True or False; got {type(value).__name__}"
-            )
+            raise ParameterError("value", f"must be True or False; got {type(value).__name__}")
         return b"\x01" if value else b"\x00"
 
     def derive(self, key: bytes) -> int:

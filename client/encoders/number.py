@@ -37,16 +37,14 @@ class NumberEncoder(Encoder[NumberParams]):
     def grid_point(self, value: Any) -> int:
         """Clip ``value`` to [low, high] and round it to a grid point in ``0..resolution``."""
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ParameterError(
-                "value", f"metric {self.metric!r} takes a number; got {type(value).__name__}"
-            )
+            raise ParameterError("value", f"must be a number; got {type(value).__name__}")
         p = self.params
         try:
             x = float(value)
         except OverflowError:  # an int beyond the float range: clipped like any other
             x = p.low if value < 0 else p.high
         if not math.isfinite(x):
-            raise ParameterError("value", f"metric {self.metric!r} takes a finite number; got {x!r}")
+            raise ParameterError("value", f"must be a finite number; got {x!r}")
         position = (min(max(x, p.low), p.high) - p.low) / p.step
         below = min(math.floor(position), p.resolution)
         up = (position - below) * PROB_ONE > self._threshold

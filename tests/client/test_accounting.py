@@ -118,7 +118,8 @@ def test_changed_parameters_add_up(tmp_path, offline_url):
 
 def test_budget_refuses_a_report_that_would_exceed_it_and_queues_nothing(tmp_path, offline_url):
     budget = HOME.epsilon_1 + DARK.epsilon_1 * 0.5
-    client = Client(offline_url, tmp_path / "state", registry=REGISTRY, budget=budget)
+    client = Client(offline_url, tmp_path / "state", registry=REGISTRY, budget=budget,
+                    strict=True)
     client.report("homepage", "example.com")
     before = client.privacy_spent()
     assert before.budget == budget and close_to(before.remaining, budget - HOME.epsilon_1)
@@ -142,7 +143,7 @@ def test_a_mechanism_without_a_longitudinal_bound_costs_epsilon_1_once_then_inf(
     params = unbounded["homepage"].params
     assert math.isinf(params.epsilon_inf) and math.isfinite(params.epsilon_1)
     with Client(offline_url, tmp_path / "state", registry=unbounded, budget=100.0,
-                max_epsilon_per_value=None) as client:
+                max_epsilon_per_value=None, strict=True) as client:
         client.report("homepage", "example.com")
         assert close_to(client.privacy_spent().total, params.epsilon_1)
         with pytest.raises(BudgetExceededError):

@@ -1,4 +1,8 @@
-"""Bad input to every public entry point gives the documented error, and nothing is queued."""
+"""Bad input to every public entry point gives the documented error, and nothing is queued.
+
+These clients are ``strict=True``, which raises; by default ``report()`` drops,
+counts and logs instead (``tests/client/test_failure_behaviour.py``).
+"""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from veil.client import (
 
 @pytest.fixture
 def client(tmp_path, test_registry, offline_url):
-    client = Client(offline_url, tmp_path / "state", registry=test_registry)
+    client = Client(offline_url, tmp_path / "state", registry=test_registry, strict=True)
     yield client
     client.close(timeout=1)
 
@@ -50,6 +54,7 @@ def test_bad_values_are_refused_and_nothing_is_queued(client, metric, value, mes
     with pytest.raises(ParameterError, match=message) as raised:
         client.report(metric, value)
     assert raised.value.field == "value"
+    assert f"metric {metric!r}: value" in str(raised.value)
     assert client.pending == 0
     assert client.privacy_spent().total == 0.0
 
@@ -88,6 +93,12 @@ BAD_ARGUMENTS = [
     ({"backoff_base": -1}, "backoff_base"),
     ({"backoff_cap": 0}, "backoff_cap"),
     ({"transport": "https"}, "transport"),
+    ({"outbox_policy": "drop-random"}, "outbox_policy"),
+    ({"app_name": "my/app"}, "app_name"),
+    ({"app_name": ""}, "app_name"),
+    ({"strict": "yes"}, "strict"),
+    ({"debug": 1}, "debug"),
+    ({"disabled": "no"}, "disabled"),
     ({"max_outbox": 0}, "max_outbox"),
     ({"max_outbox": 1.5}, "max_outbox"),
     ({"max_epsilon_per_value": 0}, "max_epsilon_per_value"),
@@ -125,13 +136,13 @@ def test_registry_file_problems_are_parameter_errors(tmp_path, offline_url):
 
 def test_no_registry_anywhere_is_a_clear_error(tmp_path, offline_url):
     with pytest.raises(RegistryUnavailableError, match="no cached copy"):
-        Client(offline_url, tmp_path / "state")
+        Client(offline_url, tmp_path / "state", strict=True)
 
 
-@pytest.mark.parametrize("state_dir", [None, "", 42])
+@pytest.mark.parametrize("state_dir", ["", 42])
 def test_bad_state_dir(state_dir, test_registry, offline_url):
     with pytest.raises(StateError, match="state_dir"):
-        Client(offline_url, state_dir, registry=test_registry)
+        Client(offline_url, state_dir, registry=test_registry, strict=True)
 
 
 def test_flush_and_close_timeouts_are_checked(client):
@@ -171,7 +182,7 @@ def test_any_real_number_type_is_accepted(client):
 
 def test_any_text_is_queued_or_refused_cleanly(tmp_path, test_registry, offline_url):
     """Arbitrary strings (lone surrogates, NULs, huge ones) never crash report()."""
-    client = Client(offline_url, tmp_path / "state", registry=test_registry)
+    client = Client(offline_url, tmp_path / "state", registry=test_registry, strict=True)
 
     @settings(max_examples=150, deadline=None, derandomize=True)
     @given(st.text(max_size=300) | st.text(alphabet=st.characters(), min_size=1000, max_size=3000))

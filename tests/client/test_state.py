@@ -106,14 +106,14 @@ def test_a_damaged_secret_is_a_clear_error(tmp_path, test_registry, offline_url)
     state.mkdir()
     (state / SECRET_FILE).write_bytes(b"short")
     with pytest.raises(StateError, match="damaged"):
-        Client(offline_url, state, registry=test_registry)
+        Client(offline_url, state, registry=test_registry, strict=True)
 
 
 def test_state_dir_that_is_a_file_is_a_clear_error(tmp_path, test_registry, offline_url):
     path = tmp_path / "not-a-dir"
     path.write_text("x")
     with pytest.raises(StateError, match="state_dir"):
-        Client(offline_url, path, registry=test_registry)
+        Client(offline_url, path, registry=test_registry, strict=True)
 
 
 CHILD = textwrap.dedent("""

@@ -70,7 +70,7 @@ def test_a_custom_transport_carries_every_batch_with_the_clients_settings(tmp_pa
     for value in ["example.com", "veil.dev", "example.com", "news.example", "other.example"]:
         client.report("homepage", value)
     client.report("dark_mode", True)
-    result = client.flush()
+    result = client.flush(timeout=None)
     assert (result.batches, result.sent, result.accepted, result.remaining) == (2, 6, 6, 0)
     assert [len(batch["reports"]) for batch in transport.batches] == [4, 2]
     for batch in transport.batches:
@@ -139,7 +139,7 @@ def test_too_large_halves_the_batch_and_drops_a_single_report_for_good(tmp_path,
     assert [len(batch["reports"]) for batch in transport.batches] == [5, 2, 2, 1]
     assert (result.batches, result.sent, result.accepted, result.rejected) == (3, 5, 4, 1)
     assert client.pending == 0 and client.dropped == 1
-    assert "refuses as too large: body over the limit" in caplog.text
+    assert "refuses a report as too large: body over the limit" in caplog.text
     client.close(timeout=1)
 
 
@@ -162,8 +162,14 @@ def test_a_background_client_uploads_through_its_transport(tmp_path, test_regist
 def test_a_transport_that_cannot_fetch_the_registry_needs_one(tmp_path):
     transport = MemoryCollector()
     with pytest.raises(RegistryUnavailableError, match="MemoryCollector does not fetch"):
-        Client(URL, tmp_path / "state", transport=transport)
+        Client(URL, tmp_path / "state", transport=transport, strict=True)
     assert not transport.closed  # still the caller's, to try again with registry=
+    client = Client(URL, tmp_path / "state", transport=transport)  # not strict: no raise
+    client.report("dark_mode", True)
+    result = client.flush()
+    assert "MemoryCollector does not fetch" in result.error and result.remaining == 1
+    assert client.close(timeout=1) is not None
+    assert client.drops["no_registry"] == 1 and transport.batches == []
 
 
 def test_only_the_default_transport_has_a_session(tmp_path, test_registry, offline_url):

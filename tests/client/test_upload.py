@@ -52,10 +52,12 @@ def report_all(client: Client) -> None:
 
 
 def record_bodies(client: Client) -> list[bytes]:
-    """Every request body the client's session sends (a requests response hook)."""
+    """Every upload body the client's session sends (a requests response hook)."""
     bodies: list[bytes] = []
 
     def hook(response: requests.Response, *args: object, **kwargs: object) -> None:
+        if response.request.method != "POST":
+            return
         body = response.request.body
         bodies.append(body if isinstance(body, bytes) else (body or "").encode())
 
@@ -128,6 +130,7 @@ def test_raw_values_never_reach_disk_or_network(live_collector, tmp_path):
 def test_collector_down_keeps_reports_then_delivers_when_it_returns(collector_factory, tmp_path):
     collector = collector_factory()
     client = Client(collector.url, tmp_path / "state", **FAST)
+    assert client.flush().ok and client.registry is not None  # fetched, then the collector stops
     collector.stop()
     report_all(client)
     failed = client.flush()
@@ -277,7 +280,7 @@ def test_registry_is_cached_for_offline_start(collector_factory, tmp_path):
     offline.report("homepage", "example.com")
     offline.close(timeout=1)
     with pytest.raises(RegistryUnavailableError, match="registry="):
-        Client(collector.url, tmp_path / "fresh", **FAST)
+        Client(collector.url, tmp_path / "fresh", strict=True, **FAST)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

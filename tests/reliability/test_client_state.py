@@ -129,7 +129,7 @@ def test_the_loss_is_logged_once_and_remembered(tmp_path, offline_url, caplog):
         Client(offline_url, state, registry=REGISTRY).close(timeout=1)
     lost = [r for r in caplog.records if "ledger of earlier reports was lost" in r.getMessage()]
     assert len(lost) == 1
-    with Client(offline_url, state, registry=REGISTRY, budget=BUDGET) as client:
+    with Client(offline_url, state, registry=REGISTRY, budget=BUDGET, strict=True) as client:
         assert client.privacy_spent().lost == BUDGET
         with pytest.raises(BudgetExceededError, match="ledger was lost"):
             client.report("homepage", "example.com")
