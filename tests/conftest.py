@@ -170,6 +170,8 @@ class CollectorHandle:
         self.process = process
         assert process.stdout is not None
         line = process.stdout.readline()
+        while line and "listening on " not in line:  # start-up notes come first
+            line = process.stdout.readline()
         if "listening on " not in line:
             process.kill()
             process.wait()

@@ -36,11 +36,17 @@ class CollectorFlask(Flask):
         return json_response({"allow": methods}, headers={"Allow": ", ".join(methods)})
 
 
-def _token_list(setting: str | Iterable[str] | None) -> list[str]:
-    """A token setting as a list: one string is one token; empty entries of a list are dropped."""
-    if isinstance(setting, str):
-        return [setting]
-    return [token for token in setting or () if token]
+def _token_list(setting: str | Iterable[str] | None, name: str) -> list[str]:
+    """A token setting as a list (one string is one token); :class:`VeilError` naming the
+    setting for an empty or blank token, e.g. from an unset environment variable."""
+    tokens = [setting] if isinstance(setting, str) else list(setting or ())
+    for token in tokens:
+        if not isinstance(token, str) or not token.strip():
+            raise VeilError(
+                f"{name} holds an empty token ({token!r}; an unset environment variable?): "
+                "give non-empty tokens, or leave the setting out"
+            )
+    return tokens
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
@@ -54,9 +60,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     registry = app.config["REGISTRY"]
     if not isinstance(registry, Registry):
         registry = Registry.load(registry)
-    tokens = _token_list(app.config["READ_TOKENS"])
-    upload_tokens = _token_list(app.config["UPLOAD_TOKEN"])
-    for setting, values in (("READ_TOKENS", tokens), ("UPLOAD_TOKEN", upload_tokens)):
+    tokens = _token_list(app.config["READ_TOKENS"], "READ_TOKENS")
+    upload_tokens = _token_list(app.config["UPLOAD_TOKEN"], "UPLOAD_TOKEN")
+    metrics_tokens = _token_list(app.config["METRICS_TOKENS"], "METRICS_TOKENS")
+    for setting, values in (("READ_TOKENS", tokens), ("UPLOAD_TOKEN", upload_tokens),
+                            ("METRICS_TOKENS", metrics_tokens)):
         for token in values:
             if not _TOKEN.fullmatch(token):
                 raise VeilError(
@@ -73,7 +81,8 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     ) if app.config[key] is not None}
     storage = open_storage(app.config["DATABASE"], registry, create=True, **options)
     app.extensions[EXTENSION] = Collector(
-        registry, storage, tokens, upload_tokens, max_reports, upload_limits(app.config)
+        registry, storage, tokens, upload_tokens, max_reports, upload_limits(app.config),
+        metrics_tokens=metrics_tokens,
     )
     if app.config["PROXY_HOPS"]:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=app.config["PROXY_HOPS"])  # type: ignore[method-assign]

@@ -1,28 +1,44 @@
 """``veil metrics``, ``serve``, ``export``, ``rebuild-aggregates`` and ``backup``.
 
 Registered under the ``veil.commands`` entry points. Option defaults come from
-:data:`veil.server.collector.config.DEFAULTS`. Heavy imports (Flask, waitress,
-NumPy) happen inside the ``run`` functions so ``veil --help`` works with the
-light client install.
+:data:`veil.server.collector.config.DEFAULTS`, or from the environment
+(:mod:`veil.server.cli.options`: ``VEIL_CONFIG``, ``VEIL_DB``, ``VEIL_READ_TOKEN``,
+``VEIL_UPLOAD_TOKEN``, and ``VEIL_METRICS_TOKEN``, ``VEIL_LOG_FORMAT``,
+``VEIL_LOG_LEVEL`` for ``serve``). Heavy imports (Flask, waitress, NumPy,
+prometheus_client) happen inside the ``run`` functions so ``veil --help`` works
+with the light client install.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
+import shutil
 import socket
-import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from veil.server.cli.options import add_config_option, add_db_option, env_value, token_list
 from veil.server.collector.config import DEFAULTS
+from veil.server.collector.logs import FORMATS, LEVELS, configure_logging
 from veil.shared.errors import VeilError
+
+logger = logging.getLogger(__name__)
+
+#: the environment variables of ``veil serve``'s own options
+METRICS_TOKEN_VARIABLE = "VEIL_METRICS_TOKEN"
+LOG_FORMAT_VARIABLE = "VEIL_LOG_FORMAT"
+LOG_LEVEL_VARIABLE = "VEIL_LOG_LEVEL"
 
 
 def configure_serve(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil serve``."""
-    parser.add_argument("--config", required=True, help="metric registry TOML file")
-    parser.add_argument("--db", required=True, help="the database: a file path or sqlite:///path (created if missing)")
+    add_config_option(parser)
+    add_db_option(parser, help_text="the database: a file path or sqlite:///path (created if missing)")
     parser.add_argument("--host", default=DEFAULTS["HOST"],
                         help=f"address to listen on (default {DEFAULTS['HOST']})")
     parser.add_argument("--port", type=int, default=DEFAULTS["PORT"],
@@ -42,11 +58,23 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
                         help=f"seconds a client may take to send one request from its first byte; "
                         f"slower ones are disconnected (default {DEFAULTS['RECEIVE_TIMEOUT']})")
     parser.add_argument("--read-token", action="append", default=None,
-                        help="bearer token for reading counts (repeatable; default: env VEIL_READ_TOKEN)")
+                        help="bearer token for reading counts and /metrics (repeatable, for "
+                        "rotation; default: $VEIL_READ_TOKEN, comma-separated)")
     parser.add_argument("--upload-token", action="append", default=None,
                         help="require a bearer token to upload (repeatable: one per client group, "
-                        "each rate-limited on its own; default: env VEIL_UPLOAD_TOKEN, else "
-                        "uploads are open)")
+                        "each rate-limited on its own, or for rotation; default: "
+                        "$VEIL_UPLOAD_TOKEN, comma-separated, else uploads are open)")
+    parser.add_argument("--metrics-token", action="append", default=None,
+                        help="bearer token for scraping /metrics only (repeatable; default: "
+                        f"${METRICS_TOKEN_VARIABLE}, comma-separated); a read token works too")
+    parser.add_argument("--log-format", type=str.lower, choices=FORMATS,
+                        default=env_value(LOG_FORMAT_VARIABLE) or DEFAULTS["LOG_FORMAT"],
+                        help="log lines on stderr as text or one JSON object a line "
+                        f"(default: ${LOG_FORMAT_VARIABLE}, else {DEFAULTS['LOG_FORMAT']})")
+    parser.add_argument("--log-level", type=str.lower, choices=LEVELS,
+                        default=env_value(LOG_LEVEL_VARIABLE) or DEFAULTS["LOG_LEVEL"],
+                        help="least severe level logged "
+                        f"(default: ${LOG_LEVEL_VARIABLE}, else {DEFAULTS['LOG_LEVEL']})")
     parser.add_argument("--network-rate", type=float, default=DEFAULTS["NETWORK_RATE"],
                         help="reports a second each source network (/24 or /48) may upload, "
                         "in bursts of --burst-seconds of it; more get 429 (default: no limit)")
@@ -73,6 +101,9 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-free-bytes", type=int, default=DEFAULTS["MIN_FREE_BYTES"],
                         help="/readyz answers 503 while the database's filesystem has less free "
                         "space (default: the storage's, 64 MiB)")
+    parser.add_argument("--migrate", action="store_true",
+                        help="bring a database with an older schema to this Veil's before serving "
+                        "(default: refuse it; see veil migrate --dry-run)")
 
 
 def serve_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -80,9 +111,10 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "REGISTRY": args.config,
         "DATABASE": args.db,
-        "READ_TOKENS": args.read_token or [t for t in [os.environ.get("VEIL_READ_TOKEN")] if t],
-        "UPLOAD_TOKEN": args.upload_token or [
-            t for t in [os.environ.get("VEIL_UPLOAD_TOKEN")] if t],
+        "READ_TOKENS": token_list(args.read_token, "VEIL_READ_TOKEN", "--read-token"),
+        "UPLOAD_TOKEN": token_list(args.upload_token, "VEIL_UPLOAD_TOKEN", "--upload-token"),
+        "METRICS_TOKENS": token_list(args.metrics_token, METRICS_TOKEN_VARIABLE,
+                                     "--metrics-token"),
         "NETWORK_RATE": args.network_rate,
         "TOKEN_RATE": args.token_rate,
         "TOKEN_DAILY_CAP": args.token_daily_cap,
@@ -99,12 +131,13 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
         "CONNECTION_LIMIT": args.connection_limit,
         "CHANNEL_TIMEOUT": args.channel_timeout,
         "RECEIVE_TIMEOUT": args.receive_timeout,
+        "LOG_FORMAT": args.log_format,
+        "LOG_LEVEL": args.log_level,
     }
 
 
 def run_serve(args: argparse.Namespace) -> int:
     """Check the registry against the database, listen, and serve until SIGTERM or SIGINT."""
-    from veil.server.collector.serving import serve
     from veil.server.storage import open_storage
     from veil.shared.registry import Registry
 
@@ -124,38 +157,91 @@ def run_serve(args: argparse.Namespace) -> int:
         raise VeilError(f"--min-free-bytes must be at least 0; got {args.min_free_bytes}")
     if args.max_body_bytes < 1024:
         raise VeilError(f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
+    for option, variable, value, allowed in (
+        ("--log-format", LOG_FORMAT_VARIABLE, args.log_format, FORMATS),
+        ("--log-level", LOG_LEVEL_VARIABLE, args.log_level, LEVELS),
+    ):
+        if value not in allowed:
+            raise VeilError(f"{option} (default ${variable}) must be one of "
+                            f"{', '.join(allowed)}; got {value!r}")
     config = serve_config(args)
+    configure_logging(config["LOG_FORMAT"], config["LOG_LEVEL"])
     registry = Registry.load(args.config)
     for name, metric in registry.items():
         if metric.note:
-            print(f"veil serve: metric {name!r}: {metric.note}", flush=True)
-    # check the registry against the database (and migrate it) once, before any worker starts
-    open_storage(args.db, registry, create=True).close()
+            logger.info("metric %r: %s", name, metric.note)
+    # check the registry against the database (and migrate it, if asked) once, before any worker
+    # starts
+    with open_storage(args.db, registry, create=True, migrate=args.migrate) as storage:
+        for step in storage.migrated:
+            logger.info("migrated %s: %s", storage.location, step)
+        location = storage.location
     try:
         sock = socket.create_server((config["HOST"], config["PORT"]), backlog=1024)
     except OSError as exc:
         raise VeilError(f"cannot listen on {config['HOST']}:{config['PORT']}: "
                         f"{exc.strerror}") from None
-    if not config["READ_TOKENS"]:
-        print("veil serve: no read token set (--read-token or VEIL_READ_TOKEN): "
-              "counts cannot be read over HTTP", file=sys.stderr)
     host, port = sock.getsockname()[:2]
-    print(f"veil serve: listening on http://{host}:{port}", flush=True)
-    try:
-        code = serve(config, sock)
-    finally:
-        sock.close()
-    print("veil serve: stopped", flush=True)
+    with _metrics_directory(config["WORKERS"]):
+        from veil.server.collector.serving import serve
+
+        _log_summary(config, len(registry), location, f"http://{host}:{port}")
+        print(f"veil serve: listening on http://{host}:{port}", flush=True)
+        try:
+            code = serve(config, sock)
+        finally:
+            sock.close()
+    logger.info("stopped")
     return code
+
+
+def _log_summary(config: dict[str, Any], metrics: int, location: str, url: str) -> None:
+    """The start-up lines: what is served from where, who may do what, and how. Counts
+    tokens, never shows them."""
+    logger.info("serving %d metrics of the registry %s; storage %s", metrics,
+                config["REGISTRY"], location)
+    uploads = config["UPLOAD_TOKEN"]
+    reads = config["READ_TOKENS"]
+    scrapes = config["METRICS_TOKENS"]
+    logger.info("uploads %s; %d read token(s); %d metrics token(s); /metrics %s",
+                f"need one of {len(uploads)} upload token(s)" if uploads
+                else "are open (no upload token)", len(reads), len(scrapes),
+                "takes a metrics or read token" if scrapes or reads
+                else "is refused (no metrics or read token)")
+    if not reads:
+        logger.warning("no read token set (--read-token or VEIL_READ_TOKEN): counts cannot be "
+                       "read over HTTP")
+    logger.info("%d worker(s) of %d threads, listening on %s", config["WORKERS"],
+                config["THREADS"], url)
+
+
+@contextlib.contextmanager
+def _metrics_directory(workers: int) -> Iterator[None]:
+    """``PROMETHEUS_MULTIPROC_DIR`` while serving: with several workers, a new private
+    directory where each process writes its metrics, removed afterwards; with one, unset
+    (an inherited value would mix in other servers' files). Must be entered before
+    prometheus_client is imported."""
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    if workers == 1:
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="veil-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    try:
+        yield
+    finally:
+        del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def configure_export(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil export``."""
-    parser.add_argument("--db", required=True, help="the collector's database: a file path or sqlite:///path")
+    add_db_option(parser)
     parser.add_argument("--metric", required=True, help="metric name")
-    parser.add_argument("--out", required=True, help="directory for params.csv and counts.csv")
-    parser.add_argument("--config", default=None,
-                        help="registry TOML (default: the registry stored in the database)")
+    parser.add_argument("--out", required=True,
+                        help="directory for params.csv and counts.csv (created if missing)")
+    add_config_option(parser, required=False,
+                      help_text="registry TOML, else the registry stored in the database")
     parser.add_argument("--start", default=None, help="first UTC day, YYYY-MM-DD (inclusive)")
     parser.add_argument("--end", default=None, help="last UTC day, YYYY-MM-DD (inclusive)")
     parser.add_argument("--force", action="store_true",
@@ -177,17 +263,22 @@ def run_export(args: argparse.Namespace) -> int:
         document = storage.counts(metric, args.start, args.end,
                                   min_reports=0 if args.force else None)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_params(params, out / "params.csv")
-    reports, cohorts = write_counts_document(document, out / "counts.csv")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_params(params, out / "params.csv")
+        reports, cohorts = write_counts_document(document, out / "counts.csv")
+    except OSError as exc:
+        where = exc.filename or out
+        raise VeilError(f"--out {out}: cannot write {where} ({exc.strerror}); give a directory "
+                        "you may write to (one that is not a file)") from None
     print(f"veil export: {reports} reports of {args.metric!r} in {cohorts} cohorts "
           f"-> {out / 'params.csv'}, {out / 'counts.csv'}")
     return 0
 
 
 def configure_db(parser: argparse.ArgumentParser) -> None:
-    """The ``--db`` argument of the maintenance commands."""
-    parser.add_argument("--db", required=True, help="the collector's database: a file path or sqlite:///path")
+    """The ``--db`` argument of the maintenance commands (default ``$VEIL_DB``)."""
+    add_db_option(parser)
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
@@ -210,15 +301,23 @@ def run_backup(args: argparse.Namespace) -> int:
     """Copy the database consistently while the collector runs."""
     from veil.server.storage import open_storage
 
+    out = Path(args.out)
+    directory = out.parent
+    if not directory.is_dir():
+        if directory.exists():
+            raise VeilError(f"--out {out}: {directory} is not a directory; give a path in a "
+                            "directory")
+        raise VeilError(f"--out {out}: the directory {directory} does not exist; create it first "
+                        f"(mkdir -p {directory}) or choose another path")
     with open_storage(args.db) as storage:
-        target = storage.backup(args.out)
+        target = storage.backup(out)
     print(f"veil backup: wrote a consistent copy of {args.db} to {target}")
     return 0
 
 
 def configure_metrics(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil metrics``."""
-    parser.add_argument("--config", required=True, help="metric registry TOML file")
+    add_config_option(parser)
 
 
 def run_metrics(args: argparse.Namespace) -> int:

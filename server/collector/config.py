@@ -11,6 +11,8 @@ App settings (read by ``create_app``):
 ``READ_TOKENS``           bearer tokens for read endpoints (a string or a list; none: reads refused)
 ``UPLOAD_TOKEN``          bearer token(s) required to upload (a string or a list; default: uploads
                           are open)
+``METRICS_TOKENS``        bearer tokens that may scrape ``GET /metrics`` and nothing else (a string
+                          or a list); a read token may scrape it too; with neither, it answers 403
 ``NETWORK_RATE``          reports a second each source network (/24, /48) may upload on average,
                           in bursts of ``RATE_BURST_SECONDS`` worth (default 0: no limit)
 ``TOKEN_RATE``            the same for each upload token (default 0: no limit)
@@ -42,6 +44,8 @@ Serving settings (read by ``veil serve``, ignored by the app):
 ``RECEIVE_TIMEOUT``       seconds a client may take to send one request, headers and body, from
                           its first byte; a slower one is disconnected, so connections that trickle
                           bytes cannot hold the connection limit (default 30)
+``LOG_FORMAT``            ``text`` (default) or ``json``: one JSON object a line
+``LOG_LEVEL``             ``debug``, ``info`` (default), ``warning`` or ``error``
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from typing import Any
 DEFAULTS: dict[str, Any] = {
     "READ_TOKENS": (),
     "UPLOAD_TOKEN": (),
+    "METRICS_TOKENS": (),
     "NETWORK_RATE": 0.0,
     "TOKEN_RATE": 0.0,
     "TOKEN_DAILY_CAP": 0,
@@ -67,4 +72,6 @@ DEFAULTS: dict[str, Any] = {
     "CONNECTION_LIMIT": 100,
     "CHANNEL_TIMEOUT": 30,
     "RECEIVE_TIMEOUT": 30,
+    "LOG_FORMAT": "text",
+    "LOG_LEVEL": "info",
 }

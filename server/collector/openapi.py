@@ -114,6 +114,28 @@ def openapi_document(max_body: int, max_reports: int) -> dict[str, Any]:
             "cohorts": {"type": "array", "items": {"$ref": "#/components/schemas/Cohort"}},
         },
     }
+    stats = {
+        "type": "object",
+        "required": ["start", "end", "reports", "metrics"],
+        "properties": {
+            "start": {"type": ["string", "null"], "format": "date"},
+            "end": {"type": ["string", "null"], "format": "date"},
+            "reports": {"type": "integer", "description": "all metrics' reports in the range"},
+            "metrics": {"type": "array", "items": {
+                "type": "object",
+                "required": ["metric", "reports", "days"],
+                "properties": {
+                    "metric": {"type": "string"},
+                    "reports": {"type": "integer"},
+                    "days": {"type": "array", "description": "days with reports, oldest first",
+                             "items": {"type": "object", "required": ["day", "reports"],
+                                       "properties": {
+                                           "day": {"type": "string", "format": "date"},
+                                           "reports": {"type": "integer"}}}},
+                },
+            }},
+        },
+    }
     status = {"type": "object", "properties": {"status": {"type": "string"}}}
     return {
         "openapi": "3.1.0",
@@ -128,6 +150,19 @@ def openapi_document(max_body: int, max_reports: int) -> dict[str, Any]:
                 "200": {"description": "ready",
                         "content": {"application/json": {"schema": status}}},
                 "503": _error("database unavailable")}}},
+            "/metrics": {"get": {
+                "summary": "The collector's own counters, in Prometheus' text format",
+                "description": "Reports accepted, duplicate and rejected (by error code), batches "
+                               "refused (by error code), batch latency, database size. Needs a "
+                               "metrics token or a read token.",
+                "security": [{"bearer": []}],
+                "responses": {
+                    "200": {"description": "Prometheus text exposition format",
+                            "content": {"text/plain": {"schema": {"type": "string"}}}},
+                    "401": _error("missing or wrong bearer token"),
+                    "403": _error("no metrics or read token configured on the collector"),
+                },
+            }},
             "/v1/openapi.json": {"get": {"summary": "This document", "responses": {
                 "200": {"description": "OpenAPI 3.1 document"}}}},
             "/v1/metrics": {"get": {"summary": "The metric registry clients encode against",
@@ -146,6 +181,24 @@ def openapi_document(max_body: int, max_reports: int) -> dict[str, Any]:
                     "401": _error("upload token required or wrong"),
                     "413": _error(f"body larger than {max_body} bytes"),
                     "415": _error("Content-Type is not application/json (UTF-8)"),
+                    "503": _error("database unavailable; retry after Retry-After seconds"),
+                },
+            }},
+            "/v1/stats": {"get": {
+                "summary": "Reports per metric and UTC day of receipt (every stored metric, "
+                           "or one)",
+                "security": [{"bearer": []}],
+                "parameters": [
+                    {"name": "metric", "in": "query", "schema": {"type": "string"}},
+                    {"name": "start", "in": "query", "schema": {"type": "string", "format": "date"}},
+                    {"name": "end", "in": "query", "schema": {"type": "string", "format": "date"}},
+                ],
+                "responses": {
+                    "200": {"description": "stats document", "content": json_of("Stats")},
+                    "400": _error("bad date or unknown query parameter"),
+                    "401": _error("missing or wrong bearer token"),
+                    "403": _error("no read token configured on the collector"),
+                    "404": _error("unknown metric"),
                     "503": _error("database unavailable; retry after Retry-After seconds"),
                 },
             }},
@@ -175,6 +228,6 @@ def openapi_document(max_body: int, max_reports: int) -> dict[str, Any]:
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {"Error": _ERROR, "Report": report, "Batch": batch, "Receipt": receipt,
-                        "Cohort": cohort, "Counts": counts},
+                        "Cohort": cohort, "Counts": counts, "Stats": stats},
         },
     }

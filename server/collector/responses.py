@@ -69,10 +69,14 @@ _HTTP_CODES = {
 }
 
 
+def http_error_code(status: int) -> str:
+    """The error code of an HTTP error ``status`` that has no more specific code."""
+    return _HTTP_CODES.get(status, "http_error")
+
+
 def http_error_body(status: int, message: str) -> dict[str, Any]:
     """The JSON error body for an HTTP error ``status`` that has no more specific code."""
-    return {"error": {"code": _HTTP_CODES.get(status, "http_error"), "field": None,
-                      "message": message}}
+    return {"error": {"code": http_error_code(status), "field": None, "message": message}}
 
 
 def too_large_message(limit: int) -> str:

@@ -5,7 +5,8 @@ duplicate keys, nesting bounded by the parser's recursion limit and integers
 by Python's 4,300-digit limit, so malformed input is a 4xx, never a 5xx. The
 number of JSON values is bounded before parsing (:func:`max_json_values`), so a
 body of tiny values (``[{},{},...]``) cannot cost tens of bytes of memory per
-byte sent. The routes store and log no client address or user agent.
+byte sent. The routes store and log no client address or user agent, and count batches
+in the collector's own metrics (``GET /metrics``) by outcome only.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ import hmac
 import io
 import json
 import math
+import time
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
+from werkzeug.exceptions import HTTPException
 
 from veil.server.analysis.rappor_files import write_counts_document
 from veil.server.collector.limits import network_of
 from veil.server.collector.openapi import openapi_document
-from veil.server.collector.responses import ApiError, json_response
-from veil.server.collector.state import current_collector
+from veil.server.collector.prometheus import CONTENT_TYPE
+from veil.server.collector.responses import ApiError, http_error_code, json_response
+from veil.server.collector.state import Collector, current_collector
 from veil.server.storage import StorageUnavailable, TooFewReportsError
 from veil.shared.errors import WireFormatError
 from veil.shared.wire import BATCH_KEYS, REPORT_KEYS, validate_batch
@@ -60,10 +64,44 @@ def metrics() -> Response:
     return Response(current_collector().registry_json, mimetype="application/json")
 
 
+@api.get("/metrics")
+def prometheus_metrics() -> Response:
+    """The collector's own counters in Prometheus' text format (a metrics or read token)."""
+    state = current_collector()
+    if not state.scrape_tokens:
+        raise ApiError(403, "metrics_disabled", None,
+                       "this collector has no metrics or read token configured; start it with "
+                       "--metrics-token (or --read-token) and scrape with that bearer token")
+    _check_bearer(state.scrape_tokens)
+    return Response(state.server_metrics.exposition(), content_type=CONTENT_TYPE)
+
+
 @api.post("/v1/reports")
 def reports() -> Response:
-    """Validate a batch, durably store its valid reports, answer per-report outcomes."""
+    """Validate a batch, durably store its valid reports, answer per-report outcomes; count
+    the outcome in the collector's metrics (``GET /metrics``)."""
     state = current_collector()
+    started = time.perf_counter()
+    try:
+        receipt = _store_batch(state)
+    except ApiError as exc:
+        state.server_metrics.batch_refused(exc.code)
+        raise
+    except HTTPException as exc:
+        state.server_metrics.batch_refused(http_error_code(exc.code or 500))
+        raise
+    except StorageUnavailable:
+        state.server_metrics.batch_refused("unavailable")
+        raise
+    state.server_metrics.batch_stored(receipt["accepted"], receipt["duplicates"],
+                                      (error["code"] for error in receipt["errors"]),
+                                      time.perf_counter() - started)
+    return json_response(receipt)
+
+
+def _store_batch(state: Collector) -> dict[str, Any]:
+    """The receipt of the request's batch, once its valid reports are durably stored;
+    :class:`ApiError` for a batch refused whole."""
     token = _check_bearer(state.upload_tokens) if state.upload_tokens else None
     body = parse_json_body(state.max_reports)
     try:
@@ -79,13 +117,13 @@ def reports() -> Response:
                        f"{why}; retry after {math.ceil(wait)} s (nothing was stored)",
                        {"Retry-After": str(math.ceil(wait))})
     stored = state.storage.insert(result.reports)
-    return json_response({
+    return {
         "batch_id": result.batch_id,
         "accepted": stored.accepted,
         "duplicates": stored.duplicates,
         "rejected": len(result.errors),
         "errors": [error.to_dict() for error in result.errors],
-    })
+    }
 
 
 @api.get("/v1/metrics/<name>/counts")
@@ -130,6 +168,31 @@ def counts(name: str) -> Response:
         write_counts_document(document, text)
         return Response(text.getvalue(), mimetype="text/csv")
     return json_response(document)
+
+
+@api.get("/v1/stats")
+def stats() -> Response:
+    """Reports per metric and UTC day, from the aggregates (bearer token, as counts)."""
+    state = current_collector()
+    if not state.read_tokens:
+        raise ApiError(403, "reads_disabled", None,
+                       "this collector has no read token configured; set one to read stats")
+    _check_bearer(state.read_tokens)
+    unknown = sorted(set(request.args) - {"metric", "start", "end"})
+    if unknown:
+        raise ApiError(400, "unknown_parameter", unknown[0][:64],
+                       "is not a query parameter (allowed: metric, start, end)")
+    name = request.args.get("metric")
+    if name is not None and name not in state.storage.registry:
+        raise ApiError(404, "unknown_metric", "metric",
+                       f"unknown metric {name[:64]!r}; GET /v1/metrics lists the metrics")
+    days = {field: request.args.get(field) for field in ("start", "end")}
+    for field, value in days.items():
+        if value is not None and not _is_day(value):
+            raise ApiError(400, "bad_date", field, "must be a UTC day written YYYY-MM-DD")
+    if days["start"] and days["end"] and days["start"] > days["end"]:
+        raise ApiError(400, "bad_date", "start", "must not be after end")
+    return json_response(state.storage.stats(name, days["start"], days["end"]))
 
 
 def max_json_values(max_reports: int) -> int:

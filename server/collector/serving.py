@@ -8,7 +8,14 @@ an unsupported transfer coding 501), are the API's JSON errors; and a client
 that has not sent its whole request ``RECEIVE_TIMEOUT`` seconds after its first
 byte is disconnected. waitress's own ``channel_timeout`` closes only silent
 connections, so without that deadline a byte every few seconds holds a
-connection, and ``CONNECTION_LIMIT`` such connections block every upload.
+connection, and ``CONNECTION_LIMIT`` such connections block every upload. A
+connection describes itself without its peer's address, so waitress's own log
+lines about a connection never name a client.
+
+With several workers, the first process supervises them: a worker that ends on
+its own (killed, crashed) is replaced and the event logged, unless workers keep
+ending (:data:`MAX_RESTARTS` within :data:`RESTART_WINDOW` seconds), which stops
+the server with status 1 rather than restart a broken worker forever.
 
 Imports Flask and waitress: ``veil serve`` loads this module only when it runs.
 """
@@ -17,12 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from flask import Flask
@@ -32,12 +40,18 @@ from waitress.server import TcpWSGIServer
 from waitress.task import ErrorTask
 
 from veil.server.collector.app import create_app
+from veil.server.collector.prometheus import multiprocess_mode
 from veil.server.collector.responses import http_error_body, too_large_message
 from veil.server.collector.state import EXTENSION
+
+logger = logging.getLogger(__name__)
 
 #: seconds between waitress's checks of the timeouts: a silent or slow connection is closed
 #: at most this much later than its timeout
 CLEANUP_INTERVAL = 1
+#: worker exits within :data:`RESTART_WINDOW` seconds that stop the server instead of a restart
+MAX_RESTARTS = 5
+RESTART_WINDOW = 60.0
 
 
 class _Stop(SystemExit):
@@ -56,8 +70,9 @@ def _raise_stop(signum: int, frame: object) -> None:
 def serve(config: dict[str, Any], sock: socket.socket) -> int:
     """Serve the app for ``config`` on the listening ``sock`` until SIGTERM or SIGINT.
 
-    Runs ``config["WORKERS"]`` processes of ``config["THREADS"]`` threads. Returns 0
-    after SIGTERM/SIGINT, 1 if a worker ended on its own (see its stderr).
+    Runs ``config["WORKERS"]`` processes of ``config["THREADS"]`` threads, replacing a
+    worker that ends on its own. Returns 0 after SIGTERM/SIGINT, 1 if workers kept ending
+    (:data:`MAX_RESTARTS` within :data:`RESTART_WINDOW` seconds; see the log).
     """
     if config["WORKERS"] == 1:
         _serve_socket(config, sock)
@@ -95,6 +110,10 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
             self.receiving = self.request
             self.receiving_since = time.monotonic()
         return done
+
+    def __repr__(self) -> str:
+        """Without the peer's address (waitress's own names it, and logs it on errors)."""
+        return f"<veil connection at {id(self):#x}>"
 
 
 class _Server(TcpWSGIServer):  # type: ignore[misc]
@@ -158,38 +177,84 @@ def _worker(config: dict[str, Any], sock: socket.socket, parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch_parent, name="veil-parent-watch", daemon=True).start()
+    logger.info("worker %d serving with %d threads", os.getpid(), config["THREADS"])
     _serve_socket(config, sock)
 
 
+def _start_worker(config: dict[str, Any], sock: socket.socket, parent: int) -> int:
+    """Fork a worker serving ``sock``; return its process id (in the parent)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _worker(config, sock, parent)
+            code = 0
+        except Exception:
+            logger.exception("worker %d failed", os.getpid())
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _how_it_ended(status: int) -> str:
+    """A wait status in words: ``was killed by signal SIGKILL``, ``exited with status 1``."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"was killed by signal {name}"
+    return f"exited with status {code}"
+
+
 def _supervise(config: dict[str, Any], sock: socket.socket) -> int:
-    """Fork the worker processes sharing ``sock``; stop all when one ends or on SIGTERM."""
+    """Fork the worker processes sharing ``sock`` and replace any that ends, until SIGTERM
+    or SIGINT, or until workers end :data:`MAX_RESTARTS` times within :data:`RESTART_WINDOW`
+    seconds."""
     parent = os.getpid()
-    children: list[int] = []
+    workers: set[int] = set()
+    ended: deque[float] = deque(maxlen=MAX_RESTARTS)
     code = 0
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         for _ in range(config["WORKERS"]):
-            pid = os.fork()
-            if pid == 0:
+            workers.add(_start_worker(config, sock, parent))
+        while True:
+            pid, status = os.wait()
+            if pid not in workers:
+                continue
+            workers.discard(pid)
+            _forget_worker(pid)
+            ended.append(time.monotonic())
+            if len(ended) == MAX_RESTARTS and ended[-1] - ended[0] < RESTART_WINDOW:
+                logger.error("worker %d %s; workers ended %d times within %.0f s, so they are "
+                             "not restarted again: stopping (the errors above say why)",
+                             pid, _how_it_ended(status), MAX_RESTARTS, RESTART_WINDOW)
                 code = 1
-                try:
-                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                    _worker(config, sock, parent)
-                    code = 0
-                finally:
-                    os._exit(code)
-            children.append(pid)
-        pid, status = os.wait()
-        print(f"veil serve: worker {pid} exited (status {status}); stopping", file=sys.stderr)
-        code = 1
+                break
+            replacement = _start_worker(config, sock, parent)
+            workers.add(replacement)
+            logger.warning("worker %d %s; started worker %d in its place",
+                           pid, _how_it_ended(status), replacement)
     except (_Stop, KeyboardInterrupt):
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-        for pid in children:
+        for pid in workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-        for pid in children:
+        for pid in workers:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+            _forget_worker(pid)
     return code
+
+
+def _forget_worker(pid: int) -> None:
+    """Tell prometheus_client that worker ``pid`` is gone (its counters still count)."""
+    if multiprocess_mode():
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

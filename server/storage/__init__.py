@@ -22,11 +22,19 @@ from typing import TYPE_CHECKING
 from veil.server.lazy import lazy_getattr
 
 if TYPE_CHECKING:  # what type checkers see; at run time each name loads on first use
-    from veil.server.storage.backends import BACKENDS, check_storage, open_storage
+    from veil.server.storage.backends import (
+        BACKENDS,
+        check_storage,
+        open_storage,
+        pending_migrations,
+    )
     from veil.server.storage.base import (
         CheckResult,
+        DayCount,
         InsertResult,
+        Migration,
         RegistryMismatchError,
+        SchemaOutdatedError,
         Storage,
         StorageError,
         StorageUnavailable,
@@ -38,9 +46,13 @@ _EXPORTS = {
     "BACKENDS": "veil.server.storage.backends",
     "check_storage": "veil.server.storage.backends",
     "open_storage": "veil.server.storage.backends",
+    "pending_migrations": "veil.server.storage.backends",
     "CheckResult": "veil.server.storage.base",
+    "DayCount": "veil.server.storage.base",
     "InsertResult": "veil.server.storage.base",
+    "Migration": "veil.server.storage.base",
     "RegistryMismatchError": "veil.server.storage.base",
+    "SchemaOutdatedError": "veil.server.storage.base",
     "Storage": "veil.server.storage.base",
     "StorageError": "veil.server.storage.base",
     "StorageUnavailable": "veil.server.storage.base",
@@ -55,15 +67,19 @@ __all__ = [
     "MIN_FREE_BYTES",
     "RECENT_IDS_LIMIT",
     "CheckResult",
+    "DayCount",
     "InsertResult",
+    "Migration",
     "RegistryMismatchError",
     "SQLiteStorage",
+    "SchemaOutdatedError",
     "Storage",
     "StorageError",
     "StorageUnavailable",
     "TooFewReportsError",
     "check_storage",
     "open_storage",
+    "pending_migrations",
 ]
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)

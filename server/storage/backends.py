@@ -1,11 +1,11 @@
-"""The backends by URL scheme, and the two entry points that pick one: open and check."""
+"""The backends by URL scheme, and the entry points that pick one: open, check and migrations."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from veil.server.storage.base import CheckResult, Storage, StorageError
+from veil.server.storage.base import CheckResult, Migration, Storage, StorageError
 from veil.server.storage.sqlite import SQLiteStorage
 from veil.shared.registry import Registry
 
@@ -16,16 +16,26 @@ BACKENDS: dict[str, type[Storage]] = {
 
 
 def open_storage(url: str | Path, registry: Registry | None = None, *, create: bool = False,
-                 **options: Any) -> Storage:
+                 migrate: bool = False, **options: Any) -> Storage:
     """Open the store at ``url``: ``sqlite:///path/veil.db`` or a plain file path (SQLite).
 
     With ``registry``, record it in the store (refusing parameter changes for
     metrics with reports); without, use the registry stored by the collector.
-    ``create`` allows making a new store (the collector does; readers should not).
-    Other keyword ``options`` go to the backend (SQLite: ``recent_ids_limit``,
-    ``min_free_bytes``).
+    ``create`` allows making a new store (the collector does; readers should not);
+    a new store has the current schema. A store with an older schema raises
+    :class:`~veil.server.storage.base.SchemaOutdatedError` unless ``migrate``, which
+    upgrades it (each step logged on the ``veil.server.storage`` logger; the steps
+    applied are :attr:`Storage.migrated`). Other keyword ``options`` go to the backend
+    (SQLite: ``recent_ids_limit``, ``min_free_bytes``).
     """
-    return _backend(str(url)).open(str(url), registry, create=create, **options)
+    return _backend(str(url)).open(str(url), registry, create=create, migrate=migrate,
+                                   **options)
+
+
+def pending_migrations(url: str | Path) -> list[Migration]:
+    """The schema steps the store at ``url`` needs, without changing it
+    (:meth:`Storage.pending_migrations`)."""
+    return _backend(str(url)).pending_migrations(str(url))
 
 
 def check_storage(url: str | Path) -> CheckResult:

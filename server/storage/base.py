@@ -2,10 +2,11 @@
 
 :class:`Storage` is the whole surface the collector, the command line and the
 analysis use. A backend implements the abstract methods (durable insert with
-replay rejection, per-cohort aggregates, rebuild, backup, health); the policies
-that are the same for every backend live here once: which registry changes
-are allowed (:func:`merge_registry`), day ranges (:func:`parse_day`), and the
-``min_reports`` rule and shape of the counts document (:meth:`Storage.counts`).
+replay rejection, per-cohort aggregates, rebuild, backup, health, schema
+migrations); the policies that are the same for every backend live here once:
+which registry changes are allowed (:func:`merge_registry`), day ranges
+(:func:`parse_day`), the ``min_reports`` rule and shape of the counts document
+(:meth:`Storage.counts`), and the reports-per-day document (:meth:`Storage.stats`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,21 @@ class StorageUnavailable(StorageError):
     nothing of the request was stored; retrying later may succeed. HTTP answers 503."""
 
 
+class SchemaOutdatedError(StorageError):
+    """The store has an older schema than this Veil's: it is migrated only when asked
+    (``veil migrate``, ``veil serve --migrate``), never silently on open."""
+
+    def __init__(self, location: str, version: int, current: int) -> None:
+        self.location = location
+        self.version = version
+        self.current = current
+        super().__init__(
+            f"{location} has schema version {version}, older than this Veil's ({current}). "
+            f"Back it up (veil backup), then migrate it: veil migrate --db {location} "
+            "(--dry-run lists the steps first), or start the collector with veil serve --migrate"
+        )
+
+
 class RegistryMismatchError(StorageError):
     """A registry changes a metric's parameters although reports under the old ones are stored."""
 
@@ -66,6 +82,27 @@ class InsertResult:
 
     accepted: int
     duplicates: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    """One schema step: it upgrades a store from ``version`` to ``version + 1``, doing
+    what ``description`` says."""
+
+    version: int
+    description: str
+
+    def __str__(self) -> str:
+        return f"schema {self.version} -> {self.version + 1}: {self.description}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DayCount:
+    """How many reports of ``metric`` the store filed under UTC ``day``."""
+
+    metric: str
+    day: str
+    reports: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,11 +197,21 @@ class Storage(abc.ABC):
     #: URL schemes this backend opens (``open_storage`` picks a backend by them)
     schemes: tuple[str, ...] = ()
 
+    #: the schema steps the open that made this object applied, oldest first
+    migrated: tuple[Migration, ...] = ()
+
     @classmethod
     @abc.abstractmethod
     def open(cls, url: str, registry: Registry | None = None, *, create: bool = False,
-             **options: Any) -> Storage:
+             migrate: bool = False, **options: Any) -> Storage:
         """Open the store named by ``url`` (see :func:`veil.server.storage.open_storage`)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def pending_migrations(cls, url: str) -> list[Migration]:
+        """The steps that would bring the store at ``url`` to this Veil's schema, oldest
+        first, without changing it (``veil migrate --dry-run``); ``[]`` when it is current.
+        :class:`StorageError` for a missing, foreign or newer store."""
 
     @classmethod
     @abc.abstractmethod
@@ -209,6 +256,13 @@ class Storage(abc.ABC):
         """The days on which ``metric`` received reports, oldest first."""
 
     @abc.abstractmethod
+    def daily_reports(self, metric: str | None, start: str | None, end: str | None,
+                      ) -> list[DayCount]:
+        """Reports per (metric, UTC day) over days ``start``..``end`` (either ``None``: open),
+        for one metric or all, ordered by metric then day; days without reports left out.
+        Read from the aggregates, never by scanning raw reports."""
+
+    @abc.abstractmethod
     def ping(self) -> None:
         """Readiness: raise :class:`StorageUnavailable` unless writes can be expected to
         succeed (the store answers, a write transaction can begin, there is room for it) and
@@ -239,6 +293,29 @@ class Storage(abc.ABC):
                 f"from those stored in {self.location} ({stored.params.to_dict()})"
             )
         return statistic_for(stored.params)
+
+    def stats(self, metric: str | None = None, start: dt.date | str | None = None,
+              end: dt.date | str | None = None) -> dict[str, Any]:
+        """The reports-per-day document (``veil stats``, ``GET /v1/stats``).
+
+        Every stored metric appears (or only ``metric``), with its reports in the
+        range and one entry per UTC day that has some; a metric without reports
+        has ``reports: 0`` and no days, so a metric that clients do not send stands out.
+        """
+        if metric is not None:
+            self.metric(metric)
+        start_text, end_text = day_range(start, end)
+        by_metric: dict[str, list[DayCount]] = {
+            name: [] for name in sorted(self.registry) if metric in (None, name)}
+        for row in self.daily_reports(metric, start_text, end_text):
+            by_metric.setdefault(row.metric, []).append(row)
+        entries = [
+            {"metric": name, "reports": sum(row.reports for row in rows),
+             "days": [{"day": row.day, "reports": row.reports} for row in rows]}
+            for name, rows in by_metric.items()
+        ]
+        return {"start": start_text, "end": end_text,
+                "reports": sum(entry["reports"] for entry in entries), "metrics": entries}
 
     def counts(
         self,

@@ -1,21 +1,35 @@
-"""``veil check``: is a collector's database sound, and if not, how to recover.
+"""``veil check``, ``veil migrate`` and ``veil stats``: the database seen by its operator.
 
 Registered under the ``veil.commands`` entry points. The storage package loads
-inside ``run_check`` so that ``veil --help`` stays light.
+inside the ``run`` functions so that ``veil --help`` stays light.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from veil.server.cli.options import add_db_option, add_server_options
+from veil.shared.errors import ParameterError, VeilError
 
 #: problems listed of each kind; the rest are counted
 SHOWN = 10
+#: seconds ``veil stats --server`` waits for the collector
+TIMEOUT_SECONDS = 60.0
+#: the output formats of ``veil stats``
+STATS_FORMATS = ("table", "csv", "json")
 
 
 def configure_check(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil check``."""
-    parser.add_argument("--db", required=True,
-                        help="the collector's database: a file path or sqlite:///path")
+    add_db_option(parser)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -62,7 +76,153 @@ def _list(problems: tuple[str, ...]) -> None:
         print(f"  ... and {len(problems) - SHOWN} more")
 
 
+def configure_migrate(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil migrate``."""
+    add_db_option(parser)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the pending schema steps and change nothing")
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """Bring the database to this Veil's schema, printing each step as it runs."""
+    from veil.server.storage import open_storage, pending_migrations
+    from veil.server.storage.sqlite import SCHEMA_VERSION
+
+    steps = pending_migrations(args.db)
+    if not steps:
+        print(f"veil migrate: {args.db} is up to date (schema version {SCHEMA_VERSION}); "
+              "nothing to do")
+        return 0
+    plural = "s" if len(steps) > 1 else ""
+    if args.dry_run:
+        print(f"veil migrate: {args.db} has schema version {steps[0].version}; this Veil uses "
+              f"{SCHEMA_VERSION}. {len(steps)} step{plural} pending:")
+        for step in steps:
+            print(f"  {step}")
+        print(f"Nothing was changed. Stop every collector using the file, back it up "
+              f"(veil backup --db {args.db} --out COPY), then run: veil migrate --db {args.db}")
+        return 0
+    print(f"veil migrate: migrating {args.db} from schema version {steps[0].version} to "
+          f"{SCHEMA_VERSION} ({len(steps)} step{plural}, in one transaction)", flush=True)
+    began = time.monotonic()
+    with _print_log("veil.server.storage", "veil migrate: "):
+        open_storage(args.db, migrate=True).close()
+    print(f"veil migrate: {args.db} is at schema version {SCHEMA_VERSION} "
+          f"({time.monotonic() - began:.1f} s)")
+    return 0
+
+
+@contextlib.contextmanager
+def _print_log(name: str, prefix: str) -> Iterator[None]:
+    """Print the INFO records of logger ``name`` to stdout while the block runs."""
+    logger = logging.getLogger(name)
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def configure_stats(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil stats``."""
+    source = parser.add_argument_group("source (one of)")
+    add_db_option(source, required=False)
+    add_server_options(source)
+    parser.add_argument("--metric", help="only this metric (default: every metric)")
+    parser.add_argument("--start", help="first UTC day, YYYY-MM-DD (inclusive)")
+    parser.add_argument("--end", help="last UTC day, YYYY-MM-DD (inclusive)")
+    parser.add_argument("--format", choices=STATS_FORMATS, default="table",
+                        help="table (with totals, the default), csv (metric,day,reports: one "
+                        "row per day with reports) or json (the GET /v1/stats document)")
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    """Print the reports each metric received per UTC day, from the database or a collector."""
+    from veil.server.storage import open_storage
+    from veil.server.storage.base import day_range
+
+    if bool(args.db) == bool(args.server):
+        raise ParameterError(
+            "db", "give exactly one source: --db PATH (or $VEIL_DB) for the database, or "
+            "--server URL (or $VEIL_URL) for a running collector"
+            + (" (both are set; unset one)" if args.db else ""))
+    start, end = day_range(args.start, args.end)
+    if args.server:
+        document = fetch_stats(args.server, args.token, args.metric, start, end)
+    else:
+        with open_storage(args.db) as storage:
+            document = storage.stats(args.metric, start, end)
+    if args.format == "json":
+        print(json.dumps(document, indent=2))
+    elif args.format == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["metric", "day", "reports"])
+        for entry in document["metrics"]:
+            for day in entry["days"]:
+                writer.writerow([entry["metric"], day["day"], day["reports"]])
+    else:
+        print(stats_table(document))
+    return 0
+
+
+def stats_table(document: dict[str, Any]) -> str:
+    """The stats document as an aligned table: each metric's days, its total, then the total
+    of all (a metric without reports shows 0 and a dash for its days)."""
+    rows = [("metric", "day", "reports")]
+    for entry in document["metrics"]:
+        rows += [(entry["metric"], day["day"], f"{day['reports']:,}") for day in entry["days"]]
+        rows.append((entry["metric"], "total" if entry["days"] else "-",
+                     f"{entry['reports']:,}"))
+    rows.append(("all metrics", "total", f"{document['reports']:,}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows]
+    span = f"{document['start'] or 'first day'} to {document['end'] or 'last day'}"
+    return "\n".join([f"reports per UTC day, {span}", *lines])
+
+
+def fetch_stats(server: str, token: str | None, metric: str | None, start: str | None,
+                end: str | None, timeout: float = TIMEOUT_SECONDS) -> dict[str, Any]:
+    """GET ``/v1/stats`` from a collector with a read token; :class:`VeilError` saying what
+    went wrong otherwise."""
+    import requests
+
+    url = f"{server.rstrip('/')}/v1/stats"
+    query = {key: value for key, value in (("metric", metric), ("start", start), ("end", end))
+             if value is not None}
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = requests.get(url, params=query, headers=headers, timeout=timeout)
+    except requests.RequestException as exc:
+        raise VeilError(f"cannot reach the collector at {server}: {exc}") from None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code != 200:
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        detail = (f"{error.get('code', 'error')}: {error.get('message', '')}" if error
+                  else response.text[:200])
+        hint = ""
+        if response.status_code == 401:
+            hint = " (give a read token: --token or $VEIL_READ_TOKEN)"
+        elif response.status_code == 404 and error.get("code") in (None, "not_found"):
+            hint = f" (is {server} a Veil collector recent enough to serve GET /v1/stats?)"
+        raise VeilError(f"GET {url} answered {response.status_code} {detail}{hint}")
+    if not isinstance(body, dict) or not isinstance(body.get("metrics"), list):
+        raise VeilError(f"GET {url} did not return a stats document")
+    return body
+
+
 COMMANDS = [
     ("check", "check a database's integrity and its aggregates against the raw reports",
      configure_check, run_check),
+    ("migrate", "bring a database to this Veil's schema (--dry-run lists the steps)",
+     configure_migrate, run_migrate),
+    ("stats", "reports per metric and UTC day, from the database or a running collector",
+     configure_stats, run_stats),
 ]

@@ -16,6 +16,7 @@ signals, crashes, restarts and the SDK over HTTP::
 ``app_factory(**settings)`` builds an app with other settings
 (``app_factory(UPLOAD_TOKEN="u", MAX_REPORTS_PER_BATCH=3)``): the one of
 ``tests/conftest.py``, with :class:`ApiClient` as its test client.
+``children_of(pid)`` lists a process's children (a ``veil serve``'s workers).
 """
 
 from __future__ import annotations
@@ -130,6 +131,26 @@ def client(app: Flask) -> ApiClient:
     """The app's test client (:class:`ApiClient`)."""
     client: ApiClient = app.test_client()
     return client
+
+
+def _children_of(parent: int) -> list[int]:
+    """Process ids whose parent is ``parent`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def children_of() -> Callable[[int], list[int]]:
+    """``children_of(pid)``: the process ids whose parent is ``pid``, e.g. serve's workers."""
+    return _children_of
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 from veil.server.storage import (
     BACKENDS,
     RegistryMismatchError,
+    SchemaOutdatedError,
     SQLiteStorage,
     Storage,
     StorageError,
@@ -277,7 +278,7 @@ def test_registry_changes_on_metrics_with_data_are_refused(filled, tmp_path, wir
 
 
 def test_migrates_a_version_1_file(tmp_path, wire):
-    """Version 1 had raw reports only; opening it builds the aggregates from them."""
+    """Version 1 had raw reports only; migrating it builds the aggregates from them."""
     reports = [*wire.reports("homepage", ["a", "b", "a"] * 4), *wire.reports("dark_mode", [True] * 3)]
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
@@ -291,14 +292,16 @@ def test_migrates_a_version_1_file(tmp_path, wire):
                          (bytes.fromhex(r["id"]), r["metric"], "2026-10-01", r.get("cohort", 0),
                           payload))
         conn.execute("PRAGMA user_version = 1")
-    with open_storage(path) as storage:
+    with pytest.raises(SchemaOutdatedError, match="veil migrate"):
+        open_storage(path)
+    with open_storage(path, migrate=True) as storage:
         assert storage.schema_version == SCHEMA_VERSION
         assert storage.counts("homepage")["cohorts"] == wire.expected("homepage", reports)["cohorts"]
         assert storage.counts("dark_mode")["cohorts"] == wire.expected("dark_mode", reports)["cohorts"]
 
 
 def test_migrates_a_version_2_file(tmp_path, wire, filled):
-    """Version 2 keyed raw reports by id; opening it moves the ids to their own set and keeps
+    """Version 2 keyed raw reports by id; migrating it moves the ids to their own set and keeps
     every report, aggregate and duplicate check."""
     storage, sent = filled
     before = {m: storage.counts(m) for m in ("homepage", "dark_mode", "load_time")}
@@ -314,7 +317,7 @@ def test_migrates_a_version_2_file(tmp_path, wire, filled):
         conn.execute("DELETE FROM meta WHERE key = 'ids_generation'")
         conn.execute("ALTER TABLE reports_v2 RENAME TO reports")
         conn.execute("PRAGMA user_version = 2")
-    with open_storage(path) as migrated:
+    with open_storage(path, migrate=True) as migrated:
         assert migrated.schema_version == SCHEMA_VERSION
         assert {m: migrated.counts(m) for m in before} == before
         stored = sum(len(reports) for reports in sent.values())
@@ -328,7 +331,7 @@ def test_migrates_a_version_2_file(tmp_path, wire, filled):
 
 
 def test_migrates_a_version_3_file(tmp_path, wire, filled):
-    """Version 3 put every id straight into report_ids; opening it adds recent_ids, and ids
+    """Version 3 put every id straight into report_ids; migrating it adds recent_ids, and ids
     stored before stay duplicates."""
     storage, sent = filled
     storage.close()
@@ -338,7 +341,7 @@ def test_migrates_a_version_3_file(tmp_path, wire, filled):
         conn.execute("DROP TABLE recent_ids")
         conn.execute("DELETE FROM meta WHERE key = 'ids_generation'")
         conn.execute("PRAGMA user_version = 3")
-    with open_storage(path) as migrated:
+    with open_storage(path, migrate=True) as migrated:
         assert migrated.schema_version == SCHEMA_VERSION
         resent = valid(wire, sent[DAYS[1]])
         assert migrated.insert(resent, DAYS[2]).duplicates == len(resent)

@@ -16,8 +16,9 @@ from veil.server.collector.config import DEFAULTS
 GROUPS = {
     "analysis": ["decode", "map"],
     "collector": ["metrics", "serve", "export", "rebuild-aggregates", "backup"],
+    "init": ["init"],
     "simulations": ["demo", "experiment", "simulate"],
-    "storage": ["check"],
+    "storage": ["check", "migrate", "stats"],
 }
 
 
@@ -30,6 +31,7 @@ def test_each_package_registers_its_commands_and_help_lists_them_by_group_name()
     assert registered == {
         "analysis": "veil.server.analysis.cli:COMMANDS",
         "collector": "veil.server.collector.cli:COMMANDS",
+        "init": "veil.server.collector.init:COMMANDS",
         "simulations": "veil.simulations.cli:COMMANDS",
         "storage": "veil.server.storage.cli:COMMANDS",
     }
@@ -85,10 +87,11 @@ def test_a_dependency_missing_at_run_time_names_the_extra_to_install(monkeypatch
 
 
 def test_serve_takes_its_option_defaults_from_the_collector_table(monkeypatch) -> None:
-    monkeypatch.delenv("VEIL_READ_TOKEN", raising=False)
-    monkeypatch.delenv("VEIL_UPLOAD_TOKEN", raising=False)
+    for variable in ("VEIL_READ_TOKEN", "VEIL_UPLOAD_TOKEN", "VEIL_METRICS_TOKEN",
+                     "VEIL_LOG_FORMAT", "VEIL_LOG_LEVEL"):
+        monkeypatch.delenv(variable, raising=False)
     args = build_parser().parse_args(["serve", "--config", "metrics.toml", "--db", "veil.db"])
     config = serve_config(args)
     assert config.pop("REGISTRY") == "metrics.toml" and config.pop("DATABASE") == "veil.db"
-    assert {**config, "READ_TOKENS": tuple(config["READ_TOKENS"]),
-            "UPLOAD_TOKEN": tuple(config["UPLOAD_TOKEN"])} == DEFAULTS
+    tokens = {key: tuple(config[key]) for key in ("READ_TOKENS", "UPLOAD_TOKEN", "METRICS_TOKENS")}
+    assert {**config, **tokens} == DEFAULTS

@@ -28,6 +28,7 @@ import os
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,10 @@ except ImportError:  # not POSIX: processes serialize on SQLite's busy timeout a
 from veil.server.storage.base import (
     LAST_DAY,
     CheckResult,
+    DayCount,
     InsertResult,
+    Migration,
+    SchemaOutdatedError,
     Storage,
     StorageError,
     StorageUnavailable,
@@ -53,7 +57,13 @@ from veil.server.storage.base import (
 from veil.server.storage.sqlite import rows as sql
 from veil.server.storage.sqlite.commit import GroupCommit, Pending, Statement
 from veil.server.storage.sqlite.ids import RecentIds
-from veil.server.storage.sqlite.schema import CREATE, MIGRATIONS, RECOUNT, SCHEMA_VERSION
+from veil.server.storage.sqlite.schema import (
+    CREATE,
+    MIGRATIONS,
+    RECOUNT,
+    SCHEMA_VERSION,
+    migration_steps,
+)
 from veil.shared.registry import Metric, Registry
 from veil.shared.statistics import State, Statistic, statistic_for
 from veil.shared.wire import Report
@@ -96,6 +106,26 @@ _DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 logger = logging.getLogger("veil.server.storage")
 
 
+def path_problem(path: Path, *, create: bool) -> str | None:
+    """Why ``path`` cannot be a database file (its directory is missing, or it is a
+    directory), as a sentence that says what to do; ``None`` if nothing is visibly wrong."""
+    if path.is_dir():
+        return (f"{path} is a directory; give a file inside it, e.g. "
+                f"{path / 'veil.db'}")
+    directory = path.parent
+    if directory.is_dir() or path.exists():
+        return None
+    missing = directory
+    while not missing.parent.is_dir() and missing.parent != missing:
+        missing = missing.parent
+    if missing.exists():
+        return f"{missing}, on the path of {path}, is not a directory; choose another path"
+    if not create:
+        return f"no Veil database at {path}: the directory {directory} does not exist"
+    return (f"cannot create the database {path}: the directory {directory} does not exist; "
+            f"create it first (mkdir -p {directory}) or choose another path")
+
+
 def _is_damage(exc: BaseException) -> bool:
     """Whether SQLite says the file is damaged (rather than busy, full or unreachable)."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -113,9 +143,12 @@ class SQLiteStorage(Storage):
     schemes = ("sqlite",)
 
     def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False,
-                 recent_ids_limit: int = RECENT_IDS_LIMIT,
+                 migrate: bool = False, recent_ids_limit: int = RECENT_IDS_LIMIT,
                  min_free_bytes: int = MIN_FREE_BYTES) -> None:
         self.path = Path(path)
+        problem = path_problem(self.path, create=create)
+        if problem is not None:
+            raise StorageError(problem)
         if not create and not self.path.exists():
             raise StorageError(
                 f"no Veil database at {self.path}; start the collector with this --db first"
@@ -151,7 +184,7 @@ class SQLiteStorage(Storage):
             with self._opening():
                 self._identity = self._file_identity()
                 self._verify()
-                self._migrate()
+                self.migrated = self._migrate(migrate)
                 self._registry = self._attach(registry)
         except BaseException:
             self.close()
@@ -159,11 +192,57 @@ class SQLiteStorage(Storage):
 
     @classmethod
     def open(cls, url: str, registry: Registry | None = None, *, create: bool = False,
-             **options: Any) -> SQLiteStorage:
+             migrate: bool = False, **options: Any) -> SQLiteStorage:
         """Open ``sqlite:///path`` (relative, or absolute with a fourth slash, as SQLAlchemy
         writes them) or a plain path; the options are ``recent_ids_limit`` and
         ``min_free_bytes``."""
-        return cls(cls._path_of(url), registry, create=create, **options)
+        return cls(cls._path_of(url), registry, create=create, migrate=migrate, **options)
+
+    @classmethod
+    def _existing_file(cls, url: str) -> Path:
+        """The path of ``url``; :class:`StorageError` naming the problem if no file is there."""
+        path = Path(cls._path_of(url))
+        problem = path_problem(path, create=False)
+        if problem is not None:
+            raise StorageError(problem)
+        if not path.is_file():
+            raise StorageError(f"no Veil database at {path}")
+        return path
+
+    @classmethod
+    def pending_migrations(cls, url: str) -> list[Migration]:
+        """The steps from the file's ``PRAGMA user_version`` to :data:`SCHEMA_VERSION`, read
+        without writing (the file is opened read-only)."""
+        path = cls._existing_file(url)
+        try:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                                   timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open {path}: {exc}") from None
+        try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            tables = int(conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0])
+        except sqlite3.Error as exc:
+            detail = "it is not a usable SQLite database: " if _is_damage(exc) else ""
+            raise StorageError(f"cannot read the schema of {path}: {detail}{exc}") from None
+        finally:
+            conn.close()
+        return cls._steps(path, version, tables)
+
+    @staticmethod
+    def _steps(path: Path, version: int, tables: int) -> list[Migration]:
+        """The migrations of a file at ``version`` holding ``tables`` tables; a new file (no
+        tables) needs none, being created at the current version."""
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"{path} has schema version {version}, newer than this Veil "
+                f"({SCHEMA_VERSION}); upgrade Veil to open it"
+            )
+        if version == 0:
+            if tables:
+                raise StorageError(f"{path} is an SQLite file but not a Veil database")
+            return []
+        return migration_steps(version)
 
     @staticmethod
     def _path_of(url: str) -> str:
@@ -408,25 +487,27 @@ class SQLiteStorage(Storage):
         with self._unavailable(f"read the schema version of {self.path}"):
             return int(self._writer.execute("PRAGMA user_version").fetchone()[0])
 
-    def _migrate(self) -> None:
+    def _migrate(self, allowed: bool) -> tuple[Migration, ...]:
+        """Create the tables of a new file, or bring an older one to :data:`SCHEMA_VERSION`
+        (only if ``allowed``, else :class:`SchemaOutdatedError`) in one transaction, each
+        step logged; return the steps applied."""
         with self._write() as conn:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise StorageError(
-                    f"{self.path} has schema version {version}, newer than this Veil "
-                    f"({SCHEMA_VERSION}); upgrade Veil to open it"
-                )
+            tables = int(conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0])
+            steps = self._steps(self.path, version, tables)
             if version == 0:
-                tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
-                if tables:
-                    raise StorageError(f"{self.path} is an SQLite file but not a Veil database")
                 for statement in CREATE:
                     conn.execute(statement)
-                version = SCHEMA_VERSION
-            while version < SCHEMA_VERSION:
-                MIGRATIONS[version](self, conn)
-                version += 1
+            elif steps and not allowed:
+                raise SchemaOutdatedError(str(self.path), version, SCHEMA_VERSION)
+            for step in steps:
+                logger.info("migrating %s: %s", self.path, step)
+                began = time.monotonic()
+                MIGRATIONS[step.version](self, conn)
+                logger.info("migrated %s to schema %d in %.1f s", self.path, step.version + 1,
+                            time.monotonic() - began)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return tuple(steps)
 
     @staticmethod
     def _stored_registry(conn: sqlite3.Connection) -> Registry | None:
@@ -623,6 +704,9 @@ class SQLiteStorage(Storage):
         Safe while the collector runs: the copy is one read transaction's snapshot.
         """
         target = Path(target)
+        problem = path_problem(target, create=True)
+        if problem is not None:
+            raise StorageError(problem.replace("the database", "the backup"))
         try:  # created empty and private first (VACUUM INTO fills an empty file): it holds
             # everyone's reports, whatever the umask
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -643,9 +727,7 @@ class SQLiteStorage(Storage):
         """``PRAGMA integrity_check`` of the whole file, then every aggregate recounted from the
         raw reports and compared with the stored one, all in one read transaction: the file
         is not changed, and a running collector keeps writing meanwhile."""
-        path = Path(cls._path_of(url))
-        if not path.is_file():
-            raise StorageError(f"no Veil database at {path}")
+        path = cls._existing_file(url)
         try:
             conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
         except sqlite3.Error as exc:
@@ -669,11 +751,12 @@ class SQLiteStorage(Storage):
         if problems != ["ok"]:
             return CheckResult(str(path), damage=tuple(problems))
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if 0 < version < SCHEMA_VERSION:
+            raise SchemaOutdatedError(str(path), version, SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
             raise StorageError(
                 f"{path} has schema version {version} and this Veil checks version "
-                f"{SCHEMA_VERSION}: open it once with this Veil (veil rebuild-aggregates migrates "
-                "an older file), or check it with the Veil that wrote it"
+                f"{SCHEMA_VERSION}: check it with the Veil that wrote it"
             )
         registry = cls._stored_registry(conn)
         metrics = {name: (metric, statistic_for(metric.params))
@@ -703,6 +786,17 @@ class SQLiteStorage(Storage):
                 "SELECT DISTINCT day FROM aggregates WHERE metric = ? ORDER BY day", (metric,)
             ).fetchall()
         return [row[0] for row in rows]
+
+    def daily_reports(self, metric: str | None, start: str | None, end: str | None,
+                      ) -> list[DayCount]:
+        query = ("SELECT metric, day, sum(reports) FROM aggregates WHERE day BETWEEN ? AND ? "
+                 + ("AND metric = ? " if metric is not None else "")
+                 + "GROUP BY metric, day ORDER BY metric, day")
+        parameters = (start or "", end or LAST_DAY, *(() if metric is None else (metric,)))
+        with self._unavailable(f"count the reports per day in {self.path}"), \
+                self._reader() as conn:
+            rows = conn.execute(query, parameters).fetchall()
+        return [DayCount(name, day, int(reports)) for name, day, reports in rows]
 
     def read_aggregates(self, metric: Metric, start: str | None, end: str | None,
                         ) -> tuple[np.ndarray, list[State]]:

@@ -2,14 +2,18 @@
 
 Each migration is one small step (in the manner of sqlite-utils' migrations):
 ``MIGRATIONS[v](storage, conn)`` upgrades a file from version ``v`` to ``v + 1``
-inside the transaction that opens the file. The measurements behind the layout
-are in docs/operations.md.
+inside the transaction that opens the file, when the opener asks for it
+(``veil migrate``, ``veil serve --migrate``); the first line of a step's
+docstring is what ``veil migrate --dry-run`` says it does. The measurements
+behind the layout are in docs/operations.md.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from typing import TYPE_CHECKING
+
+from veil.server.storage.base import Migration
 
 if TYPE_CHECKING:
     from veil.server.storage.sqlite.backend import SQLiteStorage
@@ -68,14 +72,18 @@ CREATE = (META, REPORTS, REPORT_IDS, RECENT_IDS, IDS_GENERATION, AGGREGATES)
 
 
 def _migrate_1_to_2(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
-    """Version 1 stored raw reports only; version 2 adds the aggregate table."""
+    """Build the aggregate table from the raw reports (version 1 stored raw reports only).
+
+    Reads every stored report once."""
     conn.execute(AGGREGATES)
     storage.adopt_stored_registry(conn)
     storage.rebuild_in(conn)
 
 
 def _migrate_2_to_3(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
-    """Version 2 kept raw reports in a table keyed by id; version 3 appends them to a
+    """Copy the raw reports to an append-only table, their ids to report_ids (4 s per million).
+
+    Version 2 kept raw reports in a table keyed by id; version 3 appends them to a
     rowid table and keeps their ids in ``report_ids``."""
     conn.execute("ALTER TABLE reports RENAME TO reports_v2")
     conn.execute(REPORTS)
@@ -89,7 +97,9 @@ def _migrate_2_to_3(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
 
 
 def _migrate_3_to_4(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
-    """Version 3 inserted each id into ``report_ids`` directly; version 4 appends new ids to
+    """Add the recent_ids table, where new report ids wait to be merged in bulk (instant).
+
+    Version 3 inserted each id into ``report_ids`` directly; version 4 appends new ids to
     ``recent_ids`` and merges them into ``report_ids`` in bulk."""
     conn.execute(RECENT_IDS)
     conn.execute(IDS_GENERATION)
@@ -97,3 +107,10 @@ def _migrate_3_to_4(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
 
 #: ``from_version -> step``: each step upgrades a file by one version inside one transaction
 MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
+
+
+def migration_steps(version: int) -> list[Migration]:
+    """The steps from schema ``version`` to :data:`SCHEMA_VERSION`, each described by the
+    first line of its function's docstring."""
+    return [Migration(v, (MIGRATIONS[v].__doc__ or "").strip().splitlines()[0])
+            for v in range(version, SCHEMA_VERSION)]

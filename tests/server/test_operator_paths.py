@@ -1,0 +1,64 @@
+"""A database path whose directory is missing, or that names a directory, gets a message
+naming the directory and what to do, from the storage and from every command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from veil.server.cli import main
+from veil.server.storage import StorageError, open_storage
+
+
+def test_a_missing_directory_is_named_with_the_fix(tmp_path, wire):
+    db = tmp_path / "missing" / "dir" / "veil.db"
+    with pytest.raises(StorageError) as refused:
+        open_storage(db, wire.registry, create=True)
+    message = str(refused.value)
+    assert f"the directory {db.parent} does not exist" in message
+    assert f"mkdir -p {db.parent}" in message
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_directory_given_as_the_database_is_named(tmp_path, wire):
+    with pytest.raises(StorageError, match=f"{tmp_path} is a directory; give a file inside it"):
+        open_storage(tmp_path, wire.registry, create=True)
+
+
+def test_a_file_on_the_way_is_named(tmp_path, wire):
+    (tmp_path / "plain").write_text("", encoding="utf-8")
+    with pytest.raises(StorageError, match=f"{tmp_path / 'plain'}, on the path of .* is not a "
+                                           "directory"):
+        open_storage(tmp_path / "plain" / "veil.db", wire.registry, create=True)
+
+
+@pytest.mark.parametrize("command", [
+    ["check"], ["stats"], ["migrate", "--dry-run"], ["migrate"], ["backup", "--out", "copy.db"],
+    ["export", "--metric", "homepage", "--out", "exports"], ["rebuild-aggregates"],
+])
+def test_every_command_names_the_missing_directory(tmp_path, capsys, command):
+    db = tmp_path / "missing" / "veil.db"
+    assert main([command[0], "--db", str(db), *command[1:]]) == 2
+    error = capsys.readouterr().err
+    assert f"the directory {tmp_path / 'missing'} does not exist" in error
+    assert "unable to open database" not in error
+
+
+def test_serve_names_the_missing_directory(tmp_path, wire):
+    registry = tmp_path / "metrics.toml"
+    registry.write_text(wire.registry.to_toml(), encoding="utf-8")
+    db = tmp_path / "missing" / "veil.db"
+    served = subprocess.run([sys.executable, "-m", "veil.server.cli", "serve", "--config",
+                             str(registry), "--db", str(db), "--port", "0"],
+                            capture_output=True, text=True, timeout=60)
+    assert served.returncode == 2
+    assert f"create it first (mkdir -p {db.parent})" in served.stderr
+
+
+def test_a_backup_into_a_missing_directory_is_named(tmp_path, wire):
+    with open_storage(tmp_path / "veil.db", wire.registry, create=True) as storage, \
+            pytest.raises(StorageError, match=r"cannot create the backup .* the directory "
+                                              r".*backups does not exist; create it first"):
+        storage.backup(tmp_path / "backups" / "copy.db")
