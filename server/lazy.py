@@ -13,13 +13,24 @@ NumPy or SciPy)::
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 
 def lazy_getattr(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` for ``package`` that loads ``exports[name]`` and returns
-    its ``name``; :class:`AttributeError` for any name not in ``exports``."""
+    its ``name``; :class:`AttributeError` for any name not in ``exports``.
+
+    It also gives the package a ``__dir__`` (PEP 562) that lists the lazy names beside
+    those already defined, so ``dir(package)`` and tab completion show them.
+    """
+    module = sys.modules[package]
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(module)) | set(exports))
+
+    module.__dir__ = __dir__  # type: ignore[method-assign]
 
     def __getattr__(name: str) -> Any:
         module = exports.get(name)

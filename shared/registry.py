@@ -17,7 +17,12 @@ Operators write it as TOML; the collector serves it to clients as JSON
     f = 0.5
 
 Every key other than ``kind``, ``description`` and ``min_reports`` is a
-parameter of the kind (see :mod:`veil.shared.kinds`).
+parameter of the kind (see :mod:`veil.shared.kinds`). A string metric may give
+its privacy targets instead of ``q`` and ``f``: ``epsilon_inf = 2.0`` (and
+``epsilon_1 = 0.5``) pick them with :meth:`StringParams.for_epsilon
+<veil.shared.kinds.StringParams.for_epsilon>`; the registry then records the
+chosen ``p``, ``q`` and ``f``, so clients and collectors read the same numbers,
+and says so in the metric's ``note``.
 """
 
 from __future__ import annotations
@@ -29,14 +34,45 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from veil.shared.errors import ParameterError
-from veil.shared.kinds import KINDS, MechanismParams, parse_params
+from veil.shared.kinds import KINDS, MechanismParams, StringParams, parse_params
 from veil.shared.privacy import sequential
 
 METRIC_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 DEFAULT_MIN_REPORTS = 100
+#: privacy targets a string metric may declare instead of ``q`` and ``f``
+EPSILON_TARGETS = ("epsilon_inf", "epsilon_1")
+
+
+def _epsilon_targets(settings: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``settings`` of a string metric with its privacy targets (:data:`EPSILON_TARGETS`)
+    replaced by the ``p``, ``q``, ``f`` that :meth:`StringParams.for_epsilon` chooses, and
+    a note saying so; unchanged settings and "" without targets."""
+    targets = {key: settings.pop(key) for key in EPSILON_TARGETS if key in settings}
+    if not targets:
+        return settings, ""
+    for key, value in targets.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0 < value < math.inf
+        ):
+            raise ParameterError(key, f"{key} must be a number above 0. Got {value!r} instead.")
+    if "epsilon_inf" not in targets:
+        raise ParameterError("epsilon_1", "epsilon_1 needs epsilon_inf too: give both "
+                                          "(or p, q and f instead)")
+    clash = sorted({"q", "f"} & set(settings))
+    if clash:
+        raise ParameterError(clash[0], f"give epsilon_inf (and epsilon_1) or {clash[0]}, not "
+                                       "both: the targets choose q and f")
+    base = cast(StringParams, StringParams.from_dict(settings))  # checks k, h, m, p, hashing
+    chosen = StringParams.for_epsilon(targets["epsilon_inf"], targets.get("epsilon_1"),
+                                      k=base.k, h=base.h, m=base.m, p=base.p)
+    asked = ", ".join(f"{key} = {value:g}" for key, value in targets.items())
+    note = (f"q and f chosen for {asked} with h = {base.h}, p = {base.p:g}: "
+            f"q = {chosen.q!r}, f = {chosen.f!r} (as realized: epsilon_inf = "
+            f"{chosen.epsilon_inf:.10g}, epsilon_1 = {chosen.epsilon_1:.10g})")
+    return {**settings, "q": chosen.q, "f": chosen.f}, note
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +140,9 @@ class Metric:
         min_reports = settings.pop("min_reports", DEFAULT_MIN_REPORTS)
         given_note = settings.pop("note", "")
         try:
+            if KINDS[kind] is StringParams:
+                settings, chosen = _epsilon_targets(settings)
+                given_note = chosen or given_note
             params, note = parse_params({"kind": kind, **settings})
         except ParameterError as exc:
             raise ParameterError(f"metrics.{name}.{exc.field}", f"metrics.{name}: {exc}") from None

@@ -217,7 +217,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         print(f"  not detected: {len(missed)} rarer true strings (the largest holds "
               f"{largest_missed:.1%} of reports; about {smallest:.1%} is needed at these "
               "parameters and N)")
-    yes = next(r for r in dark.rows if r["string"] == "true")
+    yes = next(r for r in dark.rows if r["value"] == "true")
     mean = minutes.rows[0]
     print(f"dark_mode: {yes['proportion']:.1%} yes, 95% interval [{yes['prop_low_95']:.1%}, "
           f"{yes['prop_high_95']:.1%}]; truth {truth.dark_mode.mean():.1%}")

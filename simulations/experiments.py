@@ -86,9 +86,12 @@ def rr_vs_laplace(quick: bool = False, seed: int = 1) -> Results:
         axes[0].loglog(n, [r["rmse"] for r in sel], "o", color=color, label=name)
         axes[0].loglog(n, [r["theory_sd"] for r in sel], "-", color=color, alpha=0.6)
         axes[1].loglog(n, [r["relative_error"] for r in sel], "o-", color=color)
-    axes[0].set(xlabel="people n", ylabel="RMSE of the count", title=f"absolute error, ε = {epsilon:g}")
-    axes[1].set(xlabel="people n", ylabel="RMSE / true count", title="relative error")
-    axes[0].legend(fontsize=7)
+    axes[0].set(xlabel="number of people", ylabel="typical error of the count (RMSE)",
+                title=f"error in people, ε = {epsilon:g}")
+    axes[1].set(xlabel="number of people", ylabel="error ÷ true count", title="relative error")
+    axes[0].plot([], [], "-", color="0.4", label="theory")
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3,
+                  fontsize=7, frameon=False)
     notes = [
         f"True share of 'yes' = {share}; epsilon = {epsilon} for both mechanisms; {trials} trials "
         "per point. Randomized response uses Veil's boolean parameters for this epsilon "
@@ -139,13 +142,17 @@ def laplace_mean(quick: bool = False, seed: int = 1) -> Results:
         axes[0].loglog(eps, [r["rmse_cm"] for r in sel], "o", color=color,
                        label=f"Δ = {sel[0]['delta_cm']:.2f} ({label})")
         axes[0].loglog(eps, [r["theory_cm"] for r in sel], "-", color=color, alpha=0.6)
-    axes[0].set(xlabel="ε", ylabel="RMSE of the mean (cm)", title=f"local Laplace mean, n = {n}")
-    axes[0].legend(fontsize=7)
+    axes[0].set(xlabel="privacy parameter ε (smaller: more private)",
+                ylabel="typical error of the mean (cm)", title=f"mean height of {n} people")
+    axes[0].legend(fontsize=7, title="sensitivity", title_fontsize=7, loc="upper center",
+                   bbox_to_anchor=(0.5, -0.22), frameon=False)
     axes[1].hist(sample.distances, bins=80, density=True, color="#999999")
     axes[1].axvline(closed, color="k", label=f"closed form {closed:.2f}")
     axes[1].axvline(sample.mean, color="#0072B2", ls="--", label=f"sampled {sample.mean:.2f}")
-    axes[1].set(xlabel="|X − X'| (cm)", ylabel="density", title="sampled sensitivity")
-    axes[1].legend(fontsize=7)
+    axes[1].set(xlabel="height difference of two people (cm)", ylabel="share of pairs (density)",
+                title="sampled sensitivity")
+    axes[1].legend(fontsize=7, title="mean difference", title_fontsize=7, loc="upper center",
+                   bbox_to_anchor=(0.5, -0.22), frameon=False)
     notes = [
         "Heights: equal mixture of N(178, 7^2) and N(162, 6.5^2) cm. Each person reports their "
         "height plus Laplace(Δ/ε) noise; the analyst averages the reports. The sensitivity Δ is "
@@ -207,8 +214,10 @@ def composition(quick: bool = False, seed: int = 1) -> Results:
         axis.set_xscale("log", base=2)
         axis.set_xticks(bins, labels=[str(d) for d in bins], minor=False)
         axis.set_xticks([], minor=True)
-        axis.set(xlabel="bins d", ylabel="RMSE per bin", title=f"{model}, total ε = {epsilon:g}")
-        axis.legend(fontsize=7)
+        axis.set(xlabel="number of bins d", ylabel="typical error per bin (RMSE)",
+                 title=f"{model} model, total ε = {epsilon:g}")
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2,
+                  fontsize=7, frameon=False, title="composition", title_fontsize=7)
     notes = [
         f"n = {n} people, uniform over d bins, total budget epsilon = {epsilon} (the "
         "'epsilon_total' column is computed with veil.shared.privacy.sequential / parallel). "
@@ -256,9 +265,13 @@ def variances(quick: bool = False, seed: int = 1) -> Results:
         eps = [r["epsilon"] for r in sel]
         axis.semilogy(eps, [r["closed_form"] / n for r in sel], "-", color=COLORS[name], label=name)
         axis.semilogy(eps, [r["empirical_zero_freq"] / n for r in sel], "o", color=COLORS[name])
-    axis.set(xlabel="ε", ylabel="Var(count estimate) / n",
-             title=f"frequency oracles, d = {d}, n = {n}")
-    axis.legend(fontsize=8)
+    axis.set(xlabel="privacy parameter ε (smaller: more private)",
+             ylabel="variance of a count estimate ÷ n",
+             title=f"frequency oracles, {d} values, {n} people")
+    axis.plot([], [], "-", color="0.4", label="formula")
+    axis.plot([], [], "o", color="0.4", label="simulated")
+    figure.legend(*axis.get_legend_handles_labels(), loc="outside right center", fontsize=8,
+                  frameon=False)
     notes = [
         f"d = {d} values (Zipf 1.5 over the first {present}, the rest absent), n = {n} users, "
         f"{trials} independent rounds per point. Lines: Wang et al.'s closed forms "
@@ -370,7 +383,8 @@ def regression(quick: bool = False, seed: int = 1) -> Results:
     for axis, metric, label in zip(
         axes,
         ("fn_rate", "fp_rate", "total_variation", "allocated_mass"),
-        ("false-negative rate", "false-positive rate", "total variation distance", "allocated mass"),
+        ("share of true values missed", "share of absent candidates reported",
+         "distance to the true shares (TVD)", "share of reports in detected strings"),
         strict=True,
     ):
         for i, distribution in enumerate(DISTRIBUTIONS):
@@ -380,7 +394,9 @@ def regression(quick: bool = False, seed: int = 1) -> Results:
                      label=distribution)
         axis.set_xticks(np.arange(len(configs)), configs, fontsize=7)
         axis.set_title(label, fontsize=9)
-    axes[0].legend(fontsize=6, ncol=2)
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center",
+                  ncol=len(DISTRIBUTIONS), fontsize=7, frameon=False, title="population",
+                  title_fontsize=7)
     notes = [
         f"google/rappor's regression matrix at the 'small' size: {n_values} values, {clients} "
         "clients with one report each, k=8, h=2, m=128; typical/sharp/over: p=0.39, q=0.61, "
@@ -430,11 +446,16 @@ def detection(quick: bool = False, seed: int = 1) -> Results:
                        color=color, label=f"smallest detected, {distribution}")
         axes[2].loglog(report_counts, [r["min_detectable_share"] for r in sel], "-", color=color,
                        alpha=0.6, label="detectable (80% power)")
-    axes[0].set(xlabel="reports N", title="recall and precision", ylim=(0, 1.05))
-    axes[1].set(xlabel="reports N", title="strings detected")
-    axes[2].set(xlabel="reports N", title="share needed to be seen")
-    axes[0].legend(fontsize=6)
-    axes[2].legend(fontsize=6)
+    axes[0].set(xlabel="number of reports", title="share of values found (recall)\nand of "
+                "detections right (precision)", ylim=(0, 1.05))
+    axes[1].set(xlabel="number of reports", title="strings detected")
+    axes[2].set(xlabel="number of reports", title="smallest share detected")
+    for axis in axes:
+        axis.title.set_fontsize(9)
+    handles, labels = axes[0].get_legend_handles_labels()
+    more, more_labels = axes[2].get_legend_handles_labels()
+    figure.legend([*handles, *more], [*labels, *more_labels], loc="outside lower center",
+                  ncol=4, fontsize=6, frameon=False)
     notes = [
         f"RAPPOR's default parameters (k=128, h=2, m=64, p=0.5, q=0.75, f=0.5; epsilon_inf = "
         f"{params.epsilon_inf:.2f}, epsilon_1 = {params.epsilon_1:.2f}), one report per client, "

@@ -127,7 +127,7 @@ def oracles(quick: bool = False, seed: int = 1) -> Results:
     for axis in axes[len(domains):]:
         axis.set_visible(False)
     for axis in axes[-2:]:
-        axis.set_xlabel("ε (one report, no instantaneous noise)")
+        axis.set_xlabel("privacy parameter ε (one report, no instantaneous noise)")
     handles, labels = axes[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside right center", fontsize=7)
     worst = max(abs(r["ratio"] - 1) for r in rows)

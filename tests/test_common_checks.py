@@ -217,10 +217,10 @@ def test_decoder_recovers_a_known_population(params, shares, truth) -> None:
         states[cohort] = state
     # candidates matter to strings only; the other decoders ignore them
     result = decode_counts(document(params, sizes, states), [*truth, "never.example"])
-    label, estimate, std_error = result.columns[0], result.columns[1], result.columns[2]
-    if "proportion" in result.columns:
-        estimate, std_error = "proportion", "prop_std_error"
-    rows = {row[label]: row for row in result.rows}
+    # one tidy table for every kind: a number's truth is its mean (estimate), the others' shares
+    estimate, std_error = (("estimate", "std_error") if result.kind == "number"
+                           else ("proportion", "prop_std_error"))
+    rows = {row["value"]: row for row in result.rows}
     for name, expected in truth.items():
         row = rows[name]
         assert abs(row[estimate] - expected) <= 4 * row[std_error], (name, row, expected)

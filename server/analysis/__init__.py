@@ -3,6 +3,14 @@
 The public names load lazily (:mod:`veil.server.lazy`), so importing this
 package (as the ``veil`` command does to list its subcommands) does not pull in NumPy or SciPy.
 
+In a notebook, :func:`decode_metric` reads a collector's database file or its HTTP API and
+returns a :class:`DecodeResult` (``.to_pandas()``, ``.plot()``, an HTML table);
+:func:`decode_metric_by_day` decodes each day on its own (a :class:`DailyResult`)::
+
+    >>> from veil.server.analysis import decode_metric
+    >>> result = decode_metric(db="veil.db", metric="dark_mode")  # doctest: +SKIP
+    >>> result.to_pandas()                                       # doctest: +SKIP
+
 >>> from veil.server.analysis import StringDecoder, decode_counts, read_rappor_files, build_map
 """
 
@@ -11,6 +19,12 @@ from __future__ import annotations
 from veil.server.lazy import lazy_getattr
 
 _EXPORTS = {
+    "decode_metric": "veil.server.analysis.api",
+    "decode_metric_by_day": "veil.server.analysis.api",
+    "DailyResult": "veil.server.analysis.daily",
+    "decode_days": "veil.server.analysis.daily",
+    "RESULT_COLUMNS": "veil.server.analysis.results",
+    "STRING_COLUMNS": "veil.server.analysis.results",
     "StringDecoder": "veil.server.analysis.strings",
     "build_map": "veil.server.analysis.candidate_map",
     "read_candidates": "veil.server.analysis.candidate_map",

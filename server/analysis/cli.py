@@ -10,6 +10,7 @@ import argparse
 import sys
 from concurrent.futures import Executor
 
+from veil.server.cli.options import ENVIRONMENT, add_db_option, add_server_options, env_value
 from veil.shared.errors import ParameterError
 from veil.shared.hashing import HASHINGS
 
@@ -25,15 +26,19 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
         help="the clients' hashing, for --candidates (default: mmh3; google/rappor's: md5-google)",
     )
     live = parser.add_argument_group("collected data")
-    live.add_argument("--server", help="collector base URL, e.g. https://telemetry.example.org")
-    live.add_argument("--token", help="read token for --server")
-    live.add_argument("--db", help="a collector's database: a file path or sqlite:///path")
+    add_server_options(live)
+    add_db_option(live, required=False,
+                  help_text="a collector's database: a file path or sqlite:///path")
     live.add_argument("--metric", help="metric name (with --server or --db)")
     live.add_argument("--start", help="first day, YYYY-MM-DD (UTC, inclusive)")
     live.add_argument("--end", help="last day, YYYY-MM-DD (UTC, inclusive)")
     live.add_argument(
         "--force", action="store_true",
         help="with --db: decode even with fewer reports than the metric's min_reports",
+    )
+    live.add_argument(
+        "--by", choices=["day"],
+        help="also decode each UTC day on its own: by_day.csv and by_day.png",
     )
     parser.add_argument(
         "--candidates", help="candidate strings, one per line (string metrics; instead of --map)"
@@ -67,34 +72,58 @@ def run_decode(args: argparse.Namespace) -> int:
         return _decode(args, charts)
 
 
+def _collected_source(args: argparse.Namespace, files: bool) -> str | None:
+    """``server`` or ``db``: the collected data to decode, or None for google/rappor
+    ``files``; :class:`ParameterError` unless exactly one source is given.
+
+    One given on the command line wins over one that only comes from its environment
+    variable ($VEIL_URL, $VEIL_DB), so a shell exporting both still decodes
+    ``--db FILE`` or google/rappor files.
+    """
+    given = [name for name in ("server", "db") if getattr(args, name)]
+    explicit = [name for name in given if getattr(args, name) != env_value(ENVIRONMENT[name])]
+    chosen = [] if files and not explicit else explicit or given
+    if files + len(chosen) != 1:
+        both = (f" (${ENVIRONMENT['server']} and ${ENVIRONMENT['db']} are both set)"
+                if len(chosen) > 1 and not explicit else "")
+        raise ParameterError(
+            "source",
+            "give exactly one source: --params/--counts (google/rappor files), --server URL, "
+            f"or --db PATH{both}",
+        )
+    return chosen[0] if chosen else None
+
+
 def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     from veil.server.analysis.candidate_map import read_candidates
     from veil.server.analysis.decode import decode_counts
     from veil.server.analysis.report import write_outputs
 
-    sources = [bool(args.params or args.counts), bool(args.server), bool(args.db)]
-    if sum(sources) != 1:
-        raise ParameterError(
-            "source",
-            "give exactly one source: --params/--counts (google/rappor files), --server URL, "
-            "or --db PATH",
-        )
-    candidates = candidate_map = None
-    if args.params or args.counts:
+    collected = _collected_source(args, bool(args.params or args.counts))
+    # options not given on the command line keep the decoders' defaults (DEFAULT_OPTIONS)
+    given = {name: getattr(args, name) for name in ("correction", "alpha")
+             if getattr(args, name) is not None}
+    options = {"background": not args.no_background, **given}
+    daily = None
+    if collected is None:
         from veil.server.analysis.rappor_files import read_rappor_files
 
+        if args.by:
+            raise ParameterError("by", "--by day needs collected data (--server or --db): "
+                                       "google/rappor files hold no days")
         if not (args.params and args.counts):
             raise ParameterError("params", "--params and --counts go together")
         if args.map and args.candidates:
             raise ParameterError("map", "give --map or --candidates, not both")
         if not (args.map or args.candidates):
             raise ParameterError("map", "give the candidates: --map map.csv or --candidates FILE")
-        files = read_rappor_files(args.params, args.counts, args.map, args.hashing or "mmh3")
-        document = files.counts
-        source = args.counts
-        candidates, candidate_map = files.candidates, files.candidate_map
+        files_read = read_rappor_files(args.params, args.counts, args.map, args.hashing or "mmh3")
+        candidates = (read_candidates(args.candidates) if args.candidates
+                      else files_read.candidates)
+        result = decode_counts(files_read.counts, candidates, files_read.candidate_map,
+                               source=args.counts, **options)
     else:
-        from veil.server.analysis.sources import db_counts, fetch_counts
+        from veil.server.analysis.api import decode_metric, decode_metric_by_day
 
         if not args.metric:
             raise ParameterError("metric", "--metric NAME is required with --server or --db")
@@ -102,32 +131,40 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
             raise ParameterError(
                 "hashing", "--hashing goes with --params/--counts; a metric's registry names its hashing"
             )
-        if args.server:
-            document = fetch_counts(args.server, args.token, args.metric, args.start, args.end)
-            source = f"{args.server} metric {args.metric}"
-        else:
-            document = db_counts(args.db, args.metric, args.start, args.end, force=args.force)
-            source = f"{args.db} metric {args.metric}"
         if args.map:
             raise ParameterError("map", "--map goes with --params/--counts; use --candidates")
-    if args.candidates:
-        candidates = read_candidates(args.candidates)
-    # options not given on the command line keep the decoders' defaults (DEFAULT_OPTIONS)
-    given = {name: getattr(args, name) for name in ("correction", "alpha")
-             if getattr(args, name) is not None}
-    result = decode_counts(
-        document, candidates, candidate_map, background=not args.no_background, source=source,
-        **given,
-    )
-    paths = write_outputs(result, args.out, args.top, charts)
+        source = {collected: getattr(args, collected)}
+        if collected == "server":
+            source["token"] = args.token
+        where = {"metric": args.metric, "start": args.start, "end": args.end,
+                 "force": args.force, "candidates": args.candidates, **source}
+        result = decode_metric(**where, **options)
+        if args.by:
+            daily = decode_metric_by_day(**where, **options)
+            result.summary["by_day"] = daily.summary
+    paths = write_outputs(result, args.out, args.top, charts, daily)
     summary = result.summary
-    print(f"{summary['reports']:,} reports: {result.headline}; wrote {paths['results']}, "
-          f"{paths['summary'].name}, {paths['chart'].name}")
+    written = ", ".join(path.name for name, path in paths.items() if name != "results")
+    print(f"{summary['reports']:,} reports{_period(summary)}: {result.headline}; "
+          f"wrote {paths['results']}, {written}")
+    print(f"privacy: {summary['privacy']['statement']}")
+    if daily is not None:
+        print(f"by day: {len(daily.days)} day(s) decoded"
+              + (f", {len(daily.skipped)} skipped (fewer reports than needed): "
+                 f"{', '.join(sorted(daily.skipped))}" if daily.skipped else ""))
     if "warning" in summary:
         print(f"warning: {summary['warning']}", file=sys.stderr)
     if "note" in summary:
         print(f"note: {summary['note']}", file=sys.stderr)
     return 0
+
+
+def _period(summary: dict[str, object]) -> str:
+    """The days the counts cover, for the printed line ("from START to END"), when known."""
+    start, end = summary.get("start"), summary.get("end")
+    if not (start and end):
+        return ""
+    return f" on {start}" if start == end else f" from {start} to {end}"
 
 
 def configure_map(parser: argparse.ArgumentParser) -> None:

@@ -20,8 +20,8 @@ noise (at any N for a share of exactly 0). The tables keep such shares unbiased 
 intervals are clipped to [0, 1]) and the summary's ``note`` names them; summary shares
 are shown clipped, with the unbiased value kept beside them.
 
-:func:`start_decode`, :func:`require_reports`, :func:`base_summary` and
-:func:`category_shares_result` are the steps these decoders share with the frequency
+:func:`start_decode`, :func:`require_reports`, :func:`sample_summary`,
+:func:`base_summary` and :func:`category_shares_result` are the steps these decoders share with the frequency
 oracles' (:mod:`veil.server.analysis.oracles`).
 """
 
@@ -32,16 +32,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from veil.server.analysis.cost import privacy_cost
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
-from veil.server.analysis.results import (
-    FREQUENCY_COLUMNS,
-    NUMBER_COLUMNS,
-    DecodeResult,
-    frequency_rows,
-    number_row,
-)
-from veil.server.analysis.stats import check_level, one_sided_p_values, z_quantile
+from veil.server.analysis.results import RESULT_COLUMNS, DecodeResult, frequency_rows, number_row
+from veil.server.analysis.stats import check_level, z_quantile
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import BooleanParams, CategoryParams, MechanismParams, NumberParams
@@ -91,20 +86,35 @@ def start_decode(
     return started, confidence, params
 
 
-def base_summary(counts: CountsArrays, started: float, confidence: float) -> dict[str, Any]:
-    """The summary keys every closed-form decoder states: the sample, the parameters and
-    their privacy cost, and the time since ``started``."""
-    params = counts.params
-    return {
-        "kind": params.kind,
+def sample_summary(counts: CountsArrays) -> dict[str, Any]:
+    """What every decoder says about its sample: the metric, its reports and the days
+    they cover (``start`` and ``end`` the first and last day with reports, when known)."""
+    summary: dict[str, Any] = {
+        "kind": counts.params.kind,
         "metric": counts.metric,
         "reports": counts.total_reports,
         "start": counts.start,
         "end": counts.end,
+        "days_with_reports": None if counts.days is None else len(counts.days),
+    }
+    if counts.description:
+        summary["description"] = counts.description
+    return summary
+
+
+def base_summary(counts: CountsArrays, started: float, confidence: float,
+                 distinct_values: int, values: str) -> dict[str, Any]:
+    """The summary keys every closed-form decoder states: the sample, the parameters and
+    their privacy cost (the metric has ``distinct_values`` possible ``values``, see
+    :func:`~veil.server.analysis.cost.privacy_cost`), and the time since ``started``."""
+    params = counts.params
+    return {
+        **sample_summary(counts),
         "confidence": confidence,
         "params": params.to_dict(),
         "epsilon_1": params.epsilon_1,
         "epsilon_inf": params.epsilon_inf,
+        "privacy": privacy_cost(params, distinct_values, values),
         "elapsed_seconds": time.perf_counter() - started,
     }
 
@@ -124,17 +134,18 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
     share = (ones / total - p_star) / spread
     rho = np.clip((ones + 0.5) / (total + 1.0), p_star, q_star)
     se = np.sqrt(rho * (1 - rho) / (total * spread**2))
-    summary = base_summary(counts, started, confidence)
-    return category_shares_result(list(params.categories), share, se, total, confidence, summary,
-                                  {"p_star": p_star, "q_star": q_star}, "category shares")
+    summary = base_summary(counts, started, confidence, len(params.categories), "categories")
+    return category_shares_result(counts, list(params.categories), share, se, confidence,
+                                  summary, {"p_star": p_star, "q_star": q_star},
+                                  "category shares")
 
 
-def category_shares_result(labels: list[str], share: np.ndarray, se: np.ndarray, total: int,
-                           confidence: float, summary: dict[str, Any], details: dict[str, Any],
-                           description: str) -> DecodeResult:
+def category_shares_result(counts: CountsArrays, labels: list[str], share: np.ndarray,
+                           se: np.ndarray, confidence: float, summary: dict[str, Any],
+                           details: dict[str, Any], description: str) -> DecodeResult:
     """The result of a category decoder: a row per category, the allocated share, ``details``
     and the notes on shares that sampling noise put outside [0, 1]."""
-    rows = frequency_rows(labels, share, se, one_sided_p_values(share, se), total,
+    rows = frequency_rows(counts.metric, "category", labels, share, se, counts.total_reports,
                           z_quantile(confidence))
     allocated = float(share.sum())
     summary.update(
@@ -153,7 +164,7 @@ def category_shares_result(labels: list[str], share: np.ndarray, se: np.ndarray,
                      "clipped to [0, 1]; allocated_proportion_unbiased keeps it")
     if notes:
         summary["note"] = "; ".join(notes)
-    return DecodeResult("category", FREQUENCY_COLUMNS, rows, summary,
+    return DecodeResult("category", RESULT_COLUMNS, rows, summary,
                         f"{len(rows)} {description}")
 
 
@@ -171,15 +182,16 @@ def decode_boolean(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
     se = float(np.sqrt(mean * (1 - mean) / (total * spread**2)))
     share = np.array([share_true, 1 - share_true])
     std_errors = np.array([se, se])
-    rows = frequency_rows(["true", "false"], share, std_errors,
-                          one_sided_p_values(share, std_errors), total, z_quantile(confidence))
-    summary = base_summary(counts, started, confidence)
+    rows = frequency_rows(counts.metric, "boolean", ["true", "false"], share, std_errors, total,
+                          z_quantile(confidence))
+    summary = base_summary(counts, started, confidence, 2, "answers (true and false)")
     summary.update({"yes_share": mean, "yes_if_false": yes_if_false, "yes_if_true": yes_if_true})
     note = _outside_note(["true", "false"], share, std_errors)
     if note:
         summary["note"] = note
-    return DecodeResult("boolean", FREQUENCY_COLUMNS, rows, summary,
-                        f"true share {share_true:.4g} \u00b1 {se:.3g} (standard error)")
+    return DecodeResult("boolean", RESULT_COLUMNS, rows, summary,
+                        f"true share {share_true:.4g} \u00b1 {se:.3g} (standard error)",
+                        chart="share")
 
 
 @decodes(NumberParams)
@@ -212,8 +224,11 @@ def decode_number(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS
         details = {"report_variance": variance, "noise_variance": params.noise_variance()}
     # The true mean lies in [low, high], so intersecting the interval with it keeps its
     # coverage; the estimate itself stays unclipped (clipping would bias it).
-    row = number_row("mean", mean, se, z, params.low, params.high)
-    summary = base_summary(counts, started, confidence)
+    row = number_row(counts.metric, "mean", mean, se, z, params.low, params.high)
+    summary = base_summary(
+        counts, started, confidence, params.resolution + 1,
+        f"grid points from {params.low:g} to {params.high:g} (each value is rounded to one)",
+    )
     summary.update(details)
     if not params.low - z * se <= mean <= params.high + z * se:
         summary["warning"] = (
@@ -221,5 +236,5 @@ def decode_number(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS
             "than its interval: honest reports make this unlikely; look for forged reports"
         )
     summary.update({"mechanism": params.mechanism, "low": params.low, "high": params.high})
-    return DecodeResult("number", NUMBER_COLUMNS, [row], summary,
-                        f"mean {mean:.6g} \u00b1 {se:.3g} (standard error)")
+    return DecodeResult("number", RESULT_COLUMNS, [row], summary,
+                        f"mean {mean:.6g} \u00b1 {se:.3g} (standard error)", chart="range")

@@ -2,13 +2,16 @@
 
 A counts document is what ``GET /v1/metrics/<name>/counts`` returns and what
 ``open_storage(path).counts(metric)`` gives locally: the metric's parameters,
-the total number of reports and one entry per cohort. :func:`counts_arrays`
+the total number of reports and one entry per cohort, and optionally ``days``: the
+UTC days whose reports the counts hold (the decode's ``start`` and ``end`` are then
+the first and last of them, not the range asked for). :func:`counts_arrays`
 validates one and returns NumPy arrays; :func:`counts_document` builds one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,10 +21,16 @@ from veil.shared.errors import ParameterError
 from veil.shared.kinds import KINDS, MechanismParams, StringParams, params_from_dict
 from veil.shared.statistics import statistic_for
 
+#: a UTC day as counts documents write it
+DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
 
 @dataclasses.dataclass(frozen=True)
 class CountsArrays:
     """One metric's counts: ``reports[j]`` per cohort and its statistic's fields.
+
+    ``start`` and ``end`` are the first and last day of ``days`` (the days with reports)
+    when the document lists them, else the range it was asked for (``None`` if open).
 
     ``fields`` maps each field of the metric's statistic (:mod:`veil.shared.statistics`)
     to an array indexed by cohort: ``(cohorts, length)`` for a counts vector,
@@ -36,6 +45,8 @@ class CountsArrays:
     start: str | None = None
     end: str | None = None
     source: str = "counts document"
+    days: tuple[str, ...] | None = None
+    description: str = ""
 
     @property
     def total_reports(self) -> int:
@@ -75,7 +86,9 @@ def _params(document: Mapping[str, Any], source: str) -> MechanismParams:
     kind = raw.get("kind", document.get("kind"))
     if kind not in KINDS:
         raise _fail(source, "params.kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")
-    settings = {key: value for key, value in raw.items() if key not in ("description", "min_reports")}
+    # the metric's own fields (Metric.to_dict) around its parameters
+    settings = {key: value for key, value in raw.items()
+                if key not in ("description", "min_reports", "note")}
     try:
         return params_from_dict({**settings, "kind": kind})
     except ParameterError as exc:
@@ -122,6 +135,7 @@ def counts_arrays(document: Mapping[str, Any], source: str = "counts document") 
                              dtype=np.float64 if field.type == "real" else np.int64)
         for field in statistic.fields
     }
+    days = _days(document.get("days"), source)
     total = document.get("reports", int(reports.sum()))
     if _count(total, source, "reports") != int(reports.sum()):
         raise _fail(source, "reports", f"says {total} but the cohorts add up to {int(reports.sum())}")
@@ -130,10 +144,23 @@ def counts_arrays(document: Mapping[str, Any], source: str = "counts document") 
         params=params,
         reports=reports,
         fields=fields,
-        start=document.get("start"),
-        end=document.get("end"),
+        start=days[0] if days else document.get("start"),
+        end=days[-1] if days else document.get("end"),
         source=source,
+        days=days,
+        description=str(document["params"].get("description") or ""),
     )
+
+
+def _days(value: Any, source: str) -> tuple[str, ...] | None:
+    """The document's ``days`` (UTC days written YYYY-MM-DD), sorted; None if absent."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(day, str) and DAY.fullmatch(day) for day in value
+    ):
+        raise _fail(source, "days", f"must be a list of days written YYYY-MM-DD; got {value!r}")
+    return tuple(sorted(value))
 
 
 def counts_document(

@@ -141,10 +141,10 @@ def _decode_oracle(
     # share_variance(s, N) is linear in s: evaluate at the clipped estimates
     floor, ceiling = params.share_variance(0.0, total), params.share_variance(1.0, total)
     se = np.sqrt(floor + np.clip(share, 0.0, 1.0) * (ceiling - floor))
-    summary = base_summary(counts, started, confidence)
+    summary = base_summary(counts, started, confidence, len(params.categories), "categories")
     details = {"oracle": params.oracle, "support_probs": [p, q],
                "share_variance_per_report": params.share_variance(), **extra(params)}
-    return category_shares_result(list(params.categories), share, se, total, confidence,
+    return category_shares_result(counts, list(params.categories), share, se, confidence,
                                   summary, details, f"category shares ({params.oracle})")
 
 

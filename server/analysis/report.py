@@ -1,4 +1,10 @@
-"""Write a decoded result to a directory: ``results.csv``, ``summary.json``, ``estimates.png``."""
+"""Write a decoded result to a directory, and draw it.
+
+``results.csv``, ``summary.json`` and ``estimates.png``; with a day-by-day decode also
+``by_day.csv`` and ``by_day.png``. The drawing functions take a Matplotlib ``Axes`` (or
+make a figure with pyplot, for notebooks) and return it; files are drawn on a bare
+Agg canvas, without pyplot.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,25 @@ import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
+from veil.server.analysis.cost import shown_up
 from veil.server.analysis.results import DecodeResult
 from veil.shared.errors import ParameterError
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from veil.server.analysis.daily import DailyResult
+
 #: how many rows the chart shows at most
 TOP = 30
+#: how many values the day-by-day chart follows at most
+TOP_SERIES = 5
+#: the colour of estimates, and of the share no listed value accounts for
+ESTIMATE_COLOUR = "tab:blue"
+MISSING_COLOUR = "tab:gray"
 
 
 class ChartWorker:
@@ -59,11 +78,14 @@ def _load_matplotlib() -> None:
 
 
 def write_outputs(
-    result: DecodeResult, out_dir: str | Path, top: int = TOP, charts: Executor | None = None
+    result: DecodeResult, out_dir: str | Path, top: int = TOP, charts: Executor | None = None,
+    daily: DailyResult | None = None,
 ) -> dict[str, Path]:
-    """Write the three files into ``out_dir`` (created if needed); return their paths.
+    """Write the files into ``out_dir`` (created if needed); return their paths.
 
-    ``charts`` (a :class:`ChartWorker`'s executor) draws the chart in another process."""
+    ``charts`` (a :class:`ChartWorker`'s executor) draws the charts in another process.
+    With ``daily`` (a day-by-day decode of the same metric) also ``by_day.csv`` and
+    ``by_day.png``."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -76,19 +98,29 @@ def write_outputs(
     }
     result.write_csv(paths["results"])
     result.write_summary(paths["summary"])
+    drawings: list[tuple[Any, ...]] = [(plot_estimates, result, paths["chart"], top)]
+    if daily is not None:
+        paths["by_day"], paths["by_day_chart"] = out / "by_day.csv", out / "by_day.png"
+        daily.write_csv(paths["by_day"])
+        drawings.append((plot_days_file, daily, paths["by_day_chart"], TOP_SERIES))
     if charts is None:
-        plot_estimates(result, paths["chart"], top)
+        for function, *args in drawings:
+            function(*args)
     else:
-        charts.submit(plot_estimates, result, paths["chart"], top).result()
+        for future in [charts.submit(*drawing) for drawing in drawings]:
+            future.result()
     return paths
 
 
 def _title(result: DecodeResult) -> str:
     summary = result.summary
     name = summary.get("metric") or "decoded"
+    period = (f", {summary['start']} to {summary['end']}"
+              if summary.get("start") and summary.get("end") else "")
     title = (
-        f"{name}: {summary['reports']:,} reports, "
-        f"\u03b5\u2081 = {summary['epsilon_1']:.3g}, \u03b5\u221e = {summary['epsilon_inf']:.3g}"
+        f"{name}: {summary['reports']:,} reports{period}\nprivacy cost "
+        f"\u03b5\u2081 = {shown_up(summary['epsilon_1'])} per report, "
+        f"\u03b5\u221e = {shown_up(summary['epsilon_inf'])} per value"
     )
     if "detected" in summary:  # a decoder that selects among candidates
         title += (
@@ -99,51 +131,216 @@ def _title(result: DecodeResult) -> str:
     return title
 
 
-def plot_estimates(result: DecodeResult, path: str | Path, top: int = TOP) -> None:
-    """A chart of the estimates with their 95% intervals (top ``top`` rows)."""
-    # the Agg canvas directly: pyplot (and its backend machinery) would add a fifth of a second
+def _figure(width: float, height: float) -> Figure:
+    """A figure on a bare Agg canvas (no pyplot: it would add a fifth of a second)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    rows = result.rows[:top]
-    if "proportion" not in result.columns:  # one statistic with its interval
-        fig = Figure(figsize=(7, 2.2))
-        ax = fig.subplots()
-        row = rows[0]
-        low, high = result.summary["low"], result.summary["high"]
-        ax.axvspan(low, high, color="tab:gray", alpha=0.12, label="[low, high]")
-        ax.hlines(0, row["low_95"], row["high_95"], color="tab:blue", linewidth=3)
-        ax.plot([row["estimate"]], [0], "o", color="tab:blue")
-        ax.set_yticks([0], ["mean"])
-        margin = 0.05 * (high - low)
-        ax.set_xlim(min(low, row["estimate"]) - margin, max(high, row["estimate"]) + margin)
-        ax.set_xlabel("value (95% interval)")
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _axes(ax: Axes | None, width: float, height: float) -> Axes:
+    """``ax``, or the axes of a new pyplot figure (shown by notebooks)."""
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+
+    _, new = plt.subplots(figsize=(width, height), layout="constrained")
+    return new
+
+
+def chart_size(result: DecodeResult, top: int = TOP) -> tuple[float, float]:
+    """Width and height in inches that fit ``result``'s chart."""
+    if result.chart != "shares":
+        return 7.5, 2.3
+    bars = min(len(result.rows), top) + (result.summary.get("missing_proportion") is not None)
+    return 9.0, max(2.6, 0.34 * bars + 1.6)
+
+
+def plot_result(result: DecodeResult, ax: Axes | None = None, top: int = TOP) -> Axes:
+    """Draw ``result`` on ``ax`` (a new figure when None) and return the axes: a number's
+    mean and interval on its range, a boolean's share answering true, or a bar per value
+    (the first ``top``) with the share no listed value accounts for."""
+    ax = _axes(ax, *chart_size(result, top))
+    if result.chart == "range":
+        _draw_range(ax, result)
+    elif result.chart == "share":
+        _draw_share(ax, result)
     else:
-        height = max(2.0, 0.32 * len(rows) + 1.3)
-        fig = Figure(figsize=(9, height))
-        ax = fig.subplots()
-        if rows:
-            labels = [_short(str(row["string"])) for row in rows]
-            positions = list(range(len(rows)))[::-1]
-            values = [row["proportion"] for row in rows]
-            ax.barh(positions, values, color="tab:blue", alpha=0.35)
-            ax.hlines(positions, [row["prop_low_95"] for row in rows],
-                      [row["prop_high_95"] for row in rows], color="tab:blue")
-            ax.plot(values, positions, "o", color="tab:blue")
-            ax.set_yticks(positions, labels)
-            # unbiased estimates may fall below 0 at small N: keep their dots in view
-            ax.set_xlim(left=min(0.0, 1.1 * min(values)))
-            if min(values) < 0:
-                ax.axvline(0, color="k", linewidth=0.8)
-        else:
-            ax.text(0.5, 0.5, "no string detected", ha="center", va="center", transform=ax.transAxes)
-            ax.set_yticks([])
-        ax.set_xlabel("share of reports (95% interval)")
-        ax.grid(axis="x", alpha=0.3)
-    ax.set_title(_title(result), fontsize=10)
-    FigureCanvasAgg(fig)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+        _draw_shares(ax, result, top)
+    ax.set_title(_title(result), fontsize=9)
+    return ax
+
+
+def plot_estimates(result: DecodeResult, path: str | Path, top: int = TOP) -> None:
+    """Save :func:`plot_result`'s chart of ``result`` as a PNG at ``path``."""
+    figure = _figure(*chart_size(result, top))
+    plot_result(result, figure.subplots(), top)
+    figure.savefig(path, dpi=110)
+
+
+def _percent_axis(axis: Any) -> None:
+    """Label a Matplotlib axis (``ax.xaxis`` or ``ax.yaxis``) of shares as percentages."""
+    from matplotlib.ticker import PercentFormatter
+
+    axis.set_major_formatter(PercentFormatter(1.0, decimals=None))
+
+
+def _draw_range(ax: Axes, result: DecodeResult) -> None:
+    """The mean's 95% interval as a band on a track from ``low`` to ``high``, the estimate
+    as a tick, each labelled with its value."""
+    row, summary = result.rows[0], result.summary
+    low, high = summary["low"], summary["high"]
+    estimate, lower, upper = row["estimate"], row["low_95"], row["high_95"]
+    ax.hlines(0, low, high, color="0.85", linewidth=14)
+    ax.hlines(0, lower, upper, color=ESTIMATE_COLOUR, linewidth=14, alpha=0.6)
+    ax.plot([estimate], [0], marker="|", markersize=26, markeredgewidth=3, color="navy")
+    ax.annotate(f"mean {estimate:.4g}  (95% interval {lower:.4g} to {upper:.4g})",
+                (estimate, 0), xytext=(0, 16), textcoords="offset points", ha="center",
+                fontsize=9)
+    margin = 0.04 * (high - low)
+    ax.set_xlim(min(low, estimate) - margin, max(high, estimate) + margin)
+    ax.set_ylim(-1, 1.4)
+    ax.set_yticks([])
+    name = summary.get("metric") or "value"
+    unit = f" ({summary['description']})" if summary.get("description") else ""
+    ax.set_xlabel(f"{name}{unit}: the mean (tick) and its 95% interval (band) on the "
+                  f"metric's range, {low:g} to {high:g} (grey)")
+
+
+def _draw_share(ax: Axes, result: DecodeResult) -> None:
+    """The first row's share (a boolean's true answers) as one bar on [0, 1] with its
+    interval: the other answer's share is the rest of the bar."""
+    row = result.rows[0]
+    share, lower, upper = row["proportion"], row["prop_low_95"], row["prop_high_95"]
+    ax.barh([0], [1.0], color="0.9", height=0.5)
+    ax.barh([0], [share], color=ESTIMATE_COLOUR, alpha=0.6, height=0.5)
+    # the unbiased share may lie outside its interval (clipped to [0, 1]) at small N
+    ax.hlines(0, lower, upper, color="navy")
+    ax.plot([lower, upper], [0, 0], marker="|", markersize=14, color="navy", linestyle="none")
+    ax.plot([share], [0], marker="o", color="navy")
+    ax.annotate(f"{share:.1%} {row['value']}  (95% interval {lower:.1%} to {upper:.1%})",
+                (share, 0), xytext=(0, 22), textcoords="offset points", ha="center", fontsize=9)
+    ax.set_xlim(min(0.0, share) - 0.02, max(1.0, share) + 0.02)
+    ax.set_ylim(-0.6, 1.0)
+    ax.set_yticks([])
+    _percent_axis(ax.xaxis)
+    ax.set_xlabel(f"share of reports that are {row['value']} (bar), with its 95% interval")
+
+
+def _draw_shares(ax: Axes, result: DecodeResult, top: int) -> None:
+    """A bar per value (the first ``top`` rows) with its interval and share written
+    beside it, and below them the share of reports no row accounts for, when known."""
+    rows = result.rows[:top]
+    labels = [_short(str(row["value"])) for row in rows]
+    values = [row["proportion"] for row in rows]
+    lows = [row["prop_low_95"] for row in rows]
+    highs = [row["prop_high_95"] for row in rows]
+    colours = [ESTIMATE_COLOUR] * len(rows)
+    missing = result.summary.get("missing_proportion")
+    if missing is not None:
+        z_se = 1.959964 * (result.summary.get("missing_proportion_std_error") or 0.0)
+        labels.append("not in the table\n(unlisted or undetected)")
+        values.append(missing)
+        lows.append(max(missing - z_se, 0.0))
+        highs.append(min(missing + z_se, 1.0))
+        colours.append(MISSING_COLOUR)
+    if not values:
+        ax.text(0.5, 0.5, "nothing to show", ha="center", va="center", transform=ax.transAxes)
+        ax.set_yticks([])
+        return
+    positions = list(range(len(values)))[::-1]
+    ax.barh(positions, values, color=colours, alpha=0.45)
+    ax.hlines(positions, lows, highs, color=colours)
+    ax.scatter(values, positions, color=colours, zorder=3, s=14)
+    for position, value, high in zip(positions, values, highs, strict=True):
+        ax.annotate(f"{value:.1%}", (max(value, high), position), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=8)
+    ax.set_yticks(positions, labels)
+    # unbiased estimates may fall below 0 at small N: keep their dots in view
+    ax.set_xlim(min(0.0, 1.1 * min(values)), max(highs) * 1.12 + 0.01)
+    if min(values) < 0:
+        ax.axvline(0, color="k", linewidth=0.8)
+    _percent_axis(ax.xaxis)
+    ax.set_xlabel("share of reports (bar), with its 95% interval (line)")
+    ax.grid(axis="x", alpha=0.3)
+    if not rows:
+        ax.text(0.98, 0.5, "no string detected", ha="right", va="center",
+                transform=ax.transAxes)
+
+
+def _series(daily: DailyResult, top: int) -> tuple[list[str], str]:
+    """The values to draw over the days, and the column to draw for them."""
+    first = daily.days[0][1]
+    if first.chart == "range":
+        return [str(first.rows[0]["value"])], "estimate"
+    if first.chart == "share":
+        return [str(first.rows[0]["value"])], "proportion"
+    totals: dict[str, float] = {}
+    for _, result in daily.days:
+        for row in result.rows:
+            totals[row["value"]] = totals.get(row["value"], 0.0) + row["proportion"]
+    ranked = sorted(totals, key=lambda value: -totals[value])
+    return ranked[:top], "proportion"
+
+
+def plot_days(daily: DailyResult, ax: Axes | None = None, top: int = TOP_SERIES) -> Axes:
+    """Draw each day's estimate with its 95% band, one line per value (the ``top`` most
+    common over the days for strings and categories), on ``ax`` (a new figure when None);
+    return the axes."""
+    import numpy as np
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, DayLocator
+
+    ax = _axes(ax, 9.0, 4.2)
+    values, column = _series(daily, top)
+    low_column, high_column = (("low_95", "high_95") if column == "estimate"
+                               else ("prop_low_95", "prop_high_95"))
+    for value in values:
+        points = [(day, row) for day, result in daily.days
+                  for row in result.rows if row["value"] == value]
+        days = np.array([day for day, _ in points], dtype="datetime64[D]")
+        estimates = [row[column] for _, row in points]
+        lows = [row[low_column] for _, row in points]
+        highs = [row[high_column] for _, row in points]
+        line = ax.plot(days, estimates, marker="o", markersize=4, label=_short(value, 30))[0]
+        ax.fill_between(days, lows, highs, color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.vlines(days, lows, highs, color=line.get_color(), alpha=0.5, linewidth=1)
+    first_day, last_day = np.array([daily.days[0][0], daily.days[-1][0]], dtype="datetime64[D]")
+    span = int((last_day - first_day) // np.timedelta64(1, "D"))
+    # whole days only: an automatic locator puts hours between days a few days apart
+    locator = (DayLocator(interval=1 + span // 8) if span <= 60  # type: ignore[no-untyped-call]
+               else AutoDateLocator(maxticks=8))  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
+    if span == 0:  # a range of one day: give the date axis a width
+        ax.set_xlim(first_day - 1, first_day + 1)
+    first = daily.days[0][1]
+    name = daily.metric or "value"
+    if column == "estimate":
+        unit = f" ({first.summary['description']})" if first.summary.get("description") else ""
+        ax.set_ylabel(f"mean {name}{unit}")
+    else:
+        _percent_axis(ax.yaxis)
+        ax.set_ylabel("share of the day's reports" if first.chart == "shares"
+                      else f"share of reports that are {values[0]}")
+    ax.set_xlabel("day (UTC); each day decoded on its own, 95% band")
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{name}: {len(daily.days)} day(s) with reports"
+                 + (f", {len(daily.skipped)} left out for too few reports" if daily.skipped
+                    else ""), fontsize=9)
+    if column == "proportion" and first.chart == "shares":
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
+                  title="most common")
+    return ax
+
+
+def plot_days_file(daily: DailyResult, path: str | Path, top: int = TOP_SERIES) -> None:
+    """Save :func:`plot_days`'s chart of ``daily`` as a PNG at ``path``."""
+    figure = _figure(9.0, 4.2)
+    plot_days(daily, figure.subplots(), top)
+    figure.savefig(path, dpi=110)
 
 
 def _short(label: str, width: int = 40) -> str:

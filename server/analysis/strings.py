@@ -43,9 +43,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from veil.server.analysis.candidate_map import build_map
+from veil.server.analysis.closed_form import sample_summary
+from veil.server.analysis.cost import privacy_cost
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
-from veil.server.analysis.results import FREQUENCY_COLUMNS, DecodeResult, frequency_rows
+from veil.server.analysis.results import STRING_COLUMNS, DecodeResult, frequency_rows
 from veil.server.analysis.selection import (
     MAX_REFITS,
     LeastSquares,
@@ -218,12 +220,14 @@ class StringDecoder:
         candidate_map: sp.spmatrix | None = None,
         *,
         source: str = "counts",
+        metric: str = "",
     ) -> StringDecoder:
         """Decode counts (``reports`` per cohort, ``ones`` per cohort and bit).
 
         ``candidate_map`` (``m*k`` x ``len(candidates)``) is built from
         ``candidates`` with our hashing when not given (give it to decode a
-        google/rappor ``map.csv``). ``source`` names the input in errors.
+        google/rappor ``map.csv``). ``source`` names the input in errors, ``metric``
+        names the metric in the result's rows.
         """
         started = time.perf_counter()
         settings = _Settings(
@@ -235,10 +239,10 @@ class StringDecoder:
         names, matrix = self._check_candidates(candidates, candidate_map)
         system = self._unbiased_counts(reports, ones, matrix)
         solution = self._select(system, settings, len(names))
-        rows = self._infer(names, solution, settings, int(reports.sum()))
+        rows = self._infer(names, solution, settings, int(reports.sum()), metric)
         self.summary_ = self._summary(reports, matrix, system, solution, settings, started)
         self.result_ = DecodeResult(
-            "string", FREQUENCY_COLUMNS, rows, self.summary_,
+            "string", STRING_COLUMNS, rows, self.summary_,
             f"{self.summary_['detected']:,} of {self.summary_['candidates']:,} candidates detected "
             f"({self.summary_['allocated_proportion']:.1%} of reports)",
         )
@@ -312,7 +316,8 @@ class StringDecoder:
         return solution
 
     def _infer(
-        self, candidates: list[str], solution: LeastSquares, settings: _Settings, total: int
+        self, candidates: list[str], solution: LeastSquares, settings: _Settings, total: int,
+        metric: str,
     ) -> list[dict[str, Any]]:
         """Inference: estimates, standard errors, p-values and detections of every
         candidate; returns the result rows of the detected ones, largest first."""
@@ -343,8 +348,8 @@ class StringDecoder:
         found = np.flatnonzero(detected)
         order = found[np.argsort(-estimates[found], kind="stable")]
         return frequency_rows(
-            [candidates[s] for s in order], estimates[order], std_errors[order], raw_p[order],
-            total, z_quantile(settings.confidence),
+            metric, "string", [candidates[s] for s in order], estimates[order],
+            std_errors[order], total, z_quantile(settings.confidence), STRING_COLUMNS,
         )
 
     def _summary(
@@ -433,6 +438,7 @@ class StringDecoder:
             "params": params.to_dict(),
             "epsilon_1": params.epsilon_1,
             "epsilon_inf": params.epsilon_inf,
+            "privacy": privacy_cost(params, None, "strings"),
             "elapsed_seconds": time.perf_counter() - started,
         }
         notes = []
@@ -511,7 +517,7 @@ def decode_strings(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
         background=options.background,
         progress=options.progress,
     ).fit(counts.reports, counts.ones, options.candidates, options.candidate_map,
-          source=counts.source)
+          source=counts.source, metric=counts.metric)
     result = decoder.result_
-    result.summary.update({"metric": counts.metric, "start": counts.start, "end": counts.end})
+    result.summary.update(sample_summary(counts))
     return result

@@ -31,9 +31,14 @@ from veil.server.cli import main
 from veil.shared.kinds import StringParams
 from veil.shared.wire import make_batch, make_report
 
-RESULT_COLUMNS = [
+#: google/rappor's results.csv columns, which its tools read from a string metric's table
+RAPPOR_COLUMNS = [
     "string", "estimate", "std_error", "proportion", "prop_std_error", "prop_low_95",
-    "prop_high_95", "p_value",
+    "prop_high_95",
+]
+STRING_COLUMNS = [
+    "metric", "kind", "value", "string", "estimate", "std_error", "low_95", "high_95",
+    "proportion", "prop_std_error", "prop_low_95", "prop_high_95", "p_value", "log10_p_value",
 ]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -104,9 +109,11 @@ def test_decode_google_rappor_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0
     assert "3 of 43 candidates detected" in capsys.readouterr().out
     with open(out / "results.csv", newline="") as handle:
-        assert next(csv.reader(handle)) == RESULT_COLUMNS
+        header = next(csv.reader(handle))
+    assert header == STRING_COLUMNS
+    assert set(RAPPOR_COLUMNS) <= set(header)
     rows = _read_csv(out / "results.csv")
-    assert [row["string"] for row in rows] == names
+    assert [row["string"] for row in rows] == [row["value"] for row in rows] == names
     for row, share in zip(rows, shares, strict=True):
         # within 4 stated standard errors of the truth
         assert abs(float(row["proportion"]) - share) < 4 * float(row["prop_std_error"])
@@ -265,13 +272,14 @@ def test_decode_collected_data_over_http_and_from_the_database(
         summary = json.loads((db_out / "summary.json").read_text())
         assert summary["reports"] == INSTALLATIONS
         assert summary["metric"] == metric
-        label = "statistic" if metric in ("load_time", "battery", "latency") else "string"
+        number = metric in ("load_time", "battery", "latency")
         assert http_rows, metric
         for row in http_rows:
-            value = float(row["estimate"] if label == "statistic" else row["proportion"])
-            se = float(row["std_error"] if label == "statistic" else row["prop_std_error"])
+            assert (row["metric"], row["kind"]) == (metric, summary["kind"])
+            value = float(row["estimate"] if number else row["proportion"])
+            se = float(row["std_error"] if number else row["prop_std_error"])
             # every reported estimate within 4 of its standard errors of the truth
-            assert abs(value - truth[row[label]]) < 4 * se, (metric, row, truth)
+            assert abs(value - truth[row["value"]]) < 4 * se, (metric, row, truth)
     capsys.readouterr()
 
 

@@ -26,9 +26,10 @@ from typing import Any
 import pytest
 
 from tests.test_common_checks import EXAMPLES, IDS, population, sdk_reports
-from veil.server.analysis.results import FREQUENCY_COLUMNS, NUMBER_COLUMNS
+from veil.server.analysis.results import RESULT_COLUMNS, STRING_COLUMNS, TEXT_COLUMNS
 from veil.server.cli import main
 from veil.server.storage import open_storage
+from veil.server.storage.base import today
 from veil.shared.kinds import (
     MECHANISMS,
     CategoryParams,
@@ -102,25 +103,31 @@ def _reject_constant(name: str) -> None:
 def check_outputs(out: Path, params: MechanismParams, reports: int,
                   candidates: list[str]) -> list[dict[str, str]]:
     """The three files are there and sound; return the rows of results.csv."""
-    columns = list(NUMBER_COLUMNS if params.kind == "number" else FREQUENCY_COLUMNS)
+    columns = list(STRING_COLUMNS if params.kind == "string" else RESULT_COLUMNS)
     with open(out / "results.csv", newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         assert next(reader) == columns
         cells = list(reader)
     rows = [dict(zip(columns, row, strict=True)) for row in cells]
     for row in rows:
-        values = {name: float(row[name]) for name in columns[1:]}  # every cell a number
-        assert all(math.isfinite(v) for v in values.values()), row  # no NaN, no inf
+        assert (row["metric"], row["kind"]) == (METRIC, params.kind)
+        # every other cell a number: no NaN, no inf
+        values = {name: float(row[name]) for name in columns if name not in TEXT_COLUMNS}
+        assert all(math.isfinite(v) for v in values.values()), row
+        assert values["log10_p_value"] <= 0.0
+        assert values["p_value"] == pytest.approx(10 ** values["log10_p_value"], rel=1e-9)
         if isinstance(params, NumberParams):
-            assert row["statistic"] == "mean"
+            assert row["value"] == "mean"
             assert params.low <= values["low_95"] <= values["high_95"] <= params.high, row
+            width = params.high - params.low
+            assert values["proportion"] == pytest.approx((values["estimate"] - params.low) / width)
         else:
             # the estimate is unbiased, so it may leave [0, 1]; its interval may not
             assert 0.0 <= values["prop_low_95"] <= values["prop_high_95"] <= 1.0, row
             assert values["std_error"] >= 0 and values["prop_std_error"] >= 0, row
             assert values["estimate"] == pytest.approx(values["proportion"] * reports, abs=1e-9)
             assert 0.0 <= values["p_value"] <= 1.0, row
-    labels = [row[columns[0]] for row in rows]
+    labels = [row["value"] for row in rows]
     if params.kind == "number":
         assert labels == ["mean"]
     elif params.kind == "boolean":
@@ -134,6 +141,7 @@ def check_outputs(out: Path, params: MechanismParams, reports: int,
                          parse_constant=_reject_constant)
     assert summary["reports"] == reports
     assert summary["metric"] == METRIC
+    assert summary["start"] == summary["end"] == today()  # the day the reports were stored
     assert summary["kind"] == params.kind
 
     chart = (out / "estimates.png").read_bytes()
@@ -183,7 +191,7 @@ def test_tiny_population_decodes_to_all_three_files(
         assert not out.exists()
     code, stdout, _ = run_cli(decode_args(db, out, params, candidates), capsys)
     assert code == 0
-    assert stdout.startswith(f"{size:,} reports: ")
+    assert stdout.startswith(f"{size:,} reports on {today()}: ")
     check_outputs(out, params, size, candidates)
 
 
@@ -254,7 +262,7 @@ def test_negative_category_shares_reach_every_output(
     # ... and the summary's note names them, which the command repeats on stderr
     note = json.loads((out / "summary.json").read_text())["note"]
     assert "outside [0, 1] by sampling noise" in note
-    assert all(repr(row["string"]) in note for row in negative)
+    assert all(repr(row["value"]) in note for row in negative)
     assert f"note: {note}" in err
 
 

@@ -75,7 +75,7 @@ def test_booleans_unbiased_with_honest_errors() -> None:
     std_errors = np.zeros(runs)
     for run in range(runs):
         result = decode_counts(_document(params, {"reports": reports, "ones": int(ones[run])}))
-        assert result.rows[0]["string"] == "true"
+        assert result.rows[0]["value"] == "true"
         estimates[run] = result.rows[0]["proportion"]
         std_errors[run] = result.rows[0]["prop_std_error"]
     _check(estimates[:, None], std_errors[:, None], share)

@@ -70,7 +70,7 @@ def _check_unbiased_and_covered(estimates: np.ndarray, std_errors: np.ndarray,
 def _check_shares_stated(result: DecodeResult, noted: bool = False) -> None:
     """(c) for a frequency table: intervals in [0, 1]; a share outside it is named in a
     note, and a note appears only then (or when ``noted``, for another reason)."""
-    outside = [row["string"] for row in result.rows if not 0.0 <= row["proportion"] <= 1.0]
+    outside = [row["value"] for row in result.rows if not 0.0 <= row["proportion"] <= 1.0]
     for row in result.rows:  # never an empty interval, even for a share far below 0
         assert 0.0 <= row["prop_low_95"] <= row["prop_high_95"] <= 1.0, row
     assert ("note" in result.summary) == (bool(outside) or noted), (outside, result.summary)
@@ -116,7 +116,7 @@ def test_booleans(reports: int) -> None:
     estimates, std_errors = np.zeros(RUNS), np.zeros(RUNS)
     for run in range(RUNS):
         result = decode_counts(_document(BOOLEAN, {"reports": reports, "ones": int(ones[run])}))
-        assert [row["string"] for row in result.rows] == ["true", "false"]
+        assert [row["value"] for row in result.rows] == ["true", "false"]
         estimates[run] = result.rows[0]["proportion"]
         std_errors[run] = result.rows[0]["prop_std_error"]
         _check_shares_stated(result)

@@ -325,11 +325,11 @@ def test_decode_counts_of_simulated_reports(params: OracleParams) -> None:
                 "reports": reports,
                 "cohorts": [{"cohort": 0, "reports": reports, **statistic.to_entry(state)}]}
     result = decode_counts(document)
-    assert result.column("string") == list(params.categories)
+    assert result.column("value") == list(params.categories)
     truth = {c: values.count(c) / n for c in params.categories}
     for row in result.rows:
         # within 4 stated standard errors of the realized shares
-        assert abs(row["proportion"] - truth[row["string"]]) <= 4 * row["prop_std_error"], row
+        assert abs(row["proportion"] - truth[row["value"]]) <= 4 * row["prop_std_error"], row
     summary = result.summary
     assert summary["oracle"] == params.oracle and summary["reports"] == n
     assert summary["support_probs"] == list(params.support_probs)
@@ -446,7 +446,7 @@ def test_veil_decode_of_a_tiny_population_from_a_database(
                      "--out", str(out)]) == 0
         with open(out / "results.csv", newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle))
-        assert [row["string"] for row in rows] == list(params.categories)
+        assert [row["value"] for row in rows] == list(params.categories)
         assert all(math.isfinite(float(row["proportion"])) for row in rows)
         summary = json.loads((out / "summary.json").read_text())
         assert summary["reports"] == 4 and summary["oracle"] == params.oracle

@@ -28,4 +28,7 @@ def test_demo_detects_the_top_strings_and_cleans_up(tmp_path, capsys) -> None:
     assert "epsilon_inf" in printed and "temporary files removed" in printed
     assert list(temp_root.iterdir()) == []  # state dirs, SQLite file and log all removed
     assert (out / "demo.png").read_bytes()[:4] == b"\x89PNG"
-    assert (out / "homepage_results.csv").read_text().startswith("string,estimate")
+    header = (out / "homepage_results.csv").read_text().splitlines()[0].split(",")
+    # the tidy table, with google/rappor's columns for its tools
+    assert header[:4] == ["metric", "kind", "value", "string"]
+    assert {"estimate", "std_error", "proportion", "prop_low_95", "prop_high_95"} <= set(header)

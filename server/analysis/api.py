@@ -1,0 +1,86 @@
+"""Decoding collected data in one call, for notebooks and scripts (and ``veil decode``).
+
+>>> result = decode_metric(db="veil.db", metric="dark_mode")            # doctest: +SKIP
+>>> result.to_pandas()                                           # doctest: +SKIP
+>>> result.plot()                                                # doctest: +SKIP
+>>> decode_metric_by_day(db="veil.db", metric="dark_mode").plot()       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from veil.server.analysis.candidate_map import read_candidates
+from veil.server.analysis.daily import DailyResult, decode_days
+from veil.server.analysis.decode import decode_counts
+from veil.server.analysis.results import DecodeResult
+from veil.server.analysis.sources import collected_counts, daily_counts
+from veil.server.cli.options import ENVIRONMENT, env_value
+
+Candidates = Sequence[str] | str | Path | None
+
+
+def _candidates(candidates: Candidates) -> Sequence[str] | None:
+    """A list of candidate strings as given, or read from a file (one per line)."""
+    if isinstance(candidates, str | Path):
+        return read_candidates(candidates)
+    return candidates
+
+
+def _token(server: str | None, token: str | None) -> str | None:
+    """The read token given, else ``$VEIL_READ_TOKEN`` for a server (as ``veil decode``)."""
+    if server is None or token is not None:
+        return token
+    return env_value(ENVIRONMENT["token"])
+
+
+def decode_metric(
+    *,
+    metric: str,
+    db: str | Path | None = None,
+    server: str | None = None,
+    token: str | None = None,
+    candidates: Candidates = None,
+    start: str | None = None,
+    end: str | None = None,
+    force: bool = False,
+    **options: Any,
+) -> DecodeResult:
+    """Decode ``metric`` over the UTC days ``start``..``end`` (inclusive; open when None)
+    from a collector's database file (``db``) or its HTTP API (``server``, with a read
+    ``token``, by default ``$VEIL_READ_TOKEN``).
+
+    ``candidates`` (string metrics) is a list of strings or a file with one per line.
+    ``force`` (``db`` only) decodes below the metric's ``min_reports``. ``options`` go to
+    :func:`~veil.server.analysis.decode.decode_counts` (``correction``, ``alpha``,
+    ``confidence``, ``background``). The summary's ``start`` and ``end`` are the first
+    and last day that hold reports.
+    """
+    document, source = collected_counts(metric, db=db, server=server,
+                                        token=_token(server, token), start=start, end=end,
+                                        force=force)
+    return decode_counts(document, _candidates(candidates), source=source, **options)
+
+
+def decode_metric_by_day(
+    *,
+    metric: str,
+    db: str | Path | None = None,
+    server: str | None = None,
+    token: str | None = None,
+    candidates: Candidates = None,
+    start: str | None = None,
+    end: str | None = None,
+    force: bool = False,
+    **options: Any,
+) -> DailyResult:
+    """Decode ``metric`` separately for each UTC day of ``start``..``end`` that holds
+    reports; arguments as :func:`decode_metric`. Days with fewer reports than the metric's
+    ``min_reports`` (unless ``force``) or than an estimate needs are skipped and listed
+    in the result's ``skipped``."""
+    documents, skipped = daily_counts(metric, db=db, server=server,
+                                      token=_token(server, token), start=start, end=end,
+                                      force=force)
+    return decode_days(documents, _candidates(candidates), skipped, **options)
