@@ -126,11 +126,41 @@ def run_demo_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def configure_populate(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil populate``."""
+    from veil.server.cli.options import ENVIRONMENT, env_value
+
+    server = env_value(ENVIRONMENT["server"])
+    parser.add_argument("--server", default=server, required=server is None,
+                        help="the collector's base URL (default: $VEIL_URL)")
+    parser.add_argument("--upload-token", default=env_value(ENVIRONMENT["upload_token"]),
+                        help="upload token, when the collector requires one "
+                        "(default: $VEIL_UPLOAD_TOKEN)")
+    parser.add_argument("--installations", type=int, default=20_000,
+                        help="simulated installations, one report each per metric (default 20000)")
+    parser.add_argument("--metric", action="append", default=None,
+                        help="only this metric (repeatable; default: every metric served)")
+    parser.add_argument("--candidates-out", type=Path, default=None,
+                        help="write the candidate strings to decode against to this file")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the simulated population")
+
+
+def run_populate(args: argparse.Namespace) -> int:
+    """Upload simulated installations' reports to a running collector."""
+    from veil.simulations.populate import populate
+
+    populate(args.server, args.installations, token=args.upload_token, metrics=args.metric,
+             seed=args.seed, candidates_out=args.candidates_out)
+    return 0
+
+
 COMMANDS = [
     ("demo", "run collector, thousands of real clients and the decoder on this machine (< 1 min)",
      configure_demo, run_demo_command),
     ("experiment", "run a published experiment and write CSV, PNG plots and an HTML report",
      configure_experiment, run_experiment_command),
+    ("populate", "upload simulated installations' reports to a running collector, to try it out",
+     configure_populate, run_populate),
     ("simulate", "time simulated encoding, aggregation and decoding of string reports",
      configure_simulate, run_simulate),
 ]

@@ -17,7 +17,7 @@ GROUPS = {
     "analysis": ["decode", "map"],
     "collector": ["metrics", "serve", "export", "rebuild-aggregates", "backup"],
     "init": ["init"],
-    "simulations": ["demo", "experiment", "simulate"],
+    "simulations": ["demo", "experiment", "populate", "simulate"],
     "storage": ["check", "migrate", "stats"],
 }
 

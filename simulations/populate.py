@@ -1,0 +1,159 @@
+"""``veil populate``: simulated installations upload reports to a running collector.
+
+A collector releases counts only once a metric holds ``min_reports`` reports,
+so a new deployment has nothing to decode. ``veil populate`` fills it with a
+known truth: it reads the registry the collector serves, draws one value per
+installation and metric from a fixed population (sites with Zipf 1.5
+popularity for strings, Zipf-shared categories, a 35% yes-share, a skewed
+number within the metric's bounds), randomizes every value with the metric's
+own mechanism (the vectorized simulation encoders, same law as the SDK) and
+uploads the reports over HTTP in batches, exactly as clients would. It also
+writes the candidate strings to decode against, decoys included, and prints
+the truth to compare the decoded estimates with.
+
+Use it on a collector you are trying out, never on one that holds real data:
+its reports would mix with the real ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import requests
+
+from veil.shared.errors import ParameterError, VeilError
+from veil.shared.kinds import NumberParams
+from veil.shared.kinds.category import CategoryList
+from veil.shared.registry import Metric, Registry
+from veil.shared.wire import make_batch, make_report
+from veil.simulations.demo import DECOYS, SITES
+from veil.simulations.encoders import SIMULATORS
+from veil.simulations.populations import distribution_weights
+from veil.simulations.report import progress
+
+#: the share of installations whose boolean metrics are true
+YES_SHARE = 0.35
+#: reports per uploaded batch (well under the collector's default limit)
+BATCH_REPORTS = 2_000
+#: seconds to wait for each batch's answer
+TIMEOUT = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Populated:
+    """What :func:`populate` uploaded: reports accepted per metric and the true values drawn."""
+
+    accepted: dict[str, int]
+    truth: dict[str, str]
+
+
+def _shares(labels: list[str], rng: np.random.Generator, n: int) -> tuple[list[str], str]:
+    """``n`` draws from ``labels`` with Zipf 1.5 shares, and the true shares described."""
+    weights = distribution_weights("zipf1.5", len(labels))
+    draws = rng.choice(len(labels), n, p=weights)
+    counts = np.bincount(draws, minlength=len(labels))
+    top = ", ".join(f"{labels[i]} {counts[i] / n:.1%}" for i in np.argsort(-counts)[:5])
+    return [labels[i] for i in draws], top
+
+
+def _values(metric: Metric, rng: np.random.Generator, n: int) -> tuple[list[Any], str]:
+    """One true value per installation for ``metric``, and its truth in words."""
+    params = metric.params
+    if metric.kind == "string":
+        return _shares(list(SITES), rng, n)
+    if isinstance(params, CategoryList):
+        return _shares(list(params.categories), rng, n)
+    if metric.kind == "boolean":
+        flags = rng.random(n) < YES_SHARE
+        return [bool(v) for v in flags], f"{flags.mean():.1%} true"
+    if isinstance(params, NumberParams):
+        span = params.high - params.low
+        numbers = np.clip(params.low + rng.gamma(2.0, span / 8.0, n), params.low, params.high)
+        return [float(v) for v in numbers], f"mean {numbers.mean():.4g}"
+    raise ParameterError("metric", f"metric {metric.name!r}: no simulated population for kind "
+                         f"{metric.kind!r}")
+
+
+def fetch_registry(server: str, timeout: float = TIMEOUT) -> Registry:
+    """The registry ``server`` serves at ``/v1/metrics``."""
+    address = f"{server.rstrip('/')}/v1/metrics"
+    try:
+        response = requests.get(address, timeout=timeout)
+    except requests.RequestException as exc:
+        raise VeilError(f"GET {address} failed: {exc}; is the collector running?") from None
+    if response.status_code != 200:
+        raise VeilError(f"GET {address} answered HTTP {response.status_code}")
+    return Registry.from_dict(response.json(), lenient=True)
+
+
+def _upload(session: requests.Session, server: str, token: str | None,
+            reports: list[dict[str, Any]]) -> int:
+    """POST one batch; the number of reports the collector accepted."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    batch = make_batch(os.urandom(16).hex(), reports)
+    response = session.post(f"{server}/v1/reports", json=batch, headers=headers, timeout=TIMEOUT)
+    if response.status_code >= 300:
+        try:
+            error = response.json().get("error", {})
+            detail = error.get("message", response.text) if isinstance(error, dict) else error
+        except ValueError:
+            detail = response.text[:200]
+        hint = " (give --upload-token or set VEIL_UPLOAD_TOKEN)" if response.status_code == 401 else ""
+        raise VeilError(f"POST {server}/v1/reports answered HTTP {response.status_code}: "
+                        f"{detail}{hint}")
+    return int(response.json().get("accepted", len(reports)))
+
+
+def populate(server: str, installations: int, *, token: str | None = None,
+             metrics: list[str] | None = None, seed: int = 1,
+             candidates_out: Path | None = None,
+             say: Callable[[str], None] = print) -> Populated:
+    """Upload one simulated report per installation and metric to ``server``.
+
+    ``metrics`` limits the metrics (default: all the registry's);
+    ``candidates_out`` receives the string candidates (the sites and decoys,
+    one per line). Returns the reports accepted per metric and the truth.
+    """
+    if isinstance(installations, bool) or not isinstance(installations, int) or installations < 1:
+        raise ParameterError("installations",
+                             f"--installations must be an integer >= 1; got {installations!r}")
+    server = server.rstrip("/")
+    registry = fetch_registry(server)
+    names = list(registry) if metrics is None else metrics
+    unknown = [name for name in names if name not in registry]
+    if unknown:
+        raise ParameterError("metric", f"the collector serves no metric {unknown[0]!r}; "
+                             f"it serves {', '.join(registry)}")
+    rng = np.random.default_rng(seed)
+    accepted: dict[str, int] = {}
+    truth: dict[str, str] = {}
+    with requests.Session() as session:
+        for name in names:
+            metric = registry[name]
+            values, truth[name] = _values(metric, rng, installations)
+            simulated = SIMULATORS[metric.params.mechanism_name](metric.params, values, rng)
+            fingerprint = metric.params.fingerprint
+            cohorts = simulated.cohorts.tolist() if metric.params.has_cohorts else None
+            batches = range(0, installations, BATCH_REPORTS)
+            accepted[name] = 0
+            for start in progress(batches, f"upload {name}", len(batches)):
+                stop = min(start + BATCH_REPORTS, installations)
+                reports = [
+                    make_report(os.urandom(16).hex(), name,
+                                None if cohorts is None else cohorts[i],
+                                simulated.payloads[i], fingerprint)
+                    for i in range(start, stop)
+                ]
+                accepted[name] += _upload(session, server, token, reports)
+            say(f"{name}: {accepted[name]:,} reports accepted; truth: {truth[name]}")
+    if candidates_out is not None:
+        candidates_out.parent.mkdir(parents=True, exist_ok=True)
+        candidates_out.write_text("".join(f"{s}\n" for s in (*SITES, *DECOYS)), encoding="utf-8")
+        say(f"candidates: {candidates_out} ({len(SITES)} sites that were reported and "
+            f"{len(DECOYS)} that were not)")
+    return Populated(accepted, truth)

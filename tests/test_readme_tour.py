@@ -1,0 +1,131 @@
+"""README.md's five-minute tour, run as written: README and code cannot drift apart.
+
+The tour's fenced blocks run in order in one empty directory, through the
+installed ``veil`` command, with two substitutions only: a free port for 8080
+(another program may hold it) and a state directory inside that directory for
+the client (a test must not write into the user's home). The TOML block is
+written to the file its first line names; bash blocks run in one bash session
+(so ``export`` carries over), with ``veil serve`` started in the background and
+waited for; Python blocks run as scripts, and a line ending in a comment that
+starts with a number (``...epsilon_inf   # 4.39``) must print that number.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+#: an expression line whose comment states its value, e.g. ``...epsilon_inf   # 4.39 (= 4 ln 3)``
+CLAIM = re.compile(r"^(?P<expr>[^#\s].*?)\s+#\s*(?P<value>-?\d+(?:\.\d+)?)\b")
+SERVE_WAIT = """
+for _ in $(seq 300); do
+  python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:{port}/readyz', timeout=1)" \\
+    2>/dev/null && break
+  sleep 0.1
+done
+"""
+
+
+def tour_blocks() -> list[tuple[str, str]]:
+    """The (language, text) of each fenced block in the README's tour section."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## A five-minute tour")
+    end = text.find("\n## ", start + 1)
+    return [(m.group(1), m.group(2)) for m in FENCE.finditer(text[start:end if end > 0 else None])]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def python_script(block: str) -> str:
+    """The block, each value-stating line turned into a print the test compares."""
+    lines = []
+    for line in block.splitlines():
+        claim = CLAIM.match(line)
+        if claim and not line.lstrip().startswith(("from ", "import ")) and "=" not in claim["expr"]:
+            lines.append(f"print('CLAIM', {claim['value']!r}, repr({claim['expr']}))")
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def bash_script(block: str, port: int) -> str:
+    """The block with ``veil serve`` in the background, waited for until it is ready."""
+    logical = block.replace("\\\n", " ")
+    out = []
+    for line in logical.splitlines():
+        if line.strip().startswith("veil serve "):
+            out.append(f"{line} > serve.log 2>&1 &")
+            out.append("echo $! > serve.pid")
+            out.append(SERVE_WAIT.format(port=port))
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_the_readme_tour_runs_as_written(tmp_path: Path) -> None:
+    if shutil.which("veil") is None:
+        pytest.skip("the veil command is not installed (pip install -e '.[dev]')")
+    blocks = tour_blocks()
+    assert [language for language, _ in blocks].count("bash") >= 3, "the tour lost its commands"
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["HOME"] = str(tmp_path / "home")
+    env["XDG_STATE_HOME"] = str(tmp_path / "home" / "state")
+    script = ["set -euo pipefail", "trap 'kill $(cat serve.pid) 2>/dev/null || true' EXIT"]
+    claims = 0
+    for number, (language, text) in enumerate(blocks):
+        text = text.replace("8080", str(port))
+        if language == "toml":
+            name = text.splitlines()[0].lstrip("# ").strip()
+            (tmp_path / name).write_text(text, encoding="utf-8")
+        elif language == "bash":
+            script.append(bash_script(text, port))
+        elif language == "python":
+            path = tmp_path / f"block{number}.py"
+            path.write_text(python_script(text), encoding="utf-8")
+            claims += python_script(text).count("print('CLAIM'")
+            script.append(f"python3 {path.name} | tee -a claims.txt")
+    completed = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=600, check=False)
+    log = (tmp_path / "serve.log").read_text() if (tmp_path / "serve.log").exists() else ""
+    assert completed.returncode == 0, (
+        f"the tour failed:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}\n"
+        f"collector log:\n{log[-2000:]}"
+    )
+
+    # what the tour says it writes is there and says what the tour says
+    summary = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert summary["detected"] >= 3, summary
+    with open(tmp_path / "results" / "results.csv", newline="") as table:
+        rows = list(csv.DictReader(table))
+    assert len(rows) == summary["detected"]
+    for column in ("string", "estimate", "std_error", "prop_low_95", "prop_high_95", "p_value",
+                   "log10_p_value"):
+        assert column in rows[0], column
+    with open(tmp_path / "candidates.txt") as listed:
+        assert {row["string"] for row in rows} <= set(listed.read().split())
+    assert (tmp_path / "results" / "estimates.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "regression" / "report.html").exists()
+    stated = [line.split(" ", 2) for line in (tmp_path / "claims.txt").read_text().splitlines()
+              if line.startswith("CLAIM ")]
+    assert len(stated) == claims > 0
+    for _, value, shown in stated:
+        value = value.strip("'")
+        decimals = len(value.split(".")[1]) if "." in value else 0
+        assert round(float(shown), decimals) == float(value), (value, shown)
