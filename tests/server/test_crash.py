@@ -28,8 +28,8 @@ def _kill_while_uploading(collector, wire) -> tuple[list[dict], list[dict]]:
                 try:
                     response = session.post(collector.url + "/v1/reports",
                                             json=wire.batch(reports), timeout=30)
-                except requests.ConnectionError:
-                    return
+                except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
+                    return  # killed before it answered (or in the middle of its answer)
                 if response.status_code == 200 and response.json()["accepted"] == len(reports):
                     with lock:
                         acked.extend(reports)
