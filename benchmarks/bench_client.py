@@ -5,6 +5,9 @@ the production CSPRNG (``os.urandom``). Run it on an otherwise idle machine::
 
     python benchmarks/bench_client.py --repeat 5
     python benchmarks/bench_client.py --oracles     # only the category oracles
+
+The last figure is ``Client()`` against a collector that never answers: the
+constructor must not wait for the network.
 """
 
 from __future__ import annotations
@@ -146,6 +149,27 @@ def bench_client_report(count: int, repeat: int) -> None:
         print(f"{label:<26} {best:>12,.0f} reports/s")
 
 
+def bench_construction(repeat: int) -> None:
+    """``Client()`` and ``close()`` against a collector that accepts connections and never
+    answers, with no cached registry: neither may wait for the network."""
+    print("\nClient() against a collector that never answers (no cached registry)")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        slowest = closing = 0.0
+        for _ in range(repeat):
+            with tempfile.TemporaryDirectory() as state:
+                started = time.perf_counter()
+                client = Client(url, state)
+                slowest = max(slowest, time.perf_counter() - started)
+                client.report("homepage", "example.com")
+                started = time.perf_counter()
+                client.close()
+                closing = max(closing, time.perf_counter() - started)
+    print(f"Client() {slowest * 1000:,.1f} ms, close() {closing:.2f} s (slowest of {repeat})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=int, default=30_000, help="reports per timed run")
@@ -163,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_other_kinds(args.reports // 3, args.repeat)
     bench_oracles(args.reports, args.repeat)
     bench_client_report(args.reports // 2, args.repeat)
+    bench_construction(args.repeat)
     return 0
 
 
