@@ -163,6 +163,11 @@ def _check_url(url: Any, source: str) -> str:
     return url.rstrip("/")
 
 
+def _values(count: int) -> str:
+    """``1 value``, ``2 values``: counts in log lines and errors."""
+    return f"{count} value" if count == 1 else f"{count} values"
+
+
 def _enable_debug_logging() -> None:
     """``debug=True``: log on ``veil.client`` at DEBUG level, to stderr unless the application
     has a handler for it."""
@@ -525,7 +530,7 @@ class Client:
                 self._waiting.clear()
         self._registry_problem = problem
         if expired:
-            self._drop("no_registry", f"dropped {expired} values that waited {WAITING_SECONDS:g} s "
+            self._drop("no_registry", f"dropped {_values(expired)} that waited {WAITING_SECONDS:g} s "
                        f"for the metric registry, which could not be fetched: {problem}", expired)
         if loaded:
             log.info("could not refresh the metric registry; using the one loaded: %s", problem)
@@ -562,7 +567,7 @@ class Client:
             self._report(metric, value)
             return
         if expired:
-            self._drop("no_registry", f"dropped {expired} values that waited "
+            self._drop("no_registry", f"dropped {_values(expired)} that waited "
                        f"{WAITING_SECONDS:g} s for the metric registry", expired)
         if not kept:
             self._drop("no_registry", f"dropped a report of {metric!r}: {MAX_WAITING} values "
@@ -887,7 +892,7 @@ class Client:
             held = self._outbox.held() if remaining else 0
         waiting = len(self._waiting)
         if error is None and waiting:
-            error = (f"{waiting} values wait in memory for the metric registry: "
+            error = (f"{_values(waiting)} waiting in memory for the metric registry: "
                      f"{self._registry_problem or 'the fetch is still under way'}")
         elif error is None and held:
             error = (f"{held} reports are held by another upload in progress (another thread, "
@@ -960,7 +965,7 @@ class Client:
             count = len(self._waiting)
             self._waiting.clear()
         if count:
-            self._drop("no_registry", f"dropped {count} values that still waited for the metric "
+            self._drop("no_registry", f"dropped {_values(count)} that still waited for the metric "
                        "registry when the client closed", count)
         try:
             with self._lock:
