@@ -17,6 +17,7 @@ once per cause. ``strict=True`` raises instead, for tests and development.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import logging
@@ -52,7 +53,6 @@ from veil.client.registry_source import (
     resolve_registry,
 )
 from veil.client.state import (
-    REGISTRY_CACHE_FILE,
     cohort_seed,
     ledger_lost_at,
     open_database,
@@ -79,7 +79,8 @@ DEFAULT_FLUSH_TIMEOUT = 2.0
 DEFAULT_CLOSE_TIMEOUT = 1.0
 #: values that may wait in memory for the registry (raw values: never written to disk) ...
 MAX_WAITING = 1_000
-#: ... and how long each may wait once a fetch of the registry has failed
+#: ... and how long after it was reported each is kept for sure: the next value that has to
+#: wait, or the next failed fetch of the registry, drops those reported longer ago
 WAITING_SECONDS = 10.0
 #: a report waiting for the registry starts a new fetch at most this often
 FETCH_RETRY_SECONDS = 5.0
@@ -138,11 +139,19 @@ class _Metrics:
 
     registry: Registry
     refused: dict[str, str]
-    loaded: bool
     prepared: dict[str, tuple[Metric, Encoder[Any]]] = dataclasses.field(default_factory=dict)
 
+    @property
+    def loaded(self) -> bool:
+        """False for the stand-in used until a registry arrives."""
+        return self is not _NOT_LOADED
 
-_NOT_LOADED = _Metrics(Registry([]), {}, loaded=False)
+    def uses(self, registry: Registry) -> bool:
+        """Whether ``registry`` is the one loaded already."""
+        return self.loaded and self.registry == registry
+
+
+_NOT_LOADED = _Metrics(Registry([]), {})
 
 
 def _positive(name: str, value: Any, *, integer: bool = False, upper: float = math.inf) -> None:
@@ -161,6 +170,17 @@ def _check_url(url: Any, source: str) -> str:
             f"got {url!r}",
         )
     return url.rstrip("/")
+
+
+def _check_token(token: Any, source: str) -> str:
+    """``token`` checked; the message never shows it (it is a secret)."""
+    if not isinstance(token, str) or not token or "\n" in token:
+        raise ParameterError(
+            "token",
+            f"{source} must be a non-empty string without line breaks (leave it out for "
+            "collectors open to uploads)",
+        )
+    return token
 
 
 def _values(count: int) -> str:
@@ -203,10 +223,11 @@ class Client:
 
     By default nothing the SDK meets raises into the application: a report that
     cannot be queued is dropped, counted in :attr:`drops` and logged once per
-    cause, and a missing URL or an unusable state directory disables the client
-    (logged as an error). ``strict=True`` raises instead, and fetches the
-    registry in the constructor. ``debug=True`` logs every drop.
-    ``disabled=True`` makes every call a no-op: nothing is stored or sent.
+    cause, and a missing URL, a bad ``VEIL_*`` variable or an unusable state
+    directory disables the client (logged as an error). ``strict=True`` raises
+    instead, and fetches the registry in the constructor. ``debug=True`` logs
+    every drop. ``disabled=True`` makes every call a no-op: nothing is stored or
+    sent.
     """
 
     def __init__(
@@ -243,12 +264,8 @@ class Client:
         self.disabled = settings.flag("disabled", disabled, settings.DISABLED_VARIABLE)
         if self.debug:
             _enable_debug_logging()
-        if token is None:
-            token = settings.environment(settings.TOKEN_VARIABLE)
-        if token is not None and (not isinstance(token, str) or not token or "\n" in token):
-            raise ParameterError(
-                "token", "token must be a non-empty string (or None for open collectors)"
-            )
+        if token is not None:
+            _check_token(token, "token")
         if budget is not None:
             _positive("budget", budget)
         if not isinstance(background, bool):
@@ -281,9 +298,9 @@ class Client:
         if app_name is not None:
             settings.check_app_name(app_name)
         given = given_registry(registry)
-        self.url: str | None = None
         if url is not None:
-            self.url = _check_url(url, "url")
+            url = _check_url(url, "url")
+        #: the bearer token: the argument, else (once started) ``VEIL_UPLOAD_TOKEN``
         self.token = token
         self.budget = budget
         self.background = background
@@ -296,7 +313,6 @@ class Client:
         self.outbox_policy = outbox_policy
         self._drop_oldest = outbox_policy == "drop-oldest"
         self.retry_policy = RetryPolicy(max_retries, float(backoff_base), float(backoff_cap))
-        self.state_dir: Path | None = None
         self.transport: Transport = RequestsTransport() if transport is None else transport
         self._own_transport = transport is None
 
@@ -321,33 +337,30 @@ class Client:
         self._drops_at_close = dict.fromkeys(DROP_CAUSES, 0)
         #: reports dropped since the outbox was last found full (logged once per episode)
         self._outbox_full_drops = 0
-        self._cohort_seed: int | None = None
         self._worker: BackgroundWorker | None = None
         if self.disabled:
-            self._closed = True
             log.debug("Veil is disabled: reports are neither stored nor sent")
             return
-        self._start(state_dir, app_name, given)
+        self._start(url, state_dir, app_name, given)
 
     # ---------------------------------------------------------------- set-up
 
     def _start(
-        self, state_dir: str | os.PathLike[str] | None, app_name: str | None,
+        self, url: str | None, state_dir: str | os.PathLike[str] | None, app_name: str | None,
         given: Registry | None,
     ) -> None:
-        """Open the state directory and find the registry, or disable the client (non-strict)
-        when the URL or the state directory is missing or unusable."""
+        """Read the environment, open the state directory and find the registry, or disable the
+        client (non-strict) when the URL, the token or the state directory is missing or bad."""
         connection: sqlite3.Connection | None = None
         try:
-            self.url = self._endpoint = self._collector_url()
-            self.state_dir = self._directory = prepare_directory(
-                self._state_directory(state_dir, app_name)
-            )
+            self._url = self._collector_url(url)
+            self.token = self._upload_token()
+            self._directory = prepare_directory(self._state_directory(state_dir, app_name))
             connection, self._secret = open_state(self._directory)
             self._attach(connection, recover=True)
-            self._seed = self._cohort_seed = cohort_seed(connection, self._secret)
+            self._cohort_seed = cohort_seed(connection, self._secret)
             if given is None and self.strict:
-                given = resolve_registry(self._endpoint, self._directory, self.transport,
+                given = resolve_registry(self._url, self._directory, self.transport,
                                          token=self.token, timeout=self.timeout)
         except BaseException as problem:
             if connection is not None:
@@ -356,13 +369,12 @@ class Client:
                 self._release_transport()
                 raise
             log.error("Veil is disabled: %s", problem)
-            self.disabled = self._closed = True
-            self._cohort_seed = None
+            self.disabled = True
             return
         if given is not None:
             self._install(given)
         else:
-            cached = read_cache(self._directory / REGISTRY_CACHE_FILE)
+            cached = read_cache(self._directory)
             if cached is not None:
                 self._install(cached)
             self._start_fetch()
@@ -372,16 +384,25 @@ class Client:
                 interval=self.flush_interval, at_exit=self._close_at_exit,
             )
 
-    def _collector_url(self) -> str:
+    @staticmethod
+    def _collector_url(url: str | None) -> str:
         """The collector's URL: the argument (checked already), else ``VEIL_URL``."""
-        if self.url is not None:
-            return self.url
+        if url is not None:
+            return url
         found = settings.environment(settings.URL_VARIABLE)
         if found is None:
             raise ParameterError(
                 "url", f"no collector URL: pass url= or set {settings.URL_VARIABLE}"
             )
         return _check_url(found, settings.URL_VARIABLE)
+
+    def _upload_token(self) -> str | None:
+        """The bearer token: the argument (checked already), else ``VEIL_UPLOAD_TOKEN``, else
+        ``None`` (an open collector)."""
+        if self.token is not None:
+            return self.token
+        found = settings.environment(settings.TOKEN_VARIABLE)
+        return None if found is None else _check_token(found, settings.TOKEN_VARIABLE)
 
     def _state_directory(
         self, state_dir: str | os.PathLike[str] | None, app_name: str | None
@@ -411,6 +432,16 @@ class Client:
         """Close the default transport (one the caller passed in stays theirs until we exist)."""
         if self._own_transport:
             self.transport.close()
+
+    @property
+    def url(self) -> str | None:
+        """The collector's base URL: ``url``, else ``VEIL_URL`` (``None`` when disabled)."""
+        return None if self.disabled else self._url
+
+    @property
+    def state_dir(self) -> Path | None:
+        """The installation's state directory (``None`` when disabled)."""
+        return None if self.disabled else self._directory
 
     @property
     def session(self) -> requests.Session:
@@ -469,25 +500,42 @@ class Client:
     def _install(self, registry: Registry) -> None:
         """Use ``registry`` from now on, and encode the values that waited for it."""
         refused = self._limits.refusals(registry)
-        with self._waiting_lock:
-            previous = self._metrics
-            changed = not (previous.loaded and previous.registry == registry)
-            if changed:
-                self._metrics = _Metrics(registry, refused, loaded=True)
-            self._fetching = False
-            self._fetch_ended = time.monotonic()
-            waiting = list(self._waiting)
-            self._waiting.clear()
-        self._registry_problem = None
-        self._registry_warned = False
-        if changed:
+        previous, ready, _ = self._end_fetch(_Metrics(registry, refused), None)
+        if not previous.uses(registry):
             for name, why in refused.items():
                 if previous.refused.get(name) != why:
                     log.error("%s", why)
             for name in sorted(set(self._limits.pinned) - set(registry)):
                 log.warning("pinned metric %r is not in the registry", name)
-        for metric, value, _ in waiting:
-            self._submit(metric, value)
+        for metric, value, _ in ready:
+            self._submit(metric, value, strict=False)
+
+    def _end_fetch(
+        self, metrics: _Metrics | None, problem: str | None
+    ) -> tuple[_Metrics, list[tuple[Any, Any, float]], int]:
+        """A fetch of the registry ended (or a registry was given or cached): use ``metrics``
+        unless its registry is in use already; ``None``: the fetch failed with ``problem``.
+
+        Returns the metrics in use until now, the values to report now (once a
+        registry is loaded, every value waiting) and, after a failed fetch, how
+        many values it removed for waiting too long (:meth:`_expire_waiting`).
+        """
+        now = time.monotonic()
+        ready: list[tuple[Any, Any, float]] = []
+        with self._waiting_lock:
+            previous = self._metrics
+            if metrics is not None and not previous.uses(metrics.registry):
+                self._metrics = metrics
+            self._fetching = False
+            self._fetch_ended = now
+            expired = 0 if metrics is not None else self._expire_waiting(now)
+            if self._metrics.loaded:
+                ready = list(self._waiting)
+                self._waiting.clear()
+        self._registry_problem = problem
+        if problem is None:
+            self._registry_warned = False
+        return previous, ready, expired
 
     def _start_fetch(self, *, unless_within: float = 0.0) -> threading.Event:
         """Fetch the registry in a daemon thread (unless one is at it, or the last attempt
@@ -504,7 +552,7 @@ class Client:
 
     def _fetch_registry(self, done: threading.Event) -> None:
         try:
-            registry = fetch_registry(self.transport, self._endpoint, self._directory,
+            registry = fetch_registry(self.transport, self._url, self._directory,
                                       token=self.token, timeout=self.timeout)
         except VeilError as problem:
             self._registry_unavailable(str(problem))
@@ -519,39 +567,38 @@ class Client:
     def _registry_unavailable(self, problem: str) -> None:
         """A fetch failed: forget the values that waited too long; with a registry loaded (this
         was a refresh), the values that waited for it are reported against the one in use."""
-        now = time.monotonic()
-        with self._waiting_lock:
-            self._fetching = False
-            self._fetch_ended = now
-            loaded = self._metrics.loaded
-            expired = self._expire_waiting(now)
-            retry = list(self._waiting) if loaded else []
-            if loaded:
-                self._waiting.clear()
-        self._registry_problem = problem
-        if expired:
-            self._drop("no_registry", f"dropped {_values(expired)} that waited {WAITING_SECONDS:g} s "
-                       f"for the metric registry, which could not be fetched: {problem}", expired)
-        if loaded:
+        previous, retry, expired = self._end_fetch(None, problem)
+        self._drop_waiting(
+            expired, f"for more than {WAITING_SECONDS:g} s (it could not be fetched: {problem})"
+        )
+        if previous.loaded:
             log.info("could not refresh the metric registry; using the one loaded: %s", problem)
         elif not self._registry_warned:
             self._registry_warned = True
             log.warning(
                 "the metric registry is not available yet: %s. Up to %d values wait in memory "
-                "for it (each for %g s after a failed fetch), then are dropped and counted in "
-                "client.drops['no_registry']", problem, MAX_WAITING, WAITING_SECONDS,
+                "for it; one reported more than %g s ago is dropped when the next value waits or "
+                "the next fetch fails, and counted in client.drops['no_registry']",
+                problem, MAX_WAITING, WAITING_SECONDS,
             )
         for metric, value, _ in retry:
-            self._submit(metric, value)
+            self._submit(metric, value, strict=False)
 
     def _expire_waiting(self, now: float) -> int:
-        """Remove the values that waited longer than :data:`WAITING_SECONDS` (call it holding
-        the waiting lock); return how many."""
+        """Remove the values reported more than :data:`WAITING_SECONDS` before ``now`` (call it
+        holding the waiting lock); return how many."""
         waiting, expired = self._waiting, 0
         while waiting and now - waiting[0][2] > WAITING_SECONDS:
             waiting.popleft()
             expired += 1
         return expired
+
+    def _drop_waiting(self, count: int, why: str) -> None:
+        """Count and log ``count`` values dropped after waiting for the registry (``why`` ends
+        the message: how long they waited)."""
+        if count:
+            self._drop("no_registry", f"dropped {_values(count)} that waited for the metric "
+                       f"registry {why}", count)
 
     def _wait_for_registry(self, metrics: _Metrics, metric: Any, value: Any) -> None:
         """Keep ``value`` in memory until the registry arrives (bounded in count and time)."""
@@ -566,9 +613,7 @@ class Client:
         if not current:  # the registry arrived meanwhile
             self._report(metric, value)
             return
-        if expired:
-            self._drop("no_registry", f"dropped {_values(expired)} that waited "
-                       f"{WAITING_SECONDS:g} s for the metric registry", expired)
+        self._drop_waiting(expired, f"for more than {WAITING_SECONDS:g} s")
         if not kept:
             self._drop("no_registry", f"dropped a report of {metric!r}: {MAX_WAITING} values "
                        "already wait in memory for the metric registry")
@@ -594,27 +639,30 @@ class Client:
         when it arrives.
 
         It never raises by default: an unknown metric, a bad value, a report
-        over the ``budget``, a refused metric, a full outbox or a closed client
-        drop the report (nothing is queued or charged), count it in :attr:`drops`
-        and log the first drop of each cause. With ``strict=True`` it raises
-        :class:`UnknownMetricError`, :class:`~veil.shared.errors.ParameterError`
-        (field ``value``, naming the metric), :class:`BudgetExceededError` or
-        :class:`ClientClosedError` instead (refused metrics and a full outbox
-        still only drop).
+        over the ``budget``, a refused metric, a full outbox, a closed client or
+        a failing state database drop the report (nothing is queued or charged),
+        count it in :attr:`drops` and log the first drop of each cause. With
+        ``strict=True`` it raises :class:`UnknownMetricError`,
+        :class:`~veil.shared.errors.ParameterError` (field ``value``, naming the
+        metric), :class:`BudgetExceededError`, :class:`ClientClosedError`, or
+        :class:`StateError` or :class:`sqlite3.Error` (the state database failed)
+        instead (refused metrics and a full outbox still only drop). A disabled
+        client does nothing.
         """
-        try:
-            self._report(metric, value)
-        except _REPORT_ERRORS as problem:
-            if self.strict and not self.disabled:
-                raise
-            self._report_failed(metric, problem)
+        if self.disabled:
+            return
+        self._submit(metric, value, strict=self.strict)
 
-    def _submit(self, metric: Any, value: Any) -> None:
-        """:meth:`report` for a value that waited for the registry: never raises."""
+    def _submit(self, metric: Any, value: Any, *, strict: bool) -> None:
+        """Report a value (for :meth:`report`, or one that waited for the registry); one that
+        cannot be queued raises if ``strict``, else it is dropped, counted and logged."""
         try:
             self._report(metric, value)
         except _REPORT_ERRORS as problem:
-            self._report_failed(metric, problem)
+            if strict:
+                raise
+            cause = next(cause for kind, cause in _CAUSES if isinstance(problem, kind))
+            self._drop(cause, f"dropped a report of {metric!r}: {problem}")
 
     def _report(self, metric: Any, value: Any) -> None:
         self._check_process()
@@ -635,17 +683,13 @@ class Client:
         validate_report(wire, metrics.registry)
         body = _JSON.encode(wire)
         with self._lock:
-            saturated = self._ledger.saturated(spec, key)
-            evicted = 0
-            if saturated and not self._drop_oldest:
-                # costs nothing more: a single autocommitted insert
-                queued = self._outbox.insert(body, self.max_outbox)
+            if self._ledger.saturated(spec, key):
+                # costs nothing more: a single autocommitted insert (evicting needs a transaction)
+                queued, evicted = self._queue(body, atomic=False)
             else:
                 with transaction(self._connection):
-                    if self._drop_oldest:
-                        evicted = self._outbox.evict_oldest(self.max_outbox)
-                    queued = self._outbox.insert(body, self.max_outbox)
-                    charge = self._ledger.charge(spec, key) if queued and not saturated else None
+                    queued, evicted = self._queue(body, atomic=True)
+                    charge = self._ledger.charge(spec, key) if queued else None
                     if charge is not None:
                         if self.budget is not None:
                             total = self._ledger.total_after(charge)
@@ -660,6 +704,21 @@ class Client:
             self._note_outbox(evicted + (not queued))
         if queued and self._worker is not None:
             self._worker.nudge()
+
+    def _queue(self, body: str, *, atomic: bool) -> tuple[bool, int]:
+        """Insert ``body`` into the outbox, if it has room or (``drop-oldest``) the oldest ready
+        report makes room; return whether it was queued, and how many reports were evicted.
+
+        Call it holding the lock; ``atomic``: inside the caller's transaction, else
+        the eviction opens one (the insert alone needs none).
+        """
+        if self._outbox.insert(body, self.max_outbox):
+            return True, 0
+        if not self._drop_oldest:
+            return False, 0
+        with contextlib.nullcontext() if atomic else transaction(self._connection):
+            evicted = self._outbox.evict_oldest(self.max_outbox)
+            return self._outbox.insert(body, self.max_outbox), evicted
 
     def _prepare(
         self, metrics: _Metrics, metric: Any, value: Any
@@ -676,7 +735,7 @@ class Client:
             self._drop("privacy_limit", f"dropped a report of {metric!r}: {why}")
             return None
         spec = metrics.registry[metric]
-        prepared = (spec, make_encoder(spec, self._secret, self._seed))
+        prepared = (spec, make_encoder(spec, self._secret, self._cohort_seed))
         metrics.prepared[metric] = prepared
         return prepared
 
@@ -710,20 +769,20 @@ class Client:
             )
             self._outbox_full_drops = 0
 
-    def _report_failed(self, metric: Any, problem: BaseException) -> None:
-        """A report that could not be queued: count and log it (nothing when disabled)."""
-        if self.disabled:
-            return
-        cause = next(cause for kind, cause in _CAUSES if isinstance(problem, kind))
-        self._drop(cause, f"dropped a report of {metric!r}: {problem}")
-
     def _drop(self, cause: str, message: str, count: int = 1) -> None:
-        """Count ``count`` reports dropped for ``cause`` and log it (WARNING the first time)."""
-        try:
-            with self._lock:
-                self._outbox.count_dropped(cause, count)
-        except sqlite3.Error:
-            self._unsaved[cause] += count
+        """Count ``count`` reports dropped for ``cause`` and log it (WARNING the first time).
+
+        The count is durable, unless the client is closed or the state database fails:
+        then it is kept in memory.
+        """
+        with self._lock:
+            if self._closed:
+                self._unsaved[cause] += count
+            else:
+                try:
+                    self._outbox.count_dropped(cause, count)
+                except sqlite3.Error:
+                    self._unsaved[cause] += count
         self._log_drop(cause, message)
 
     def _log_drop(self, cause: str, message: str) -> None:
@@ -787,7 +846,7 @@ class Client:
         """The installation's cohort seed, derived from its secret (each string metric uses it
         modulo ``m``; a state database from an SDK older than that keeps its random one).
         ``None`` when the client is disabled."""
-        return self._cohort_seed
+        return None if self.disabled else self._cohort_seed
 
     # ---------------------------------------------------------------- uploading
 
@@ -838,13 +897,15 @@ class Client:
             limit = self._batch_limit
             with self._lock:
                 rows = self._outbox.claim(limit, self.max_batch_bytes)
-            if not rows:
-                break
+                if not rows:
+                    # nothing is ready: every report left is held by another upload
+                    remaining = held = self._outbox.pending()
+                    break
             seqs = [seq for seq, _ in rows]
             body = join_batch(secrets.token_hex(16), [text for _, text in rows]).encode()
             try:
                 outcome = self.transport.send(
-                    self._endpoint, body, len(rows), token=self.token, timeout=self.timeout,
+                    self._url, body, len(rows), token=self.token, timeout=self.timeout,
                     policy=policy, deadline=deadline, stop=stop,
                 )
             except BaseException:
@@ -886,10 +947,10 @@ class Client:
                 continue
             error = outcome.message
             self._note_upload(error, outcome.kind)
+            with self._lock:
+                remaining = self._outbox.pending()
+                held = self._outbox.held() if remaining else 0
             break
-        with self._lock:
-            remaining = self._outbox.pending()
-            held = self._outbox.held() if remaining else 0
         waiting = len(self._waiting)
         if error is None and waiting:
             error = (f"{_values(waiting)} waiting in memory for the metric registry: "
@@ -933,7 +994,7 @@ class Client:
         result, or ``None`` if the client was already closed (or is disabled) or
         an upload in progress outlived ``timeout``.
         """
-        if self._closed:
+        if self.disabled or self._closed:
             return None
         _positive("timeout", timeout)
         if self._pid != os.getpid():
@@ -943,32 +1004,29 @@ class Client:
         deadline = time.monotonic() + timeout
         stopped = self._worker is None or self._worker.stop(max(deadline - time.monotonic(), 0.0))
         if not stopped:
-            self._closed = True
             log.warning("closing while an upload is still in progress; its reports stay queued")
-            self._forget_waiting()
+            self._stop_reporting()
             return None
         policy = dataclasses.replace(self.retry_policy, max_retries=0)
         try:
             result = self._flush_safely(deadline, None, policy)
         finally:
-            self._closed = True
-            self._forget_waiting()
+            self._stop_reporting()
             with self._lock:
                 self._connection.close()
             self.transport.close()
         return result
 
-    def _forget_waiting(self) -> None:
-        """At close: drop (and count) the values still waiting for the registry, and keep the
-        drop counts readable."""
+    def _stop_reporting(self) -> None:
+        """At close: drop (and count) the values still waiting for the registry, then mark the
+        client closed and keep the drop counts readable (later drops are counted in memory)."""
         with self._waiting_lock:
             count = len(self._waiting)
             self._waiting.clear()
-        if count:
-            self._drop("no_registry", f"dropped {_values(count)} that still waited for the metric "
-                       "registry when the client closed", count)
+        self._drop_waiting(count, "until the client closed")
         try:
             with self._lock:
+                self._closed = True
                 self._drops_at_close = self._outbox.drops()
         except sqlite3.Error as problem:
             log.warning("cannot read the drop counts at close: %s", problem)

@@ -49,7 +49,7 @@ def fetch_registry(
     (naming the cause) if it cannot be fetched."""
     fetched = transport.fetch_registry(url, token=token, timeout=timeout)
     try:
-        write_cache(directory / REGISTRY_CACHE_FILE, fetched)
+        write_cache(directory, fetched)
     except OSError as exc:
         log.warning("cannot cache the metric registry in %s: %s", directory, exc.strerror)
     for name, why in fetched.skipped.items():
@@ -66,13 +66,12 @@ def resolve_registry(
     With a cache the fetch waits at most :data:`CACHED_FETCH_TIMEOUT` seconds;
     with neither, :class:`RegistryUnavailableError` says what to do.
     """
-    cache = directory / REGISTRY_CACHE_FILE
-    if cache.exists():
+    if cache_path(directory).exists():
         timeout = min(timeout, CACHED_FETCH_TIMEOUT)
     try:
         return fetch_registry(transport, url, directory, token=token, timeout=timeout)
     except VeilError as problem:
-        cached = read_cache(cache)
+        cached = read_cache(directory)
         if cached is None:
             raise RegistryUnavailableError(
                 f"cannot fetch the metric registry ({problem}) and no cached copy exists in "
@@ -83,8 +82,14 @@ def resolve_registry(
         return cached
 
 
-def read_cache(path: Path) -> Registry | None:
-    """The cached registry, or ``None`` if there is none or it cannot be read."""
+def cache_path(directory: Path) -> Path:
+    """Where the registry is cached in the state directory ``directory``."""
+    return directory / REGISTRY_CACHE_FILE
+
+
+def read_cache(directory: Path) -> Registry | None:
+    """The registry cached in ``directory``, or ``None`` if there is none or it cannot be read."""
+    path = cache_path(directory)
     try:
         return Registry.from_dict(json.loads(path.read_text(encoding="utf-8")), lenient=True)
     except FileNotFoundError:
@@ -94,8 +99,10 @@ def read_cache(path: Path) -> Registry | None:
         return None
 
 
-def write_cache(path: Path, registry: Registry) -> None:
-    """Replace the cached registry atomically (a crash leaves the old or the new copy)."""
+def write_cache(directory: Path, registry: Registry) -> None:
+    """Replace the registry cached in ``directory`` atomically (a crash leaves the old or the
+    new copy)."""
+    path = cache_path(directory)
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:

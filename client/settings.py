@@ -4,13 +4,13 @@ Explicit arguments win; an argument left at ``None`` is read from its
 environment variable, so an application can be configured (or switched off)
 where it runs without a code change:
 
-=====================  ============================================
+=====================  ====================================================================
 ``VEIL_URL``           the collector's base URL (``url``)
 ``VEIL_UPLOAD_TOKEN``  the bearer token for uploads (``token``)
 ``VEIL_STATE_DIR``     the state directory (``state_dir``)
-``VEIL_DISABLED``      ``1``/``true``/``yes``/``on``: ``disabled=True``
+``VEIL_DISABLED``      ``disabled=True``, unless empty, ``0``, ``false``, ``no`` or ``off``
 ``VEIL_DEBUG``         the same for ``debug=True``
-=====================  ============================================
+=====================  ====================================================================
 
 Without ``state_dir``, the state lives in a ``veil`` folder of the platform's
 per-user state directory for the application (``platformdirs.user_state_dir``):
@@ -57,8 +57,8 @@ def flag(name: str, argument: Any, variable: str) -> bool:
     return argument
 
 
-def check_app_name(app_name: Any) -> str:
-    """``app_name`` checked as one folder name."""
+def check_app_name(app_name: Any) -> None:
+    """Raise :class:`ParameterError` unless ``app_name`` is usable as one folder name."""
     if (not isinstance(app_name, str) or not app_name.strip() or app_name in (".", "..")
             or "/" in app_name or os.sep in app_name):
         raise ParameterError(
@@ -66,7 +66,6 @@ def check_app_name(app_name: Any) -> str:
             f"app_name must be the application's name, usable as one folder name (no path "
             f"separators), like 'myapp'; got {app_name!r}",
         )
-    return app_name
 
 
 def default_state_dir(app_name: str) -> Path:

@@ -5,16 +5,23 @@ reaches a client, and the platform's per-user state directory is inside ``tmp_pa
 (a test never writes into the user's home).
 ``silent_url``  the URL of a socket on 127.0.0.1 that accepts connections (its
                 backlog) and never answers: a collector that hangs.
+``wait_in_flight``  ``wait_in_flight(state_dir, count)``: waits until an upload
+                has claimed ``count`` reports of the outbox, and says how many it has.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from veil.client.outbox import IN_FLIGHT
+from veil.client.state import DATABASE_FILE
 
 
 @pytest.fixture(autouse=True)
@@ -32,3 +39,24 @@ def silent_url() -> Iterator[str]:
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)
         yield f"http://127.0.0.1:{silent.getsockname()[1]}"
+
+
+@pytest.fixture
+def wait_in_flight() -> Callable[[Path, int], int]:
+    def wait(state_dir: Path, count: int) -> int:
+        """The reports in flight in ``state_dir``'s outbox, once they are ``count`` or more
+        (or 20 s have passed)."""
+        database = sqlite3.connect(state_dir / DATABASE_FILE, timeout=30)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                (in_flight,) = database.execute(
+                    "SELECT COUNT(*) FROM outbox WHERE state = ?", (IN_FLIGHT,)
+                ).fetchone()
+                if in_flight >= count or time.monotonic() > deadline:
+                    return int(in_flight)
+                time.sleep(0.02)
+        finally:
+            database.close()
+
+    return wait

@@ -75,6 +75,7 @@ BAD_ARGUMENTS = [
     ({"registry": 42}, "registry"),
     ({"token": ""}, "token"),
     ({"token": 123}, "token"),
+    ({"token": "upload\nsecret"}, "token"),
     ({"budget": 0}, "budget"),
     ({"budget": -1.0}, "budget"),
     ({"budget": "5"}, "budget"),
@@ -140,7 +141,10 @@ def test_no_registry_anywhere_is_a_clear_error(tmp_path, offline_url):
 
 
 @pytest.mark.parametrize("state_dir", ["", 42])
-def test_bad_state_dir(state_dir, test_registry, offline_url):
+def test_a_bad_state_dir_disables_the_client_or_raises_when_strict(state_dir, test_registry,
+                                                                  offline_url):
+    """``state_dir`` is checked with the directory it names, when the client opens it."""
+    assert Client(offline_url, state_dir, registry=test_registry).disabled
     with pytest.raises(StateError, match="state_dir"):
         Client(offline_url, state_dir, registry=test_registry, strict=True)
 

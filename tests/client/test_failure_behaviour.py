@@ -19,6 +19,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -29,6 +30,7 @@ from veil.client import (
     ClientClosedError,
     FlushResult,
     ParameterError,
+    RequestsTransport,
     UnknownMetricError,
 )
 from veil.client.client import MAX_WAITING
@@ -141,6 +143,18 @@ def test_values_reported_before_the_registry_arrives_are_sent_once_it_does(
     assert collector.counts("homepage")["reports"] == 1
 
 
+class HeldFetchTransport(RequestsTransport):
+    """The default transport, whose registry fetches wait until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def fetch_registry(self, url: str, *, token: str | None, timeout: float) -> Registry:
+        assert self.release.wait(30), "the test never released the registry fetch"
+        return super().fetch_registry(url, token=token, timeout=timeout)
+
+
 def test_a_cached_registry_is_used_at_once_and_refreshed_in_the_background(
     live_collector, tmp_path
 ):
@@ -149,12 +163,16 @@ def test_a_cached_registry_is_used_at_once_and_refreshed_in_the_background(
     state.mkdir()
     old = Registry.from_dict({"metrics": {"dark_mode": {"kind": "boolean", "min_reports": 1}}})
     (state / REGISTRY_CACHE_FILE).write_text(json.dumps(old.to_dict()))
-    client = Client(live_collector.url, state)
-    assert client.registry in (old, live_collector.registry)  # the cache, or already refreshed
+    transport = HeldFetchTransport()
+    client = Client(live_collector.url, state, transport=transport)
+    assert client.registry == old  # the cache, while the refresh is under way
     client.report("homepage", "example.com")
+    assert client.pending == 1 and client.registry == old and client.dropped == 0
+    transport.release.set()
     result = client.flush(timeout=10)
     assert result.ok and result.accepted == 1, result.error
     assert client.registry == live_collector.registry and client.dropped == 0
+    assert live_collector.counts("homepage")["reports"] == 1
     cached = json.loads((state / REGISTRY_CACHE_FILE).read_text())
     assert Registry.from_dict(cached) == live_collector.registry
     client.close()
@@ -308,9 +326,11 @@ def test_an_offline_application_sees_one_line_per_problem_on_stderr(
     lines = completed.stderr.splitlines()
     for noise in ("urllib3", "HTTPConnectionPool", "Traceback", "Max retries"):
         assert noise not in completed.stderr
-    assert len([line for line in lines if "upload failed" in line]) == 1
-    assert len([line for line in lines if "dropped a report" in line]) == 1
-    assert len(lines) <= 3, lines
+    assert len(lines) == 2, lines
+    [upload] = [line for line in lines if line.startswith("upload failed; the reports stay queued")]
+    assert "failed: ConnectionError (connection refused)" in upload
+    [dropped] = [line for line in lines if line.startswith("dropped a report of 'homepage'")]
+    assert "value must be a str; got int" in dropped
 
 
 # ---------------------------------------------------------------- the outbox
@@ -318,12 +338,16 @@ def test_an_offline_application_sees_one_line_per_problem_on_stderr(
 
 @pytest.mark.parametrize(("policy", "kept"), [("drop-newest", [1, 2, 3]),
                                               ("drop-oldest", [3, 4, 5])])
+@pytest.mark.parametrize("values", [[0.0, 1.0, 2.0, 3.0, 4.0], [1.0] * 5],
+                         ids=["new values", "a value reported twice already"])
 def test_a_full_outbox_drops_by_the_chosen_policy(tmp_path, test_registry, offline_url,
-                                                  policy, kept):
+                                                  policy, kept, values):
+    """A value reported twice already costs nothing more, so its report is queued without a
+    ledger transaction: the policy holds there too."""
     client = Client(offline_url, tmp_path / "state", registry=test_registry, max_outbox=3,
                     outbox_policy=policy)
-    for index in range(5):
-        client.report("load_time", float(index))
+    for value in values:
+        client.report("load_time", value)
     assert client.pending == 3 and client.drops["outbox_full"] == 2
     database = sqlite3.connect(tmp_path / "state" / DATABASE_FILE)
     assert [seq for (seq,) in database.execute("SELECT seq FROM outbox ORDER BY seq")] == kept
@@ -335,12 +359,16 @@ def test_the_background_interval_is_jittered():
     """Installations started together must not upload in lockstep: the waits vary within
     [0.8, 1.2] times the interval (20 waits all within half that range: p < 1e-4)."""
     times: list[float] = []
-    worker = BackgroundWorker(lambda stop: times.append(time.monotonic()), batch_size=10**6,
-                              interval=0.1, at_exit=lambda: None)
+    enough = threading.Event()
+
+    def flush(stop: threading.Event) -> None:
+        times.append(time.monotonic())
+        if len(times) == 21:
+            enough.set()
+
+    worker = BackgroundWorker(flush, batch_size=10**6, interval=0.1, at_exit=lambda: None)
     worker.nudge()
-    deadline = time.monotonic() + 15
-    while len(times) < 21 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    assert enough.wait(15)
     assert worker.stop(5)
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)][:20]
     assert len(gaps) == 20
@@ -361,6 +389,7 @@ def test_a_disabled_client_does_nothing(tmp_path, test_registry, recording_trans
     client = Client("https://veil.example.org", state, registry=test_registry,
                     transport=recording_transport, **options)
     assert client.disabled
+    assert (client.url, client.state_dir, client.cohort_seed) == (None, None, None)
     client.report("dark_mode", True)
     client.report("no_such_metric", object())
     assert client.flush() == FlushResult()
@@ -396,12 +425,36 @@ def test_no_url_anywhere_disables_the_client_or_raises_when_strict(tmp_path, tes
         Client(state_dir=tmp_path / "state", registry=test_registry, strict=True)
 
 
+def test_a_bad_token_in_the_environment_disables_the_client_or_raises_when_strict(
+    tmp_path, test_registry, offline_url, monkeypatch, caplog
+):
+    """A ``VEIL_UPLOAD_TOKEN`` with a line break once raised from ``Client()`` even with
+    ``disabled=True``: the environment belongs to the machine, not to the application's code."""
+    monkeypatch.setenv("VEIL_UPLOAD_TOKEN", "upload-secret\n")
+    with caplog.at_level(logging.ERROR, logger="veil.client"):
+        client = Client(offline_url, tmp_path / "state", registry=test_registry)
+    assert client.disabled and "VEIL_UPLOAD_TOKEN" in caplog.text
+    assert "upload-secret" not in caplog.text  # the token is a secret: never logged
+    client.report("dark_mode", True)
+    assert (client.pending, client.token, client.close()) == (0, None, None)
+    assert Client(offline_url, tmp_path / "off", registry=test_registry, disabled=True).disabled
+    with Client(offline_url, tmp_path / "state", registry=test_registry, token="other") as given:
+        assert not given.disabled and given.token == "other"  # the argument wins
+    with pytest.raises(ParameterError, match="VEIL_UPLOAD_TOKEN") as raised:
+        Client(offline_url, tmp_path / "state", registry=test_registry, strict=True)
+    assert raised.value.field == "token"
+    with pytest.raises(ParameterError, match=r"^token must be") as raised:  # a mistake in the code
+        Client(offline_url, tmp_path / "state", registry=test_registry, token="other\n",
+               disabled=True)
+    assert raised.value.field == "token"
+
+
 # ---------------------------------------------------------------- an honest FlushResult
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_flush_says_so_when_another_thread_or_process_holds_the_reports(
-    tmp_path, test_registry, silent_url
+    tmp_path, test_registry, silent_url, wait_in_flight
 ):
     """A forked child's flush() once returned sent=0, remaining=869, error=None while the
     parent's uploader held the rows."""
@@ -409,12 +462,7 @@ def test_flush_says_so_when_another_thread_or_process_holds_the_reports(
                     flush_interval=60, timeout=5, max_retries=0, batch_size=10)
     for index in range(10):
         client.report("load_time", float(index))
-    database = sqlite3.connect(tmp_path / "state" / DATABASE_FILE, timeout=30)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and database.execute(
-            "SELECT COUNT(*) FROM outbox WHERE state = 1").fetchone()[0] < 10:
-        time.sleep(0.02)
-    database.close()
+    assert wait_in_flight(tmp_path / "state", 10) == 10
     result = client.flush(timeout=0.5)  # the background thread holds all 10
     assert (result.sent, result.remaining, result.held) == (0, 10, 10)
     assert not result.ok and "held by another upload" in result.error

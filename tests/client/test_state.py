@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import stat
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -164,30 +162,18 @@ def test_queued_reports_survive_the_process_being_killed(tmp_path, test_registry
 
 
 def test_reports_in_flight_when_killed_return_to_ready_and_are_delivered(
-    tmp_path, test_registry, live_collector
+    tmp_path, test_registry, live_collector, silent_url, wait_in_flight
 ):
     """A crash during an upload leaves rows in flight; the next start queues them again."""
-    with socket.socket() as silent:  # accepts connections (backlog) but never answers
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        child = run_child(tmp_path, url, write_registry(tmp_path, test_registry), 40, "flush")
-        try:
-            assert child.stdout.readline().strip() == "queued"
-            database = sqlite3.connect(tmp_path / "state" / DATABASE_FILE, timeout=30)
-            deadline = time.monotonic() + 20
-            in_flight = 0
-            while in_flight == 0 and time.monotonic() < deadline:
-                in_flight = database.execute(
-                    "SELECT COUNT(*) FROM outbox WHERE state = 1").fetchone()[0]
-                time.sleep(0.02)
-            database.close()
-            assert in_flight == 40
-        finally:
-            child.kill()
-            child.wait()
-            child.stdout.close()
-            child.stdin.close()
+    child = run_child(tmp_path, silent_url, write_registry(tmp_path, test_registry), 40, "flush")
+    try:
+        assert child.stdout.readline().strip() == "queued"
+        assert wait_in_flight(tmp_path / "state", 40) == 40
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+        child.stdin.close()
     client = Client(live_collector.url, tmp_path / "state")
     database = sqlite3.connect(tmp_path / "state" / DATABASE_FILE)
     assert database.execute("SELECT state, COUNT(*) FROM outbox GROUP BY state").fetchall() == [
