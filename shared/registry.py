@@ -16,8 +16,10 @@ Operators write it as TOML; the collector serves it to clients as JSON
     q = 0.75
     f = 0.5
 
-Every key other than ``kind``, ``description`` and ``min_reports`` is a
-parameter of the kind (see :mod:`veil.shared.kinds`). A string metric may give
+Every key other than ``kind`` and the metric's own keys (:data:`METRIC_KEYS`:
+``description``, ``min_reports`` and ``note``) is a parameter of the kind (see
+:mod:`veil.shared.kinds`), read by its class's
+:meth:`~veil.shared.kinds.MechanismParams.from_settings`. A string metric may give
 its privacy targets instead of ``q`` and ``f``: ``epsilon_inf = 2.0`` (and
 ``epsilon_1 = 0.5``) pick them with :meth:`StringParams.for_epsilon
 <veil.shared.kinds.StringParams.for_epsilon>`; the registry then records the
@@ -34,45 +36,17 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any
 
 from veil.shared.errors import ParameterError
-from veil.shared.kinds import KINDS, MechanismParams, StringParams, parse_params
+from veil.shared.kinds import KINDS, MechanismParams, parse_params
 from veil.shared.privacy import sequential
 
 METRIC_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 DEFAULT_MIN_REPORTS = 100
-#: privacy targets a string metric may declare instead of ``q`` and ``f``
-EPSILON_TARGETS = ("epsilon_inf", "epsilon_1")
-
-
-def _epsilon_targets(settings: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """``settings`` of a string metric with its privacy targets (:data:`EPSILON_TARGETS`)
-    replaced by the ``p``, ``q``, ``f`` that :meth:`StringParams.for_epsilon` chooses, and
-    a note saying so; unchanged settings and "" without targets."""
-    targets = {key: settings.pop(key) for key in EPSILON_TARGETS if key in settings}
-    if not targets:
-        return settings, ""
-    for key, value in targets.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not (
-            0 < value < math.inf
-        ):
-            raise ParameterError(key, f"{key} must be a number above 0. Got {value!r} instead.")
-    if "epsilon_inf" not in targets:
-        raise ParameterError("epsilon_1", "epsilon_1 needs epsilon_inf too: give both "
-                                          "(or p, q and f instead)")
-    clash = sorted({"q", "f"} & set(settings))
-    if clash:
-        raise ParameterError(clash[0], f"give epsilon_inf (and epsilon_1) or {clash[0]}, not "
-                                       "both: the targets choose q and f")
-    base = cast(StringParams, StringParams.from_dict(settings))  # checks k, h, m, p, hashing
-    chosen = StringParams.for_epsilon(targets["epsilon_inf"], targets.get("epsilon_1"),
-                                      k=base.k, h=base.h, m=base.m, p=base.p)
-    asked = ", ".join(f"{key} = {value:g}" for key, value in targets.items())
-    note = (f"q and f chosen for {asked} with h = {base.h}, p = {base.p:g}: "
-            f"q = {chosen.q!r}, f = {chosen.f!r} (as realized: epsilon_inf = "
-            f"{chosen.epsilon_inf:.10g}, epsilon_1 = {chosen.epsilon_1:.10g})")
-    return {**settings, "q": chosen.q, "f": chosen.f}, note
+#: a metric's own keys in its table (besides ``kind``), in the order :meth:`Metric.to_dict`
+#: writes them; every other key is a parameter of its kind
+METRIC_KEYS = ("description", "min_reports", "note")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +91,7 @@ class Metric:
         params = self.params.to_dict()
         return {
             "kind": params.pop("kind"),
-            "description": self.description,
-            "min_reports": self.min_reports,
-            **({"note": self.note} if self.note else {}),
+            **{key: getattr(self, key) for key in METRIC_KEYS if key != "note" or self.note},
             **{key: value for key, value in params.items() if value is not None},
         }
 
@@ -136,20 +108,16 @@ class Metric:
                 f"metrics.{name}.kind must be one of {', '.join(map(repr, KINDS))}. "
                 f"Got {kind!r} instead.",
             )
-        description = settings.pop("description", "")
-        min_reports = settings.pop("min_reports", DEFAULT_MIN_REPORTS)
-        given_note = settings.pop("note", "")
+        own = {key: settings.pop(key) for key in METRIC_KEYS if key in settings}
         try:
-            if KINDS[kind] is StringParams:
-                settings, chosen = _epsilon_targets(settings)
-                given_note = chosen or given_note
             params, note = parse_params({"kind": kind, **settings})
         except ParameterError as exc:
             raise ParameterError(f"metrics.{name}.{exc.field}", f"metrics.{name}: {exc}") from None
         except TypeError as exc:
             raise ParameterError(f"metrics.{name}", f"metrics.{name}: {exc}") from None
-        return cls(name=name, params=params, description=description, min_reports=min_reports,
-                   note=note or given_note)
+        if note:  # a choice made now replaces the note recorded with an earlier one
+            own["note"] = note
+        return cls(name=name, params=params, **own)
 
 
 class Registry(Mapping[str, Metric]):

@@ -217,8 +217,9 @@ def test_decoder_recovers_a_known_population(params, shares, truth) -> None:
         states[cohort] = state
     # candidates matter to strings only; the other decoders ignore them
     result = decode_counts(document(params, sizes, states), [*truth, "never.example"])
-    # one tidy table for every kind: a number's truth is its mean (estimate), the others' shares
-    estimate, std_error = (("estimate", "std_error") if result.kind == "number"
+    # one tidy table for every kind: a statistic drawn on its metric's range (a number's
+    # mean) is estimated in the metric's unit, the others as shares
+    estimate, std_error = (("estimate", "std_error") if result.chart == "range"
                            else ("proportion", "prop_std_error"))
     rows = {row["value"]: row for row in result.rows}
     for name, expected in truth.items():

@@ -23,6 +23,7 @@ _EXPORTS = {
     "decode_metric_by_day": "veil.server.analysis.api",
     "DailyResult": "veil.server.analysis.daily",
     "decode_days": "veil.server.analysis.daily",
+    "RAPPOR_COLUMNS": "veil.server.analysis.results",
     "RESULT_COLUMNS": "veil.server.analysis.results",
     "STRING_COLUMNS": "veil.server.analysis.results",
     "StringDecoder": "veil.server.analysis.strings",

@@ -1,4 +1,4 @@
-"""Decoding collected data in one call, for notebooks and scripts (and ``veil decode``).
+"""Decoding collected data in one call, for notebooks and scripts.
 
 >>> result = decode_metric(db="veil.db", metric="dark_mode")            # doctest: +SKIP
 >>> result.to_pandas()                                           # doctest: +SKIP
@@ -16,7 +16,7 @@ from veil.server.analysis.candidate_map import read_candidates
 from veil.server.analysis.daily import DailyResult, decode_days
 from veil.server.analysis.decode import decode_counts
 from veil.server.analysis.results import DecodeResult
-from veil.server.analysis.sources import collected_counts, daily_counts
+from veil.server.analysis.sources import CountsSource
 from veil.server.cli.options import ENVIRONMENT, env_value
 
 Candidates = Sequence[str] | str | Path | None
@@ -58,10 +58,9 @@ def decode_metric(
     ``confidence``, ``background``). The summary's ``start`` and ``end`` are the first
     and last day that hold reports.
     """
-    document, source = collected_counts(metric, db=db, server=server,
-                                        token=_token(server, token), start=start, end=end,
-                                        force=force)
-    return decode_counts(document, _candidates(candidates), source=source, **options)
+    with CountsSource(metric, db, server, _token(server, token), start, end, force) as source:
+        document = source.counts()
+    return decode_counts(document, _candidates(candidates), source=source.name, **options)
 
 
 def decode_metric_by_day(
@@ -80,7 +79,6 @@ def decode_metric_by_day(
     reports; arguments as :func:`decode_metric`. Days with fewer reports than the metric's
     ``min_reports`` (unless ``force``) or than an estimate needs are skipped and listed
     in the result's ``skipped``."""
-    documents, skipped = daily_counts(metric, db=db, server=server,
-                                      token=_token(server, token), start=start, end=end,
-                                      force=force)
+    with CountsSource(metric, db, server, _token(server, token), start, end, force) as source:
+        documents, skipped = source.daily()
     return decode_days(documents, _candidates(candidates), skipped, **options)

@@ -10,6 +10,7 @@ function the client encodes with.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -82,6 +83,16 @@ def build_map(
     if not isinstance(params, StringParams):
         raise ParameterError("params", "a candidate map needs StringParams (k, h, m)")
     return indices_to_map(bloom_index_array(params, candidates, progress), params.k, params.m)
+
+
+@functools.lru_cache(maxsize=1)
+def remembered_map(
+    params: StringParams, candidates: tuple[str, ...], progress: bool | None = None
+) -> sp.csc_matrix:
+    """:func:`build_map`, remembering the last map built: decoding a range and then each of
+    its days (``veil decode --by day``) hashes every candidate once. The map is shared
+    between its callers, who must not change it."""
+    return build_map(params, candidates, progress)
 
 
 def read_candidates(path: str | Path) -> list[str]:

@@ -29,6 +29,8 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
     add_server_options(live)
     add_db_option(live, required=False,
                   help_text="a collector's database: a file path or sqlite:///path")
+    # their variables apply only when neither option is given (_collected_source)
+    parser.set_defaults(server=None, db=None)
     live.add_argument("--metric", help="metric name (with --server or --db)")
     live.add_argument("--start", help="first day, YYYY-MM-DD (UTC, inclusive)")
     live.add_argument("--end", help="last day, YYYY-MM-DD (UTC, inclusive)")
@@ -72,32 +74,35 @@ def run_decode(args: argparse.Namespace) -> int:
         return _decode(args, charts)
 
 
-def _collected_source(args: argparse.Namespace, files: bool) -> str | None:
-    """``server`` or ``db``: the collected data to decode, or None for google/rappor
-    ``files``; :class:`ParameterError` unless exactly one source is given.
+def _collected_source(args: argparse.Namespace, files: bool) -> tuple[str, str] | None:
+    """``("server", URL)`` or ``("db", PATH)``: the collected data to decode, or None for
+    google/rappor ``files``; :class:`ParameterError` unless exactly one source is given.
 
-    One given on the command line wins over one that only comes from its environment
-    variable ($VEIL_URL, $VEIL_DB), so a shell exporting both still decodes
-    ``--db FILE`` or google/rappor files.
+    A source given on the command line wins: the environment variables ($VEIL_URL,
+    $VEIL_DB) apply only when neither --server nor --db is given, nor files, so a shell
+    exporting both still decodes ``--db FILE`` or google/rappor files.
     """
-    given = [name for name in ("server", "db") if getattr(args, name)]
-    explicit = [name for name in given if getattr(args, name) != env_value(ENVIRONMENT[name])]
-    chosen = [] if files and not explicit else explicit or given
-    if files + len(chosen) != 1:
+    names = ("server", "db")
+    given = {name: getattr(args, name) for name in names if getattr(args, name)}
+    from_environment = not (given or files)
+    if from_environment:
+        given = {name: value for name in names if (value := env_value(ENVIRONMENT[name]))}
+    if files + len(given) != 1:
         both = (f" (${ENVIRONMENT['server']} and ${ENVIRONMENT['db']} are both set)"
-                if len(chosen) > 1 and not explicit else "")
+                if from_environment and given else "")
         raise ParameterError(
             "source",
             "give exactly one source: --params/--counts (google/rappor files), --server URL, "
             f"or --db PATH{both}",
         )
-    return chosen[0] if chosen else None
+    return next(iter(given.items()), None)
 
 
 def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     from veil.server.analysis.candidate_map import read_candidates
     from veil.server.analysis.decode import decode_counts
     from veil.server.analysis.report import write_outputs
+    from veil.server.analysis.results import period
 
     collected = _collected_source(args, bool(args.params or args.counts))
     # options not given on the command line keep the decoders' defaults (DEFAULT_OPTIONS)
@@ -123,7 +128,8 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
         result = decode_counts(files_read.counts, candidates, files_read.candidate_map,
                                source=args.counts, **options)
     else:
-        from veil.server.analysis.api import decode_metric, decode_metric_by_day
+        from veil.server.analysis.daily import decode_days
+        from veil.server.analysis.sources import CountsSource
 
         if not args.metric:
             raise ParameterError("metric", "--metric NAME is required with --server or --db")
@@ -133,19 +139,21 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
             )
         if args.map:
             raise ParameterError("map", "--map goes with --params/--counts; use --candidates")
-        source = {collected: getattr(args, collected)}
-        if collected == "server":
-            source["token"] = args.token
-        where = {"metric": args.metric, "start": args.start, "end": args.end,
-                 "force": args.force, "candidates": args.candidates, **source}
-        result = decode_metric(**where, **options)
-        if args.by:
-            daily = decode_metric_by_day(**where, **options)
-            result.summary["by_day"] = daily.summary
+        name, where = collected
+        with CountsSource(args.metric, token=args.token, start=args.start, end=args.end,
+                          force=args.force, **{name: where}) as source:
+            document = source.counts()
+            candidates = read_candidates(args.candidates) if args.candidates else None
+            result = decode_counts(document, candidates, source=source.name, **options)
+            if args.by:
+                documents, skipped = source.daily()
+                daily = decode_days(documents, candidates, skipped, **options)
+                result.summary["by_day"] = daily.summary
     paths = write_outputs(result, args.out, args.top, charts, daily)
     summary = result.summary
     written = ", ".join(path.name for name, path in paths.items() if name != "results")
-    print(f"{summary['reports']:,} reports{_period(summary)}: {result.headline}; "
+    days = period(summary.get("start"), summary.get("end"))
+    print(f"{summary['reports']:,} reports{days}: {result.headline}; "
           f"wrote {paths['results']}, {written}")
     print(f"privacy: {summary['privacy']['statement']}")
     if daily is not None:
@@ -157,14 +165,6 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     if "note" in summary:
         print(f"note: {summary['note']}", file=sys.stderr)
     return 0
-
-
-def _period(summary: dict[str, object]) -> str:
-    """The days the counts cover, for the printed line ("from START to END"), when known."""
-    start, end = summary.get("start"), summary.get("end")
-    if not (start and end):
-        return ""
-    return f" on {start}" if start == end else f" from {start} to {end}"
 
 
 def configure_map(parser: argparse.ArgumentParser) -> None:

@@ -10,22 +10,27 @@ with at most ``n`` possible values therefore costs an installation at most
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
 from veil.shared.kinds import MechanismParams
-from veil.shared.privacy import round_up
+from veil.shared.privacy import sequential
 
 
 def shown_up(epsilon: float, digits: int = 3) -> str:
     """``epsilon`` with ``digits`` significant digits, rounded up so a stated cost is never
-    below the true one (a relative 1e-9 absorbs the nudge :func:`round_up` gives)."""
+    below the true one (a relative 1e-9 absorbs the nudge
+    :func:`~veil.shared.privacy.round_up` gives)."""
     if not math.isfinite(epsilon) or epsilon <= 0:
         return f"{epsilon:g}"
     decimals = digits - 1 - math.floor(math.log10(epsilon))
     scale = 10.0**decimals
-    value = math.ceil(epsilon * scale * (1 - 1e-9)) / scale
-    return f"{value:.{max(decimals, 0)}f}"
+    units = math.ceil(epsilon * scale * (1 - 1e-9))
+    # rounding up may reach the next power of ten (9.9999 -> 10.0), a digit longer
+    if units >= 10**digits:
+        decimals -= 1
+    return f"{units / scale:.{max(decimals, 0)}f}"
 
 
 def privacy_cost(params: MechanismParams, distinct_values: int | None, values: str) -> dict[str, Any]:
@@ -34,7 +39,8 @@ def privacy_cost(params: MechanismParams, distinct_values: int | None, values: s
     "categories"; ``None`` for an open set such as strings)."""
     once = min(params.epsilon_1, params.epsilon_inf)
     per_value = params.epsilon_inf
-    bound = None if distinct_values is None else round_up(distinct_values * per_value)
+    bound = (None if distinct_values is None
+             else sequential(itertools.repeat(per_value, distinct_values)))
     symbol = "\u03b5" if once == per_value else "\u03b5\u221e"
     statement = f"each installation spent at most {symbol} = {shown_up(per_value)} per distinct value"
     if once != per_value:

@@ -14,16 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veil.server.analysis.decode import decode_counts
-from veil.server.analysis.results import DecodeResult, html_table, write_rows
+from veil.server.analysis.report import TOP_SERIES
+from veil.server.analysis.results import DecodeResult, html_table, period, write_rows
 from veil.shared.errors import ParameterError
 
 if TYPE_CHECKING:
     import pandas
     from matplotlib.axes import Axes
-
-#: values drawn by :meth:`DailyResult.plot` by default (the most common over the days)
-TOP_SERIES = 5
-
 
 @dataclasses.dataclass
 class DailyResult:
@@ -72,7 +69,7 @@ class DailyResult:
     def _repr_html_(self) -> str:
         """A headline and the first rows, for Jupyter."""
         days = [day for day, _ in self.days]
-        headline = f"{len(days)} days decoded, {days[0]} to {days[-1]}"
+        headline = f"{len(days)} day(s) decoded{period(days[0], days[-1])}"
         if self.skipped:
             headline += f"; {len(self.skipped)} skipped ({', '.join(sorted(self.skipped))})"
         return html_table(self.metric or "decoded", headline, {}, self.rows, extra=("day",))

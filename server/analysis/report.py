@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from veil.server.analysis.cost import shown_up
-from veil.server.analysis.results import DecodeResult
+from veil.server.analysis.results import DecodeResult, period
 from veil.shared.errors import ParameterError
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 #: how many rows the chart shows at most
 TOP = 30
-#: how many values the day-by-day chart follows at most
+#: how many values the day-by-day chart follows at most (the most common over the days)
 TOP_SERIES = 5
 #: the colour of estimates, and of the share no listed value accounts for
 ESTIMATE_COLOUR = "tab:blue"
@@ -115,10 +115,9 @@ def write_outputs(
 def _title(result: DecodeResult) -> str:
     summary = result.summary
     name = summary.get("metric") or "decoded"
-    period = (f", {summary['start']} to {summary['end']}"
-              if summary.get("start") and summary.get("end") else "")
     title = (
-        f"{name}: {summary['reports']:,} reports{period}\nprivacy cost "
+        f"{name}: {summary['reports']:,} reports{period(summary.get('start'), summary.get('end'))}"
+        "\nprivacy cost "
         f"\u03b5\u2081 = {shown_up(summary['epsilon_1'])} per report, "
         f"\u03b5\u221e = {shown_up(summary['epsilon_inf'])} per value"
     )
@@ -241,7 +240,10 @@ def _draw_shares(ax: Axes, result: DecodeResult, top: int) -> None:
     colours = [ESTIMATE_COLOUR] * len(rows)
     missing = result.summary.get("missing_proportion")
     if missing is not None:
-        z_se = 1.959964 * (result.summary.get("missing_proportion_std_error") or 0.0)
+        from veil.server.analysis.stats import z_quantile
+
+        z = z_quantile(result.summary["confidence"])
+        z_se = z * (result.summary.get("missing_proportion_std_error") or 0.0)
         labels.append("not in the table\n(unlisted or undetected)")
         values.append(missing)
         lows.append(max(missing - z_se, 0.0))

@@ -76,14 +76,18 @@ def frequency_rows(
     total: int,
     z: float,
     columns: tuple[str, ...] = RESULT_COLUMNS,
+    p_values: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
     """Rows of ``columns``: each share of ``total`` reports as a count and a proportion,
     with its ``z`` interval intersected with [0, 1] (where the true share lies; both ends
     are clipped, so an interval wholly below 0 becomes [0, 0], never empty), and the
-    one-sided p-value of "this share is 0" with its base-10 logarithm."""
+    one-sided p-value of "this share is 0" with its base-10 logarithm. ``p_values`` are
+    the shares' :func:`~veil.server.analysis.stats.one_sided_p_values` when the caller
+    has them already."""
     shares = np.asarray(shares, dtype=float)
     std_errors = np.asarray(std_errors, dtype=float)
-    p_values = one_sided_p_values(shares, std_errors)
+    if p_values is None:
+        p_values = one_sided_p_values(shares, std_errors)
     log10_p_values = one_sided_log10_p_values(shares, std_errors)
     rows = []
     for label, share, se, p_value, log10_p in zip(
@@ -223,6 +227,14 @@ def format_p_value(p_value: float, log10_p_value: float) -> str:
     return f"1e{math.floor(log10_p_value):d}" if math.isfinite(log10_p_value) else "0"
 
 
+def period(start: str | None, end: str | None) -> str:
+    """The days counts cover, to follow a number of reports: " on DAY", " from START to
+    END", or "" when either is not known."""
+    if not (start and end):
+        return ""
+    return f" on {start}" if start == end else f" from {start} to {end}"
+
+
 def html_table(title: str, headline: str, summary: dict[str, Any],
                rows: Sequence[dict[str, Any]], extra: Sequence[str] = ()) -> str:
     """A headline paragraph and the first :data:`HTML_ROWS` rows (``extra`` text columns
@@ -231,8 +243,6 @@ def html_table(title: str, headline: str, summary: dict[str, Any],
         return f"<td>{html.escape(value if isinstance(value, str) else f'{value:.4g}')}</td>"
 
     reports = summary.get("reports")
-    period = (f", {summary['start']} to {summary['end']}"
-              if summary.get("start") and summary.get("end") else "")
     cost = summary.get("privacy", {}).get("epsilon_per_value")
     head = [*extra, "value", "estimate", "std error", "95% interval", "share", "p-value"]
     body = []
@@ -247,8 +257,8 @@ def html_table(title: str, headline: str, summary: dict[str, Any],
     more = (f"<p>{len(rows) - HTML_ROWS:,} more rows: .to_pandas() has them all.</p>"
             if len(rows) > HTML_ROWS else "")
     facts = ", ".join(part for part in (
-        f"{reports:,} reports" if isinstance(reports, int) else "",
-        period.lstrip(", "),
+        (f"{reports:,} reports{period(summary.get('start'), summary.get('end'))}"
+         if isinstance(reports, int) else ""),
         f"\u03b5\u221e = {shown_up(cost)} per value" if isinstance(cost, float) else "",
     ) if part)
     return (

@@ -1,13 +1,18 @@
 """Where counts come from: a running collector over HTTP, or its database file.
 
-:func:`collected_counts` gives one counts document for a range of days,
-:func:`daily_counts` one per day; both take the same sources (``db`` or ``server``).
+A :class:`CountsSource` names one metric's counts (a ``db`` or a ``server``, a range of
+days) and reads them: :meth:`~CountsSource.counts` gives one counts document for the
+range, :meth:`~CountsSource.daily` one per day, and both share one look-up of the days
+with reports and one open database. :func:`get_json` asks a collector's HTTP API.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import functools
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from veil.shared.errors import ParameterError, VeilError
@@ -17,7 +22,7 @@ if TYPE_CHECKING:
 
 TIMEOUT_SECONDS = 60.0
 DAY_FORMAT = "%Y-%m-%d"
-#: the most days ``daily_counts`` asks a collector for one by one
+#: the most days :meth:`CountsSource.daily` asks a collector for one by one
 MAX_DAYS = 3660
 
 
@@ -42,8 +47,8 @@ def fetch_counts(
     timeout: float = TIMEOUT_SECONDS,
 ) -> dict[str, Any]:
     """GET ``/v1/metrics/<metric>/counts`` (JSON) from a collector with a read token."""
-    return _get(server, f"/v1/metrics/{metric}/counts", token,
-                {"format": "json", "start": start, "end": end}, timeout)
+    return get_json(server, f"/v1/metrics/{metric}/counts", token,
+                    {"format": "json", "start": start, "end": end}, timeout)
 
 
 def fetch_days(
@@ -57,17 +62,20 @@ def fetch_days(
     """The UTC days of ``start``..``end`` on which ``metric`` has reports, from the
     collector's ``GET /v1/stats``; None from a collector that does not serve it (404)."""
     try:
-        document = _get(server, "/v1/stats", token,
-                        {"metric": metric, "start": start, "end": end}, timeout)
+        document = get_json(server, "/v1/stats", token,
+                            {"metric": metric, "start": start, "end": end}, timeout)
     except NotFound:
         return None
     return [entry["day"] for metrics in document.get("metrics", []) if metrics["metric"] == metric
             for entry in metrics.get("days", []) if entry.get("reports")]
 
 
-def _get(server: str, path: str, token: str | None, query: dict[str, str | None],
-         timeout: float) -> dict[str, Any]:
-    """GET ``path`` from the collector with the read token; its JSON document."""
+def get_json(server: str, path: str, token: str | None, query: dict[str, str | None],
+             timeout: float = TIMEOUT_SECONDS) -> dict[str, Any]:
+    """GET ``path`` from the collector at ``server`` with a read ``token`` and the ``query``
+    (empty values left out); its JSON object. Otherwise a :class:`SourceError` saying what
+    went wrong: :class:`NotFound` for a 404, :class:`TooFewReports` for a range holding
+    fewer reports than the metric's ``min_reports``."""
     import requests
 
     url = f"{server.rstrip('/')}{path}"
@@ -77,47 +85,29 @@ def _get(server: str, path: str, token: str | None, query: dict[str, str | None]
         response = requests.get(url, params=query, headers=headers, timeout=timeout)
     except requests.RequestException as exc:
         raise SourceError(f"cannot reach the collector at {server}: {exc}") from None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
     if response.status_code != 200:
-        try:
-            error = response.json().get("error", {})
-            code = error.get("code", "error")
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict):
+            code = str(error.get("code", "error"))
             detail = f"{code}: {error.get('message', '')}"
-        except ValueError:
+        else:
             code, detail = "", response.text[:200]
-        hint = " (check --token: it must be a read token)" if response.status_code == 401 else ""
+        hint = ""
+        if response.status_code == 401:
+            hint = " (give a read token: --token or $VEIL_READ_TOKEN)"
+        elif response.status_code == 404 and code in ("", "not_found"):
+            hint = f" (is {server} a Veil collector recent enough to serve GET {path}?)"
         message = f"GET {url} answered {response.status_code} {detail}{hint}"
         if code == "too_few_reports":
             raise TooFewReports(message)
         raise (NotFound if response.status_code == 404 else SourceError)(message)
-    try:
-        document: dict[str, Any] = response.json()
-    except ValueError:
-        raise SourceError(f"GET {url} did not return JSON") from None
-    return document
-
-
-def db_counts(
-    path: str,
-    metric: str,
-    start: str | None = None,
-    end: str | None = None,
-    *,
-    force: bool = False,
-) -> dict[str, Any]:
-    """The counts document for ``metric`` from a collector's database file, with the
-    ``days`` it covers (those of the range that hold reports).
-
-    Like the collector, refuses fewer reports than the metric's ``min_reports``
-    unless ``force`` (the operator's explicit override).
-    """
-    storage = _open(path, metric)
-    try:
-        document = storage.counts(metric, start, end, min_reports=0 if force else None)
-        document.setdefault("days", _covered(storage.days(metric), document["start"],
-                                             document["end"]))
-        return document
-    finally:
-        storage.close()
+    if not isinstance(body, dict):
+        raise SourceError(f"GET {url} did not return a JSON object")
+    return body
 
 
 def _open(path: str, metric: str) -> Storage:
@@ -139,88 +129,119 @@ def _covered(days: list[str], start: str | None, end: str | None) -> list[str]:
     return [day for day in days if (not start or day >= start) and (not end or day <= end)]
 
 
-def _check_source(db: str | Path | None, server: str | None, force: bool) -> None:
-    if (db is None) == (server is None):
-        raise ParameterError("source", "give exactly one source: db (a collector's database "
-                                       "file) or server (a collector's URL)")
-    if force and server is not None:
-        raise ParameterError("force", "force applies to a database file; a collector "
-                                      "always honours its metrics' min_reports")
+@dataclasses.dataclass
+class CountsSource:
+    """The counts of ``metric`` over the UTC days ``start``..``end`` (inclusive; open when
+    None) in a collector's database file (``db``) or from its HTTP API (``server``, with a
+    read ``token``), checked when made. ``force`` (``db`` only) reads below the metric's
+    ``min_reports``.
 
-
-def collected_counts(
-    metric: str,
-    *,
-    db: str | Path | None = None,
-    server: str | None = None,
-    token: str | None = None,
-    start: str | None = None,
-    end: str | None = None,
-    force: bool = False,
-) -> tuple[dict[str, Any], str]:
-    """The counts document of ``metric`` over ``start``..``end`` from a collector's
-    database file (``db``) or its HTTP API (``server`` with a read ``token``), and a
-    description of where it came from. ``force`` (``db`` only) decodes below the
-    metric's ``min_reports``."""
-    _check_source(db, server, force)
-    if not metric:
-        raise ParameterError("metric", "name the metric to decode (--metric NAME)")
-    if server is not None:
-        document = fetch_counts(server, token, metric, start, end)
-        if "days" not in document:
-            days = fetch_days(server, token, metric, start, end)
-            if days is not None:
-                document["days"] = days
-        return document, f"{server} metric {metric}"
-    return db_counts(str(db), metric, start, end, force=force), f"{db} metric {metric}"
-
-
-def daily_counts(
-    metric: str,
-    *,
-    db: str | Path | None = None,
-    server: str | None = None,
-    token: str | None = None,
-    start: str | None = None,
-    end: str | None = None,
-    force: bool = False,
-) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str]]:
-    """One counts document per UTC day of ``start``..``end`` that holds reports, oldest
-    first, and the days left out because they hold fewer reports than the metric's
-    ``min_reports`` (day -> why). Sources as :func:`collected_counts`.
-
-    A database lists its days, and so does a collector serving ``GET /v1/stats``; an
-    older collector is asked for every calendar day from ``start`` to ``end`` (which
-    must then be given).
+    The database opens at the first read and stays open until :meth:`close` (or the end
+    of a ``with`` block), and the days with reports are looked up once, so the whole range
+    and its days (:meth:`counts`, then :meth:`daily`) cost one look-up of each.
     """
-    from veil.server.storage import TooFewReportsError
 
-    _check_source(db, server, force)
-    documents: list[tuple[str, dict[str, Any]]] = []
-    skipped: dict[str, str] = {}
-    if db is not None:
-        storage = _open(str(db), metric)
-        try:
-            for day in _covered(storage.days(metric), start, end):
-                try:
-                    document = storage.counts(metric, day, day, min_reports=0 if force else None)
-                except TooFewReportsError as exc:
-                    skipped[day] = f"{exc.reports} reports, fewer than min_reports {exc.min_reports}"
-                    continue
-                documents.append((day, {**document, "days": [day]}))
-        finally:
-            storage.close()
+    metric: str
+    db: str | Path | None = None
+    server: str | None = None
+    token: str | None = None
+    start: str | None = None
+    end: str | None = None
+    force: bool = False
+    _storage: Storage | None = dataclasses.field(default=None, init=False, repr=False,
+                                                compare=False)
+
+    def __post_init__(self) -> None:
+        if (self.db is None) == (self.server is None):
+            raise ParameterError("source", "give exactly one source: db (a collector's database "
+                                           "file) or server (a collector's URL)")
+        if self.force and self.server is not None:
+            raise ParameterError("force", "force applies to a database file; a collector "
+                                          "always honours its metrics' min_reports")
+        if not self.metric:
+            raise ParameterError("metric", "name the metric to decode (--metric NAME)")
+
+    @property
+    def name(self) -> str:
+        """Where the counts come from, for messages: the database or URL and the metric."""
+        return f"{self.db if self.server is None else self.server} metric {self.metric}"
+
+    def __enter__(self) -> CountsSource:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database, if it was opened."""
+        if self._storage is not None:
+            self._storage.close()
+            self._storage = None
+
+    def _database(self) -> Storage:
+        """The database, opened at the first use."""
+        if self._storage is None:
+            self._storage = _open(str(self.db), self.metric)
+        return self._storage
+
+    @functools.cached_property
+    def days(self) -> list[str] | None:
+        """The days of the range on which the metric has reports, oldest first; None from a
+        collector that does not list them (one without ``GET /v1/stats``)."""
+        if self.server is not None:
+            return fetch_days(self.server, self.token, self.metric, self.start, self.end)
+        from veil.server.storage.base import day_range
+
+        return _covered(self._database().days(self.metric), *day_range(self.start, self.end))
+
+    def _counts(self, start: str | None, end: str | None) -> dict[str, Any]:
+        """The counts document of ``start``..``end``, refused below ``min_reports``."""
+        if self.server is not None:
+            return fetch_counts(self.server, self.token, self.metric, start, end)
+        return self._database().counts(self.metric, start, end,
+                                       min_reports=0 if self.force else None)
+
+    def counts(self) -> dict[str, Any]:
+        """The counts document of the whole range, with the ``days`` it covers (those of the
+        range that hold reports) where they are known.
+
+        Like the collector, a database refuses fewer reports than the metric's
+        ``min_reports`` unless ``force`` (the operator's explicit override).
+        """
+        document = self._counts(self.start, self.end)
+        if "days" not in document and self.days is not None:
+            document["days"] = self.days
+        return document
+
+    def daily(self) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str]]:
+        """One counts document per UTC day of the range that holds reports, oldest first,
+        and the days left out because they hold fewer reports than the metric's
+        ``min_reports`` (day -> why).
+
+        A database lists its days, and so does a collector serving ``GET /v1/stats``; an
+        older collector is asked for every calendar day from ``start`` to ``end`` (which
+        must then be given).
+        """
+        from veil.server.storage import TooFewReportsError
+
+        documents: list[tuple[str, dict[str, Any]]] = []
+        skipped: dict[str, str] = {}
+        for day in _calendar_days(self.start, self.end) if self.days is None else self.days:
+            try:
+                document = self._counts(day, day)
+            except TooFewReportsError as exc:
+                skipped[day] = f"{exc.reports} reports, fewer than min_reports {exc.min_reports}"
+                continue
+            except TooFewReports:
+                skipped[day] = "fewer reports than the metric's min_reports (or none)"
+                continue
+            documents.append((day, {**document, "days": [day]}))
         return documents, skipped
-    assert server is not None
-    days = fetch_days(server, token, metric, start, end)
-    for day in _calendar_days(start, end) if days is None else days:
-        try:
-            document = fetch_counts(server, token, metric, day, day)
-        except TooFewReports:
-            skipped[day] = "fewer reports than the metric's min_reports (or none)"
-            continue
-        documents.append((day, {**document, "days": [day]}))
-    return documents, skipped
 
 
 def _calendar_days(start: str | None, end: str | None) -> list[str]:

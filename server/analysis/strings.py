@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from veil.server.analysis.candidate_map import build_map
+from veil.server.analysis.candidate_map import remembered_map
 from veil.server.analysis.closed_form import sample_summary
 from veil.server.analysis.cost import privacy_cost
 from veil.server.analysis.counts import CountsArrays
@@ -226,7 +226,8 @@ class StringDecoder:
 
         ``candidate_map`` (``m*k`` x ``len(candidates)``) is built from
         ``candidates`` with our hashing when not given (give it to decode a
-        google/rappor ``map.csv``). ``source`` names the input in errors, ``metric``
+        google/rappor ``map.csv``); the last one built is reused for the same parameters
+        and candidates (:func:`~veil.server.analysis.candidate_map.remembered_map`). ``source`` names the input in errors, ``metric``
         names the metric in the result's rows.
         """
         started = time.perf_counter()
@@ -258,7 +259,7 @@ class StringDecoder:
         if not names:
             raise ParameterError("candidates", "give at least one candidate string")
         if candidate_map is None:
-            candidate_map = build_map(self.params, names, progress=self.progress)
+            candidate_map = remembered_map(self.params, tuple(names), self.progress)
         matrix = sp.csc_matrix(candidate_map, dtype=float)
         rows = self.params.m * self.params.k
         if matrix.shape != (rows, len(names)):
@@ -350,6 +351,7 @@ class StringDecoder:
         return frequency_rows(
             metric, "string", [candidates[s] for s in order], estimates[order],
             std_errors[order], total, z_quantile(settings.confidence), STRING_COLUMNS,
+            raw_p[order],
         )
 
     def _summary(

@@ -16,13 +16,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from veil.server.cli.options import add_db_option, add_server_options
+from veil.server.cli.options import ENVIRONMENT, add_db_option, add_server_options
 from veil.shared.errors import ParameterError, VeilError
 
 #: problems listed of each kind; the rest are counted
 SHOWN = 10
-#: seconds ``veil stats --server`` waits for the collector
-TIMEOUT_SECONDS = 60.0
 #: the output formats of ``veil stats``
 STATS_FORMATS = ("table", "csv", "json")
 
@@ -148,8 +146,8 @@ def run_stats(args: argparse.Namespace) -> int:
 
     if bool(args.db) == bool(args.server):
         raise ParameterError(
-            "db", "give exactly one source: --db PATH (or $VEIL_DB) for the database, or "
-            "--server URL (or $VEIL_URL) for a running collector"
+            "db", f"give exactly one source: --db PATH (or ${ENVIRONMENT['db']}) for the "
+            f"database, or --server URL (or ${ENVIRONMENT['server']}) for a running collector"
             + (" (both are set; unset one)" if args.db else ""))
     start, end = day_range(args.start, args.end)
     if args.server:
@@ -186,35 +184,14 @@ def stats_table(document: dict[str, Any]) -> str:
 
 
 def fetch_stats(server: str, token: str | None, metric: str | None, start: str | None,
-                end: str | None, timeout: float = TIMEOUT_SECONDS) -> dict[str, Any]:
+                end: str | None) -> dict[str, Any]:
     """GET ``/v1/stats`` from a collector with a read token; :class:`VeilError` saying what
     went wrong otherwise."""
-    import requests
+    from veil.server.analysis.sources import get_json
 
-    url = f"{server.rstrip('/')}/v1/stats"
-    query = {key: value for key, value in (("metric", metric), ("start", start), ("end", end))
-             if value is not None}
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        response = requests.get(url, params=query, headers=headers, timeout=timeout)
-    except requests.RequestException as exc:
-        raise VeilError(f"cannot reach the collector at {server}: {exc}") from None
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if response.status_code != 200:
-        error = body.get("error", {}) if isinstance(body, dict) else {}
-        detail = (f"{error.get('code', 'error')}: {error.get('message', '')}" if error
-                  else response.text[:200])
-        hint = ""
-        if response.status_code == 401:
-            hint = " (give a read token: --token or $VEIL_READ_TOKEN)"
-        elif response.status_code == 404 and error.get("code") in (None, "not_found"):
-            hint = f" (is {server} a Veil collector recent enough to serve GET /v1/stats?)"
-        raise VeilError(f"GET {url} answered {response.status_code} {detail}{hint}")
-    if not isinstance(body, dict) or not isinstance(body.get("metrics"), list):
-        raise VeilError(f"GET {url} did not return a stats document")
+    body = get_json(server, "/v1/stats", token, {"metric": metric, "start": start, "end": end})
+    if not isinstance(body.get("metrics"), list):
+        raise VeilError(f"GET {server.rstrip('/')}/v1/stats did not return a stats document")
     return body
 
 

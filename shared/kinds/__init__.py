@@ -43,7 +43,9 @@ KINDS: dict[str, type[MechanismParams]] = {
 
 def parse_params(data: Mapping[str, Any]) -> tuple[MechanismParams, str]:
     """Parameters from a mapping with ``kind`` (and, for categories, ``oracle``), plus a
-    note saying which oracle ``oracle = "auto"`` chose and why ("" otherwise).
+    note saying which oracle ``oracle = "auto"`` chose and why, or how a kind's own
+    settings were turned into parameters (:meth:`~MechanismParams.from_settings`: a string
+    metric's privacy targets); "" otherwise.
 
     Raises :class:`ParameterError` naming the offending key.
     """
@@ -55,7 +57,7 @@ def parse_params(data: Mapping[str, Any]) -> tuple[MechanismParams, str]:
     default = KINDS[kind]
     oracle = settings.get("oracle", default.oracle)
     if oracle == default.oracle:
-        return default.from_dict(settings), ""
+        return default.from_settings(settings)
     choices = [name for name, cls in MECHANISMS.items() if cls.kind == kind]
     if len(choices) == 1:
         raise ParameterError("oracle", f"a {kind} metric has no oracle to choose; omit it")

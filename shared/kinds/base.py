@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from veil.shared.errors import ParameterError
@@ -121,6 +121,13 @@ class MechanismParams:
         data = {key: value for key, value in data.items() if key not in ("kind", "oracle")}
         reject_unknown(cls.__name__, data, {field.name for field in dataclasses.fields(cls)})
         return cls(**data)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> tuple[MechanismParams, str]:
+        """Parameters from a registry's settings, and a note on any choice made for them
+        ("" when none): :meth:`from_dict`, unless a kind takes settings of its own (a string
+        metric's privacy targets)."""
+        return cls.from_dict(dict(settings)), ""
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, cast
 
 from veil.shared.bits import PROB_ONE, hex_to_bits, realized
 from veil.shared.errors import ParameterError
@@ -22,6 +23,8 @@ from veil.shared.validation import Interval, OneOf, check_fields
 MAX_K = 65536
 MAX_H = 64
 MAX_M = 65536
+#: privacy targets a string metric's settings may give instead of ``q`` and ``f``
+EPSILON_TARGETS = ("epsilon_inf", "epsilon_1")
 
 RAPPOR_CONSTRAINTS = {
     "p": Interval(float, 0, 1),
@@ -131,6 +134,36 @@ class StringParams(RapporBits, MechanismParams):
 
     def parse_payload(self, payload: Any, field: str = "payload") -> int:
         return hex_to_bits(payload, self.k, field)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> tuple[StringParams, str]:
+        """Parameters from a registry's settings, which may give privacy targets
+        (:data:`EPSILON_TARGETS`) instead of ``q`` and ``f``: then the ``q`` and ``f`` that
+        :meth:`for_epsilon` chooses, and a note saying so ("" without targets)."""
+        settings = dict(settings)
+        targets = {key: settings.pop(key) for key in EPSILON_TARGETS if key in settings}
+        if not targets:
+            return cast(StringParams, cls.from_dict(settings)), ""
+        for key, value in targets.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                0 < value < math.inf
+            ):
+                raise ParameterError(key, f"{key} must be a number above 0. Got {value!r} instead.")
+        if "epsilon_inf" not in targets:
+            raise ParameterError("epsilon_1", "epsilon_1 needs epsilon_inf too: give both "
+                                              "(or p, q and f instead)")
+        clash = sorted({"q", "f"} & set(settings))
+        if clash:
+            raise ParameterError(clash[0], f"give epsilon_inf (and epsilon_1) or {clash[0]}, not "
+                                           "both: the targets choose q and f")
+        base = cast(StringParams, cls.from_dict(settings))  # checks k, h, m, p, hashing
+        chosen = cls.for_epsilon(targets["epsilon_inf"], targets.get("epsilon_1"),
+                                 k=base.k, h=base.h, m=base.m, p=base.p)
+        asked = ", ".join(f"{key} = {value:g}" for key, value in targets.items())
+        note = (f"q and f chosen for {asked} with h = {base.h}, p = {base.p:g}: "
+                f"q = {chosen.q!r}, f = {chosen.f!r} (as realized: epsilon_inf = "
+                f"{chosen.epsilon_inf:.10g}, epsilon_1 = {chosen.epsilon_1:.10g})")
+        return cast(StringParams, cls.from_dict({**settings, "q": chosen.q, "f": chosen.f})), note
 
     @classmethod
     def for_epsilon(

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from tests.test_common_checks import population, sdk_reports
-from veil.server.analysis import RESULT_COLUMNS, decode_metric, decode_metric_by_day
+from veil.server.analysis import RESULT_COLUMNS, candidate_map, decode_metric, decode_metric_by_day
+from veil.server.analysis.candidate_map import build_map, read_candidates
 from veil.server.cli import main
 from veil.server.storage import open_storage
-from veil.shared.kinds import BooleanParams, MechanismParams, NumberParams
+from veil.shared.kinds import BooleanParams, MechanismParams, NumberParams, StringParams
 from veil.shared.registry import Metric, Registry
 from veil.shared.wire import make_batch, validate_batch
 
@@ -116,6 +117,32 @@ def test_by_day_writes_a_tidy_table_and_a_chart_that_follow_each_day(
     forced = decode_metric_by_day(db=db, metric=METRIC, force=True)
     assert [day for day, _ in forced.days] == [*TRUE_SHARES, SMALL_DAY]
     assert forced.skipped == {}
+
+
+def test_by_day_hashes_each_candidate_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The whole range and every day share one candidate map (the same parameters and
+    candidates), and the candidates file is read once."""
+    db = write_days(tmp_path / "veil.db", StringParams(k=32, h=2, m=8),
+                    {"2024-03-01": {"a.example": 1.0}, "2024-03-02": {"b.example": 1.0}})
+    (tmp_path / "candidates.txt").write_text("a.example\nb.example\n", encoding="utf-8")
+    calls: list[str] = []
+
+    def counted(function: Any) -> Any:
+        def call(*args: Any) -> Any:
+            calls.append(function.__name__)
+            return function(*args)
+        return call
+
+    monkeypatch.setattr(candidate_map, "build_map", counted(build_map))
+    monkeypatch.setattr(candidate_map, "read_candidates", counted(read_candidates))
+    candidate_map.remembered_map.cache_clear()
+    assert main(["decode", "--db", str(db), "--metric", METRIC, "--candidates",
+                 str(tmp_path / "candidates.txt"), "--by", "day", "--out",
+                 str(tmp_path / "out")]) == 0
+    assert "2 day(s) decoded" in capsys.readouterr().out
+    assert sorted(calls) == ["build_map", "read_candidates"]
 
 
 def test_by_day_pandas_and_plot(tmp_path: Path) -> None:

@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 import requests
 
+from tests.analysis.test_cli_small_populations import METRIC, write_database
 from veil.client.encoders import make_encoder
 from veil.server.analysis import (
+    RAPPOR_COLUMNS,
     build_map,
     simulate_string_counts,
     write_counts,
@@ -28,14 +30,9 @@ from veil.server.analysis import (
     write_params,
 )
 from veil.server.cli import main
-from veil.shared.kinds import StringParams
+from veil.shared.kinds import BooleanParams, StringParams
 from veil.shared.wire import make_batch, make_report
 
-#: google/rappor's results.csv columns, which its tools read from a string metric's table
-RAPPOR_COLUMNS = [
-    "string", "estimate", "std_error", "proportion", "prop_std_error", "prop_low_95",
-    "prop_high_95",
-]
 STRING_COLUMNS = [
     "metric", "kind", "value", "string", "estimate", "std_error", "low_95", "high_95",
     "proportion", "prop_std_error", "prop_low_95", "prop_high_95", "p_value", "log10_p_value",
@@ -272,12 +269,14 @@ def test_decode_collected_data_over_http_and_from_the_database(
         summary = json.loads((db_out / "summary.json").read_text())
         assert summary["reports"] == INSTALLATIONS
         assert summary["metric"] == metric
-        number = metric in ("load_time", "battery", "latency")
+        # a statistic on the metric's range [low, high] is estimated in the metric's unit;
+        # the others are shares
+        on_range = {"low", "high"} <= summary.keys()
         assert http_rows, metric
         for row in http_rows:
             assert (row["metric"], row["kind"]) == (metric, summary["kind"])
-            value = float(row["estimate"] if number else row["proportion"])
-            se = float(row["std_error"] if number else row["prop_std_error"])
+            value = float(row["estimate"] if on_range else row["proportion"])
+            se = float(row["std_error"] if on_range else row["prop_std_error"])
             # every reported estimate within 4 of its standard errors of the truth
             assert abs(value - truth[row["value"]]) < 4 * se, (metric, row, truth)
     capsys.readouterr()
@@ -314,3 +313,25 @@ def test_decode_errors_from_a_collector(
     assert main(["decode", "--db", str(tmp_path / "missing.db"), "--metric", "homepage",
                  "--out", out]) == 2
     assert "no collector database" in capsys.readouterr().err
+
+
+def test_a_source_on_the_command_line_wins_over_the_variables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """$VEIL_URL and $VEIL_DB apply only when neither --server nor --db is given: a shell
+    exporting both still decodes ``--db "$VEIL_DB"``; with no option it asks to choose."""
+    db = write_database(tmp_path / "veil.db", BooleanParams(alpha=0.6, beta=0.4),
+                        [True, False] * 150, seed=3)
+    nowhere = "http://127.0.0.1:9"  # nothing listens on the discard port
+    monkeypatch.setenv("VEIL_DB", str(db))
+    monkeypatch.setenv("VEIL_URL", nowhere)
+    decode = ["decode", "--metric", METRIC, "--out", str(tmp_path / "out")]
+    assert main([*decode, "--db", str(db)]) == 0
+    assert "300 reports" in capsys.readouterr().out
+    assert main([*decode, "--server", nowhere]) == 2
+    assert f"cannot reach the collector at {nowhere}" in capsys.readouterr().err
+    assert main(decode) == 2
+    assert "$VEIL_URL and $VEIL_DB are both set" in capsys.readouterr().err
+    monkeypatch.delenv("VEIL_URL")
+    assert main(decode) == 0  # $VEIL_DB alone
+    assert "300 reports" in capsys.readouterr().out

@@ -20,6 +20,7 @@ import veil.server.analysis
 from tests.analysis.test_cli_small_populations import METRIC, write_database
 from tests.test_common_checks import EXAMPLES, IDS, population, sdk_reports
 from veil.server.analysis import (
+    RAPPOR_COLUMNS,
     RESULT_COLUMNS,
     STRING_COLUMNS,
     DecodeResult,
@@ -29,15 +30,12 @@ from veil.server.analysis import (
     decode_metric,
     simulate_string_counts,
 )
+from veil.server.analysis.cost import shown_up
 from veil.server.cli import main
 from veil.server.storage import open_storage
 from veil.shared.kinds import BooleanParams, MechanismParams, NumberParams, StringParams
 from veil.shared.registry import Registry
 from veil.shared.wire import make_batch, validate_batch
-
-#: google/rappor's results.csv columns (its tools read a string metric's table by them)
-RAPPOR_COLUMNS = ["string", "estimate", "std_error", "proportion", "prop_std_error",
-                  "prop_low_95", "prop_high_95"]
 
 
 def decode_example(params: MechanismParams, shares: dict, truth: dict, tmp_path: Path,
@@ -168,6 +166,25 @@ def test_the_privacy_cost_per_installation_follows_the_ledger(tmp_path: Path) ->
     assert strings["distinct_values"] is None and strings["epsilon_per_installation"] is None
     assert strings["epsilon_once"] < strings["epsilon_per_value"]
     assert "no upper limit" in strings["statement"]
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "shown"),
+    [
+        (4.3944, "4.40"),
+        (1.0, "1.00"),
+        # rounding up to the next power of ten keeps three significant digits
+        (0.99999999989, "1.00"),
+        (9.9999, "10.0"),
+        (99.95, "100"),
+        (0.0123, "0.0123"),
+    ],
+)
+def test_a_stated_cost_has_three_digits_and_is_never_below_the_true_one(
+    epsilon: float, shown: str,
+) -> None:
+    assert shown_up(epsilon) == shown
+    assert float(shown) >= epsilon * (1 - 1e-9)
 
 
 EPSILON_REGISTRY = """\

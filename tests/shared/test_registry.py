@@ -3,6 +3,8 @@
 import pytest
 
 from veil.shared import Metric, ParameterError, Registry, StringParams
+from veil.shared.kinds import parse_params
+from veil.shared.registry import METRIC_KEYS
 
 TOML = """
 version = 3
@@ -37,6 +39,19 @@ def test_parse_and_round_trip():
     assert registry["homepage"].description == 'Home page "host"'
     assert Registry.from_toml(registry.to_toml()) == registry
     assert Registry.from_dict(registry.to_dict()) == registry
+
+
+def test_a_metrics_own_keys_stand_beside_its_parameters():
+    """``METRIC_KEYS`` are the metric's, written before the parameters; the rest of a
+    written metric reads back as its parameters."""
+    metric = Metric("homepage", StringParams(k=64), description="host", min_reports=500,
+                    note="chosen by hand")
+    written = metric.to_dict()
+    assert list(written)[:4] == ["kind", *METRIC_KEYS]
+    params, note = parse_params({key: value for key, value in written.items()
+                                 if key not in METRIC_KEYS})
+    assert (params, note) == (metric.params, "")
+    assert "note" not in Metric("homepage", StringParams()).to_dict()
 
 
 def test_load_names_the_file(tmp_path):
