@@ -3,7 +3,8 @@
 ``collector``         a ``veil serve`` subprocess (waitress), started fresh per test.
 ``collector_factory`` the same with options: ``collector_factory(upload_token="u", threads=2,
                       workers=2, registry=Registry(...), max_reports=10)``; any other
-                      ``veil serve`` arguments as ``serve_args=["--connection-limit", "8"]``.
+                      ``veil serve`` arguments as ``serve_args=["--connection-limit", "8"]``,
+                      environment variables as ``env={"VEIL_UPLOAD_TOKEN": "u"}``.
 ``test_registry``     :data:`TEST_REGISTRY` (the registry both collectors serve).
 ``live_collector``    the same API served in-process by a werkzeug server thread (faster to start,
                       no kill/restart); still real HTTP on loopback.
@@ -25,7 +26,11 @@ Each yields a :class:`CollectorHandle`::
 
 Attributes: ``url`` (``http://127.0.0.1:PORT``, no trailing slash), ``token`` (read token),
 ``upload_token`` (``None`` unless asked), ``db_path``, ``registry`` (a
-:class:`~veil.shared.registry.Registry`), ``registry_path`` (its TOML file).
+:class:`~veil.shared.registry.Registry`), ``registry_path`` (its TOML file), ``workdir``
+(where those files and ``serve.log``, the server's stderr, are).
+``veil serve`` runs without the test run's ``VEIL_*`` variables, with ``env`` added; a
+``VEIL_READ_TOKEN`` or ``VEIL_UPLOAD_TOKEN`` in ``env`` is the handle's ``token`` or
+``upload_token`` and reaches the server through the environment only.
 Methods: ``start()``, ``stop()`` (SIGTERM, clean), ``kill()`` (SIGKILL), ``restart()``,
 ``counts(metric, **query)`` and ``headers()`` (the read token's Authorization header).
 
@@ -38,13 +43,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +117,8 @@ h = 2
 m = 2
 """
 TEST_REGISTRY = Registry.from_toml(TEST_REGISTRY_TOML)
-START_TIMEOUT = 30.0
+#: seconds a collector may take to print where it listens, and then to answer /readyz
+START_TIMEOUT = 60.0
 
 
 class CollectorHandle:
@@ -120,14 +127,15 @@ class CollectorHandle:
     def __init__(self, workdir: Path, registry: Registry, *, upload_token: str | None = None,
                  threads: int = 4, workers: int = 1, max_reports: int | None = None,
                  max_body_bytes: int | None = None, recent_ids_limit: int | None = None,
-                 serve_args: Sequence[str] = ()) -> None:
+                 serve_args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> None:
         self.workdir = workdir
         self.registry = registry
         self.registry_path = workdir / "metrics.toml"
         self.registry_path.write_text(registry.to_toml(), encoding="utf-8")
         self.db_path = workdir / "veil.db"
-        self.token = secrets.token_hex(16)
-        self.upload_token = upload_token
+        self.env = dict(env or {})
+        self.token = self.env.get("VEIL_READ_TOKEN") or secrets.token_hex(16)
+        self.upload_token = upload_token or self.env.get("VEIL_UPLOAD_TOKEN")
         self.threads = threads
         self.workers = workers
         self.max_reports = max_reports
@@ -143,11 +151,12 @@ class CollectorHandle:
         """The ``veil serve`` command line (port 0 on first start, then the same port)."""
         cmd = [sys.executable, "-m", "veil.server.cli", "serve",
                "--config", str(self.registry_path), "--db", str(self.db_path),
-               "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(self.threads),
-               "--read-token", self.token]
+               "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(self.threads)]
+        if "VEIL_READ_TOKEN" not in self.env:
+            cmd += ["--read-token", self.token]
         if self.workers != 1:
             cmd += ["--workers", str(self.workers)]
-        if self.upload_token:
+        if self.upload_token and "VEIL_UPLOAD_TOKEN" not in self.env:
             cmd += ["--upload-token", self.upload_token]
         if self.max_reports:
             cmd += ["--max-reports", str(self.max_reports)]
@@ -158,25 +167,28 @@ class CollectorHandle:
         return cmd + self.serve_args
 
     def start(self) -> None:
-        """Start ``veil serve`` and wait until it prints its URL and answers /readyz."""
+        """Start ``veil serve`` and wait until it prints its URL and answers /readyz;
+        :class:`RuntimeError` with its exit code and what it printed if it does not."""
         assert self.process is None, "already running"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop("VEIL_READ_TOKEN", None)
-        env.pop("VEIL_UPLOAD_TOKEN", None)
-        log = (self.workdir / "serve.log").open("a")
-        process = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, text=True,
-                                   env=env)
-        log.close()
+        env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+        env.update(self.env, PYTHONUNBUFFERED="1")
+        log_path = self.workdir / "serve.log"
+        with log_path.open("a") as log:
+            process = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log,
+                                       text=True, env=env)
         self.process = process
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        while line and "listening on " not in line:  # start-up notes come first
-            line = process.stdout.readline()
+        line = _first_line(process, START_TIMEOUT)
         if "listening on " not in line:
-            process.kill()
-            process.wait()
+            try:
+                code = process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                code = process.wait()
+            if process.stdout:
+                process.stdout.close()
             self.process = None
-            raise RuntimeError(f"veil serve did not start: {line!r}; see {self.workdir / 'serve.log'}")
+            raise RuntimeError(f"veil serve did not start (exit code {code}) and printed "
+                               f"{line!r}; see {log_path}")
         self.url = line.rsplit(" ", 1)[1].strip()
         self.port = int(self.url.rsplit(":", 1)[1])
         self._wait_ready()
@@ -237,6 +249,14 @@ class CollectorHandle:
                                 headers=self.headers(), timeout=30)
         response.raise_for_status()
         return response.json()
+
+
+def _first_line(process: subprocess.Popen[str], timeout: float) -> str:
+    """The first line ``process`` prints to its stdout pipe: ``""`` if it exits first or prints
+    nothing within ``timeout`` seconds. ``veil serve`` prints one line, whole, once it listens."""
+    assert process.stdout is not None
+    readable, _, _ = select.select([process.stdout], [], [], timeout)
+    return process.stdout.readline() if readable else ""
 
 
 @pytest.fixture

@@ -3,17 +3,26 @@
 An option left off the command line takes its environment variable, so a
 deployment sets ``VEIL_DB`` or ``VEIL_READ_TOKEN`` once for every command:
 
-=================  ======================  =============================================
-option             variable                commands
-=================  ======================  =============================================
-``--config``       ``VEIL_CONFIG``         serve, metrics, migrate, export, ...
-``--db``           ``VEIL_DB``             serve, decode, export, stats, backup, check, ...
-``--server``       ``VEIL_URL``            decode, stats
-``--token``        ``VEIL_READ_TOKEN``     decode, stats (serve: ``--read-token``)
-=================  ======================  =============================================
+======================  ======================  ==================================================
+option                  variable                commands
+======================  ======================  ==================================================
+``--config``            ``VEIL_CONFIG``         serve, metrics, export
+``--db``                ``VEIL_DB``             serve, export, rebuild-aggregates, backup, check,
+                                                migrate, stats, decode
+``--server``            ``VEIL_URL``            stats, decode, populate
+``--token``             ``VEIL_READ_TOKEN``     stats, decode
+``--read-token``        ``VEIL_READ_TOKEN``     serve
+``--upload-token``      ``VEIL_UPLOAD_TOKEN``   serve, populate
+``--metrics-token``     ``VEIL_METRICS_TOKEN``  serve
+``--log-format``        ``VEIL_LOG_FORMAT``     serve
+``--log-level``         ``VEIL_LOG_LEVEL``      serve
+======================  ======================  ==================================================
 
-An empty or blank variable counts as unset. Token variables may hold a
-comma-separated list (``serve`` accepts several tokens, for rotation).
+An empty or blank variable counts as unset, except the token variables of
+``serve`` (:func:`token_list`): these hold comma-separated lists (several
+tokens, for rotation), and one that is set but empty or blank, or holds an
+empty entry, is refused, so that an emptied ``VEIL_UPLOAD_TOKEN`` cannot open
+uploads unnoticed.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ __all__ = [
     "token_list",
 ]
 
-#: each shared option's environment variable
+#: each option's environment variable, by the option's ``dest``
 ENVIRONMENT = {
     "config": "VEIL_CONFIG",
     "db": "VEIL_DB",
@@ -40,6 +49,9 @@ ENVIRONMENT = {
     "token": "VEIL_READ_TOKEN",
     "read_token": "VEIL_READ_TOKEN",
     "upload_token": "VEIL_UPLOAD_TOKEN",
+    "metrics_token": "VEIL_METRICS_TOKEN",
+    "log_format": "VEIL_LOG_FORMAT",
+    "log_level": "VEIL_LOG_LEVEL",
 }
 
 
@@ -84,8 +96,10 @@ def token_list(given: list[str] | None, variable: str, option: str) -> list[str]
     """Tokens from repeated ``option`` flags, else from ``variable`` (comma-separated).
 
     Raises :class:`ParameterError` naming the option when a token is empty or
-    blank (``--read-token "$VEIL_READ_TOKEN"`` with the variable unset): a
-    collector must never start with a token nobody can present.
+    blank (``--read-token "$VEIL_READ_TOKEN"`` with the variable unset), and so
+    when ``variable`` is set but empty: unlike :func:`env_value`, an empty
+    variable is not taken as unset. A collector must never start with a token
+    nobody can present, nor with open uploads because a token variable was emptied.
     """
     field = option.lstrip("-").replace("-", "_")
     if given is None:

@@ -38,14 +38,23 @@ class CollectorFlask(Flask):
 
 def _token_list(setting: str | Iterable[str] | None, name: str) -> list[str]:
     """A token setting as a list (one string is one token); :class:`VeilError` naming the
-    setting for an empty or blank token, e.g. from an unset environment variable."""
+    setting for a token that is not an RFC 6750 ``b64token``, saying so apart for an empty or
+    blank one (e.g. from an unset environment variable)."""
     tokens = [setting] if isinstance(setting, str) else list(setting or ())
     for token in tokens:
+        if isinstance(token, str) and _TOKEN.fullmatch(token):
+            continue
         if not isinstance(token, str) or not token.strip():
             raise VeilError(
                 f"{name} holds an empty token ({token!r}; an unset environment variable?): "
                 "give non-empty tokens, or leave the setting out"
             )
+        raise VeilError(
+            f"{name}: a bearer token may hold only letters, digits and - . _ ~ + / "
+            "(then = padding), as RFC 6750 says; HTTP headers carry nothing else "
+            "reliably. Generate one with: python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'"
+        )
     return tokens
 
 
@@ -63,16 +72,6 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     tokens = _token_list(app.config["READ_TOKENS"], "READ_TOKENS")
     upload_tokens = _token_list(app.config["UPLOAD_TOKEN"], "UPLOAD_TOKEN")
     metrics_tokens = _token_list(app.config["METRICS_TOKENS"], "METRICS_TOKENS")
-    for setting, values in (("READ_TOKENS", tokens), ("UPLOAD_TOKEN", upload_tokens),
-                            ("METRICS_TOKENS", metrics_tokens)):
-        for token in values:
-            if not _TOKEN.fullmatch(token):
-                raise VeilError(
-                    f"{setting}: a bearer token may hold only letters, digits and - . _ ~ + / "
-                    "(then = padding), as RFC 6750 says; HTTP headers carry nothing else "
-                    "reliably. Generate one with: python3 -c 'import secrets; "
-                    "print(secrets.token_urlsafe(32))'"
-                )
     max_reports = app.config["MAX_REPORTS_PER_BATCH"]
     if isinstance(max_reports, bool) or not isinstance(max_reports, int) or max_reports < 1:
         raise VeilError(f"MAX_REPORTS_PER_BATCH must be a positive integer; got {max_reports!r}")

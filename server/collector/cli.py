@@ -1,10 +1,8 @@
 """``veil metrics``, ``serve``, ``export``, ``rebuild-aggregates`` and ``backup``.
 
 Registered under the ``veil.commands`` entry points. Option defaults come from
-:data:`veil.server.collector.config.DEFAULTS`, or from the environment
-(:mod:`veil.server.cli.options`: ``VEIL_CONFIG``, ``VEIL_DB``, ``VEIL_READ_TOKEN``,
-``VEIL_UPLOAD_TOKEN``, and ``VEIL_METRICS_TOKEN``, ``VEIL_LOG_FORMAT``,
-``VEIL_LOG_LEVEL`` for ``serve``). Heavy imports (Flask, waitress, NumPy,
+:data:`veil.server.collector.config.DEFAULTS`, or from the environment variables
+of :data:`veil.server.cli.options.ENVIRONMENT`. Heavy imports (Flask, waitress, NumPy,
 prometheus_client) happen inside the ``run`` functions so ``veil --help`` works
 with the light client install.
 """
@@ -22,17 +20,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from veil.server.cli.options import add_config_option, add_db_option, env_value, token_list
+from veil.server.cli.options import (
+    ENVIRONMENT,
+    add_config_option,
+    add_db_option,
+    env_value,
+    token_list,
+)
 from veil.server.collector.config import DEFAULTS
 from veil.server.collector.logs import FORMATS, LEVELS, configure_logging
 from veil.shared.errors import VeilError
 
 logger = logging.getLogger(__name__)
-
-#: the environment variables of ``veil serve``'s own options
-METRICS_TOKEN_VARIABLE = "VEIL_METRICS_TOKEN"
-LOG_FORMAT_VARIABLE = "VEIL_LOG_FORMAT"
-LOG_LEVEL_VARIABLE = "VEIL_LOG_LEVEL"
 
 
 def configure_serve(parser: argparse.ArgumentParser) -> None:
@@ -59,22 +58,23 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
                         f"slower ones are disconnected (default {DEFAULTS['RECEIVE_TIMEOUT']})")
     parser.add_argument("--read-token", action="append", default=None,
                         help="bearer token for reading counts and /metrics (repeatable, for "
-                        "rotation; default: $VEIL_READ_TOKEN, comma-separated)")
+                        f"rotation; default: ${ENVIRONMENT['read_token']}, comma-separated)")
     parser.add_argument("--upload-token", action="append", default=None,
                         help="require a bearer token to upload (repeatable: one per client group, "
                         "each rate-limited on its own, or for rotation; default: "
-                        "$VEIL_UPLOAD_TOKEN, comma-separated, else uploads are open)")
+                        f"${ENVIRONMENT['upload_token']}, comma-separated, else uploads are open)")
     parser.add_argument("--metrics-token", action="append", default=None,
                         help="bearer token for scraping /metrics only (repeatable; default: "
-                        f"${METRICS_TOKEN_VARIABLE}, comma-separated); a read token works too")
+                        f"${ENVIRONMENT['metrics_token']}, comma-separated); a read token works "
+                        "too")
     parser.add_argument("--log-format", type=str.lower, choices=FORMATS,
-                        default=env_value(LOG_FORMAT_VARIABLE) or DEFAULTS["LOG_FORMAT"],
+                        default=env_value(ENVIRONMENT["log_format"]) or DEFAULTS["LOG_FORMAT"],
                         help="log lines on stderr as text or one JSON object a line "
-                        f"(default: ${LOG_FORMAT_VARIABLE}, else {DEFAULTS['LOG_FORMAT']})")
+                        f"(default: ${ENVIRONMENT['log_format']}, else {DEFAULTS['LOG_FORMAT']})")
     parser.add_argument("--log-level", type=str.lower, choices=LEVELS,
-                        default=env_value(LOG_LEVEL_VARIABLE) or DEFAULTS["LOG_LEVEL"],
+                        default=env_value(ENVIRONMENT["log_level"]) or DEFAULTS["LOG_LEVEL"],
                         help="least severe level logged "
-                        f"(default: ${LOG_LEVEL_VARIABLE}, else {DEFAULTS['LOG_LEVEL']})")
+                        f"(default: ${ENVIRONMENT['log_level']}, else {DEFAULTS['LOG_LEVEL']})")
     parser.add_argument("--network-rate", type=float, default=DEFAULTS["NETWORK_RATE"],
                         help="reports a second each source network (/24 or /48) may upload, "
                         "in bursts of --burst-seconds of it; more get 429 (default: no limit)")
@@ -111,9 +111,10 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "REGISTRY": args.config,
         "DATABASE": args.db,
-        "READ_TOKENS": token_list(args.read_token, "VEIL_READ_TOKEN", "--read-token"),
-        "UPLOAD_TOKEN": token_list(args.upload_token, "VEIL_UPLOAD_TOKEN", "--upload-token"),
-        "METRICS_TOKENS": token_list(args.metrics_token, METRICS_TOKEN_VARIABLE,
+        "READ_TOKENS": token_list(args.read_token, ENVIRONMENT["read_token"], "--read-token"),
+        "UPLOAD_TOKEN": token_list(args.upload_token, ENVIRONMENT["upload_token"],
+                                   "--upload-token"),
+        "METRICS_TOKENS": token_list(args.metrics_token, ENVIRONMENT["metrics_token"],
                                      "--metrics-token"),
         "NETWORK_RATE": args.network_rate,
         "TOKEN_RATE": args.token_rate,
@@ -157,12 +158,11 @@ def run_serve(args: argparse.Namespace) -> int:
         raise VeilError(f"--min-free-bytes must be at least 0; got {args.min_free_bytes}")
     if args.max_body_bytes < 1024:
         raise VeilError(f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
-    for option, variable, value, allowed in (
-        ("--log-format", LOG_FORMAT_VARIABLE, args.log_format, FORMATS),
-        ("--log-level", LOG_LEVEL_VARIABLE, args.log_level, LEVELS),
-    ):
+    for name, allowed in (("log_format", FORMATS), ("log_level", LEVELS)):
+        value = getattr(args, name)
         if value not in allowed:
-            raise VeilError(f"{option} (default ${variable}) must be one of "
+            option = "--" + name.replace("_", "-")
+            raise VeilError(f"{option} (default ${ENVIRONMENT[name]}) must be one of "
                             f"{', '.join(allowed)}; got {value!r}")
     config = serve_config(args)
     configure_logging(config["LOG_FORMAT"], config["LOG_LEVEL"])
@@ -173,8 +173,6 @@ def run_serve(args: argparse.Namespace) -> int:
     # check the registry against the database (and migrate it, if asked) once, before any worker
     # starts
     with open_storage(args.db, registry, create=True, migrate=args.migrate) as storage:
-        for step in storage.migrated:
-            logger.info("migrated %s: %s", storage.location, step)
         location = storage.location
     try:
         sock = socket.create_server((config["HOST"], config["PORT"]), backlog=1024)
@@ -209,8 +207,8 @@ def _log_summary(config: dict[str, Any], metrics: int, location: str, url: str) 
                 "takes a metrics or read token" if scrapes or reads
                 else "is refused (no metrics or read token)")
     if not reads:
-        logger.warning("no read token set (--read-token or VEIL_READ_TOKEN): counts cannot be "
-                       "read over HTTP")
+        logger.warning("no read token set (--read-token or %s): counts cannot be read over "
+                       "HTTP", ENVIRONMENT["read_token"])
     logger.info("%d worker(s) of %d threads, listening on %s", config["WORKERS"],
                 config["THREADS"], url)
 
@@ -301,16 +299,8 @@ def run_backup(args: argparse.Namespace) -> int:
     """Copy the database consistently while the collector runs."""
     from veil.server.storage import open_storage
 
-    out = Path(args.out)
-    directory = out.parent
-    if not directory.is_dir():
-        if directory.exists():
-            raise VeilError(f"--out {out}: {directory} is not a directory; give a path in a "
-                            "directory")
-        raise VeilError(f"--out {out}: the directory {directory} does not exist; create it first "
-                        f"(mkdir -p {directory}) or choose another path")
     with open_storage(args.db) as storage:
-        target = storage.backup(out)
+        target = storage.backup(args.out)
     print(f"veil backup: wrote a consistent copy of {args.db} to {target}")
     return 0
 

@@ -79,9 +79,8 @@ class ServerMetrics:
     """The metrics of one collector app, and their exposition for ``GET /metrics``."""
 
     def __init__(self, storage_location: str) -> None:
-        self.multiprocess = multiprocess_mode()
         # in multiprocess mode values live in the processes' files, read at each scrape
-        registry = None if self.multiprocess else CollectorRegistry()
+        registry = None if multiprocess_mode() else CollectorRegistry()
         self.registry = registry
         self.storage_size = StorageSize(storage_location)
         self.accepted = Counter(

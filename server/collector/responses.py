@@ -42,20 +42,37 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 def register_error_handlers(app: Flask) -> None:
-    """Answer API errors, HTTP errors and storage failures as JSON."""
+    """Answer API errors, HTTP errors and storage failures (:data:`ANSWERED`) as JSON."""
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(StorageUnavailable, _storage_unavailable)
+
+
+#: the exceptions the app's error handlers answer in the JSON error shape
+ANSWERED: tuple[type[Exception], ...] = (ApiError, HTTPException, StorageUnavailable)
+
+
+def error_code(exc: Exception) -> str:
+    """The error code of the app's answer to ``exc``: its own for an :class:`ApiError`, that of
+    its status for an HTTP error (``unavailable`` for a storage failure, a 503), else
+    ``internal_error`` (a bug: a 500)."""
+    if isinstance(exc, ApiError):
+        return exc.code
+    if isinstance(exc, StorageUnavailable):
+        return http_error_code(503)
+    if isinstance(exc, HTTPException):
+        return http_error_code(exc.code or 500)
+    return http_error_code(500)
 
 
 def _api_error(exc: ApiError) -> Response:
     return json_response(exc.to_dict(), exc.status_code, exc.headers)
 
 
-def _storage_unavailable(exc: Exception) -> Response:
+def _storage_unavailable(exc: StorageUnavailable) -> Response:
     """The database cannot take the request now (disk full, I/O error, closing): 503, retry."""
     current_app.logger.error("storage unavailable: %s", exc)
-    return _api_error(ApiError(503, "unavailable", None,
+    return _api_error(ApiError(503, error_code(exc), None,
                                "the collector cannot store or read reports right now; "
                                "retry later (nothing from this request was stored)",
                                {"Retry-After": "5"}))

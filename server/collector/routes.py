@@ -20,13 +20,12 @@ import time
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
-from werkzeug.exceptions import HTTPException
 
 from veil.server.analysis.rappor_files import write_counts_document
 from veil.server.collector.limits import network_of
 from veil.server.collector.openapi import openapi_document
 from veil.server.collector.prometheus import CONTENT_TYPE
-from veil.server.collector.responses import ApiError, http_error_code, json_response
+from veil.server.collector.responses import ANSWERED, ApiError, error_code, json_response
 from veil.server.collector.state import Collector, current_collector
 from veil.server.storage import StorageUnavailable, TooFewReportsError
 from veil.shared.errors import WireFormatError
@@ -47,7 +46,7 @@ def readyz() -> Response:
     try:
         current_collector().storage.ping()
     except StorageUnavailable as exc:
-        raise ApiError(503, "unavailable", None, str(exc), {"Retry-After": "5"}) from None
+        raise ApiError(503, error_code(exc), None, str(exc), {"Retry-After": "5"}) from None
     return json_response({"status": "ready"})
 
 
@@ -84,14 +83,8 @@ def reports() -> Response:
     started = time.perf_counter()
     try:
         receipt = _store_batch(state)
-    except ApiError as exc:
-        state.server_metrics.batch_refused(exc.code)
-        raise
-    except HTTPException as exc:
-        state.server_metrics.batch_refused(http_error_code(exc.code or 500))
-        raise
-    except StorageUnavailable:
-        state.server_metrics.batch_refused("unavailable")
+    except ANSWERED as exc:
+        state.server_metrics.batch_refused(error_code(exc))
         raise
     state.server_metrics.batch_stored(receipt["accepted"], receipt["duplicates"],
                                       (error["code"] for error in receipt["errors"]),
@@ -129,19 +122,12 @@ def _store_batch(state: Collector) -> dict[str, Any]:
 @api.get("/v1/metrics/<name>/counts")
 def counts(name: str) -> Response:
     """Sufficient statistics for a metric over a range of days (bearer token)."""
-    state = current_collector()
-    if not state.read_tokens:
-        raise ApiError(403, "reads_disabled", None,
-                       "this collector has no read token configured; set one to read counts")
-    _check_bearer(state.read_tokens)
+    state = _require_read("counts")
     if name not in state.storage.registry:
         raise ApiError(404, "unknown_metric", "name",
                        f"unknown metric {name[:64]!r}; GET /v1/metrics lists the metrics")
     metric = state.storage.registry[name]
-    unknown = sorted(set(request.args) - {"start", "end", "format"})
-    if unknown:
-        raise ApiError(400, "unknown_parameter", unknown[0][:64],
-                       "is not a query parameter (allowed: start, end, format)")
+    _only_parameters("start", "end", "format")
     fmt = request.args.get("format", "json")
     if fmt not in ("json", "csv"):
         raise ApiError(400, "bad_format", "format", "must be 'json' or 'csv'")
@@ -151,16 +137,9 @@ def counts(name: str) -> Response:
                        f"RAPPOR bits (strings, RAPPOR categories); {name!r} is a "
                        f"{metric.params.mechanism_name} metric: "
                        "use format=json")
-    days = {}
-    for field in ("start", "end"):
-        value = request.args.get(field)
-        if value is not None and not _is_day(value):
-            raise ApiError(400, "bad_date", field, "must be a UTC day written YYYY-MM-DD")
-        days[field] = value
-    if days["start"] and days["end"] and days["start"] > days["end"]:
-        raise ApiError(400, "bad_date", "start", "must not be after end")
+    start, end = _day_args()
     try:
-        document = state.storage.counts(metric, days["start"], days["end"])
+        document = state.storage.counts(metric, start, end)
     except TooFewReportsError as exc:
         raise ApiError(409, "too_few_reports", None, str(exc)) from None
     if fmt == "csv":
@@ -173,26 +152,46 @@ def counts(name: str) -> Response:
 @api.get("/v1/stats")
 def stats() -> Response:
     """Reports per metric and UTC day, from the aggregates (bearer token, as counts)."""
-    state = current_collector()
-    if not state.read_tokens:
-        raise ApiError(403, "reads_disabled", None,
-                       "this collector has no read token configured; set one to read stats")
-    _check_bearer(state.read_tokens)
-    unknown = sorted(set(request.args) - {"metric", "start", "end"})
-    if unknown:
-        raise ApiError(400, "unknown_parameter", unknown[0][:64],
-                       "is not a query parameter (allowed: metric, start, end)")
+    state = _require_read("stats")
+    _only_parameters("metric", "start", "end")
     name = request.args.get("metric")
     if name is not None and name not in state.storage.registry:
         raise ApiError(404, "unknown_metric", "metric",
                        f"unknown metric {name[:64]!r}; GET /v1/metrics lists the metrics")
+    start, end = _day_args()
+    return json_response(state.storage.stats(name, start, end))
+
+
+def _require_read(what: str) -> Collector:
+    """The collector, once the request carries one of its read tokens: 403 ``reads_disabled``
+    if it has none (``what`` names what cannot be read), else 401 without a valid one."""
+    state = current_collector()
+    if not state.read_tokens:
+        raise ApiError(403, "reads_disabled", None,
+                       f"this collector has no read token configured; set one to read {what}")
+    _check_bearer(state.read_tokens)
+    return state
+
+
+def _only_parameters(*allowed: str) -> None:
+    """400 ``unknown_parameter`` naming the first query parameter not in ``allowed``."""
+    unknown = sorted(set(request.args) - set(allowed))
+    if unknown:
+        raise ApiError(400, "unknown_parameter", unknown[0][:64],
+                       f"is not a query parameter (allowed: {', '.join(allowed)})")
+
+
+def _day_args() -> tuple[str | None, str | None]:
+    """The ``start`` and ``end`` query parameters (``None`` when absent); 400 ``bad_date``
+    unless each is a UTC day written YYYY-MM-DD and start is not after end."""
     days = {field: request.args.get(field) for field in ("start", "end")}
     for field, value in days.items():
         if value is not None and not _is_day(value):
             raise ApiError(400, "bad_date", field, "must be a UTC day written YYYY-MM-DD")
-    if days["start"] and days["end"] and days["start"] > days["end"]:
+    start, end = days["start"], days["end"]
+    if start and end and start > end:
         raise ApiError(400, "bad_date", "start", "must not be after end")
-    return json_response(state.storage.stats(name, days["start"], days["end"]))
+    return start, end
 
 
 def max_json_values(max_reports: int) -> int:

@@ -40,7 +40,6 @@ from waitress.server import TcpWSGIServer
 from waitress.task import ErrorTask
 
 from veil.server.collector.app import create_app
-from veil.server.collector.prometheus import multiprocess_mode
 from veil.server.collector.responses import http_error_body, too_large_message
 from veil.server.collector.state import EXTENSION
 
@@ -226,7 +225,6 @@ def _supervise(config: dict[str, Any], sock: socket.socket) -> int:
             if pid not in workers:
                 continue
             workers.discard(pid)
-            _forget_worker(pid)
             ended.append(time.monotonic())
             if len(ended) == MAX_RESTARTS and ended[-1] - ended[0] < RESTART_WINDOW:
                 logger.error("worker %d %s; workers ended %d times within %.0f s, so they are "
@@ -248,13 +246,4 @@ def _supervise(config: dict[str, Any], sock: socket.socket) -> int:
         for pid in workers:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            _forget_worker(pid)
     return code
-
-
-def _forget_worker(pid: int) -> None:
-    """Tell prometheus_client that worker ``pid`` is gone (its counters still count)."""
-    if multiprocess_mode():
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

@@ -44,9 +44,6 @@ class SchemaOutdatedError(StorageError):
     (``veil migrate``, ``veil serve --migrate``), never silently on open."""
 
     def __init__(self, location: str, version: int, current: int) -> None:
-        self.location = location
-        self.version = version
-        self.current = current
         super().__init__(
             f"{location} has schema version {version}, older than this Veil's ({current}). "
             f"Back it up (veil backup), then migrate it: veil migrate --db {location} "
@@ -252,10 +249,6 @@ class Storage(abc.ABC):
         """Number of stored raw reports (for one metric or all)."""
 
     @abc.abstractmethod
-    def days(self, metric: str) -> list[str]:
-        """The days on which ``metric`` received reports, oldest first."""
-
-    @abc.abstractmethod
     def daily_reports(self, metric: str | None, start: str | None, end: str | None,
                       ) -> list[DayCount]:
         """Reports per (metric, UTC day) over days ``start``..``end`` (either ``None``: open),
@@ -293,6 +286,10 @@ class Storage(abc.ABC):
                 f"from those stored in {self.location} ({stored.params.to_dict()})"
             )
         return statistic_for(stored.params)
+
+    def days(self, metric: str) -> list[str]:
+        """The days on which ``metric`` received reports, oldest first."""
+        return [row.day for row in self.daily_reports(metric, None, None)]
 
     def stats(self, metric: str | None = None, start: dt.date | str | None = None,
               end: dt.date | str | None = None) -> dict[str, Any]:

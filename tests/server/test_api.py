@@ -266,6 +266,14 @@ def test_tokens_that_headers_cannot_carry_are_refused_at_start(app_factory, sett
         app_factory(**{setting: token})
 
 
+@pytest.mark.parametrize("setting", ["READ_TOKENS", "UPLOAD_TOKEN", "METRICS_TOKENS"])
+@pytest.mark.parametrize("token", ["", "  ", ["good-token", ""]])
+def test_empty_tokens_are_refused_at_start_as_such(app_factory, setting, token):
+    """An empty or blank token (an unset environment variable, most likely) is named as one."""
+    with pytest.raises(VeilError, match=f"{setting} holds an empty token"):
+        app_factory(**{setting: token})
+
+
 def test_unavailable_storage_is_503_with_retry_after(app, client, wire):
     """A collector whose database is gone answers 503 (clients retry), never a traceback."""
     app.extensions[EXTENSION].storage.close()

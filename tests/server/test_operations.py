@@ -198,6 +198,21 @@ def test_metrics_counts_batches_by_outcome_and_reports_the_storage_size(app_fact
     assert scrape(client, client.token)["veil_reports_accepted_total"] == 31
 
 
+def test_metrics_count_batches_refused_by_http_errors_and_storage_failures(app_factory, wire):
+    """Refusals the error handlers answer count under the code of their answer."""
+    app = app_factory(METRICS_TOKENS=["scrape"], MAX_CONTENT_LENGTH=4096)
+    client = app.test_client()
+    too_large = client.post("/v1/reports", data=b"[" + b" " * 5000 + b"]",
+                            content_type="application/json")
+    assert too_large.status_code == 413 and too_large.json["error"]["code"] == "body_too_large"
+    app.extensions[EXTENSION].storage.close()
+    gone = client.post("/v1/reports", json=wire.batch(wire.reports("dark_mode", [True])))
+    assert gone.status_code == 503 and gone.json["error"]["code"] == "unavailable"
+    found = scrape(client, "scrape")
+    assert found["veil_batches_refused_total{code=body_too_large}"] == 1
+    assert found["veil_batches_refused_total{code=unavailable}"] == 1
+
+
 def test_metrics_needs_a_token_and_says_how_to_configure_one(app_factory):
     client = app_factory(METRICS_TOKENS="scrape").test_client()
     missing = client.get("/metrics")

@@ -28,6 +28,12 @@ def serve_help() -> str:
                           capture_output=True, text=True, check=True, timeout=60).stdout
 
 
+@pytest.fixture(scope="module")
+def serve_options(serve_help) -> set[str]:
+    """The options ``veil serve --help`` describes, each where its entry begins a line."""
+    return set(re.findall(r"^ {2}(?:-\w, )?(--[a-z][a-z-]*)", serve_help, re.MULTILINE))
+
+
 def unit() -> configparser.ConfigParser:
     """deploy/veil.service as sections of keys (repeated keys keep the last value)."""
     parser = configparser.ConfigParser(strict=False, interpolation=None,
@@ -37,11 +43,17 @@ def unit() -> configparser.ConfigParser:
     return parser
 
 
+def defaults_of(help_text: str) -> set[str]:
+    """The ``(default: $VARIABLE)`` notes of a command's help, however its lines wrap."""
+    return set(re.findall(r"\(default: \$\w+\)", " ".join(help_text.split())))
+
+
 def options_of(command: str) -> list[str]:
-    return re.findall(r"(?<!\S)(--[a-z][a-z-]*)", command)
+    """The long options in ``command``, whole: ``--db`` in ``--db x``, nothing in ``--db-x``."""
+    return re.findall(r"(?<![\w-])(--[a-z][a-z-]*)(?![\w-])", command)
 
 
-def test_the_systemd_unit_is_complete_and_hardened(serve_help):
+def test_the_systemd_unit_is_complete_and_hardened(serve_help, serve_options):
     service = unit()
     assert {"Unit", "Service", "Install"} <= set(service.sections())
     settings = service["Service"]
@@ -55,9 +67,13 @@ def test_the_systemd_unit_is_complete_and_hardened(serve_help):
     start = settings["ExecStart"]
     assert re.match(r"\S+/veil serve ", start)
     for option in options_of(start):
-        assert option in serve_help, option
-    assert "--db ${VEIL_DB}" in start and "VEIL_DB=/var/lib/veil/" in (DEPLOY / "veil.service"
-                                                                     ).read_text()
+        assert option in serve_options, option
+    # --config and --db come from the unit's environment, which veil serve reads
+    text = (DEPLOY / "veil.service").read_text(encoding="utf-8")
+    assert "Environment=VEIL_DB=/var/lib/veil/" in text
+    assert "Environment=VEIL_CONFIG=/etc/veil/" in text
+    assert {"(default: $VEIL_DB)", "(default: $VEIL_CONFIG)"} <= defaults_of(serve_help)
+    assert "--db" not in start and "--config" not in start
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
@@ -72,7 +88,7 @@ def test_systemd_accepts_every_line_of_the_unit(tmp_path):
 
 
 def test_the_dockerfile_runs_veil_serve_as_a_user_with_a_volume_and_a_health_check(
-        serve_help, client):
+        serve_help, serve_options, client):
     text = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
     instructions = [line for line in re.sub(r"\\\n", " ", text).splitlines()
                     if line and not line.startswith("#")]
@@ -82,25 +98,26 @@ def test_the_dockerfile_runs_veil_serve_as_a_user_with_a_volume_and_a_health_che
     assert first["USER"] not in ("root", "0")
     assert json.loads(first["VOLUME"]) == ["/var/lib/veil"]
     assert "VEIL_DB=/var/lib/veil/" in text and "VEIL_CONFIG=" in text
+    assert {"(default: $VEIL_DB)", "(default: $VEIL_CONFIG)"} <= defaults_of(serve_help)
 
     entrypoint, command = json.loads(first["ENTRYPOINT"]), json.loads(first["CMD"])
-    serve = entrypoint[2]
-    assert serve.startswith("exec veil serve ")
+    assert entrypoint[:2] == ["veil", "serve"]
+    serve = " ".join(entrypoint)
     for option in options_of(serve) + [arg for arg in command if arg.startswith("--")]:
-        assert option in serve_help, option
+        assert option in serve_options, option
     health = re.search(r"http://127\.0\.0\.1:(\d+)(/\w+)", first["HEALTHCHECK"])
     assert health and f"--port {health.group(1)}" in serve
     assert client.get(health.group(2)).status_code == 200
 
 
-def test_the_nginx_snippet_matches_the_collector(serve_help):
+def test_the_nginx_snippet_matches_the_collector(serve_options):
     text = (DEPLOY / "nginx.conf").read_text(encoding="utf-8")
     size = re.search(r"client_max_body_size\s+(\d+)([kmg]?);", text)
     assert size
     limit = int(size.group(1)) * SIZES.get(size.group(2), 1)
     assert DEFAULTS["MAX_CONTENT_LENGTH"] <= limit <= 2 * DEFAULTS["MAX_CONTENT_LENGTH"]
     assert re.search(r"proxy_set_header X-Forwarded-For \$remote_addr;", text)
-    assert "--proxy-hops 1" in unit()["Service"]["ExecStart"] and "--proxy-hops" in serve_help
+    assert "--proxy-hops 1" in unit()["Service"]["ExecStart"] and "--proxy-hops" in serve_options
     assert re.search(r"location = /v1/reports \{\s+access_log off;", text)
     for log_format in re.findall(r"log_format\s+\w+\s+([^;]+);", text):
         assert "remote_addr" not in log_format and "forwarded_for" not in log_format

@@ -6,12 +6,8 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import pytest
 import requests
 
 from veil.client.encoders import make_encoder
@@ -76,48 +72,27 @@ def test_init_refuses_a_file_as_directory(tmp_path, capsys):
     assert "--dir" in capsys.readouterr().err
 
 
-def test_a_collector_started_from_init_takes_its_tokens(tmp_path, capsys):
+def test_a_collector_started_from_init_takes_its_tokens(tmp_path, capsys, collector_factory):
     """The first hour: init, serve with veil.env, upload with the upload token, see it."""
     assert main(["init", "--dir", str(tmp_path)]) == 0
     capsys.readouterr()
     tokens = read_env(tmp_path / "veil.env")
-    env = {**os.environ, **tokens, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "veil.server.cli", "serve", "--config",
-         str(tmp_path / "metrics.toml"), "--db", str(tmp_path / "veil.db"),
-         "--host", "127.0.0.1", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    try:
-        url = _wait_listening(process)
-        metric = Registry.load(tmp_path / "metrics.toml")["dark_mode"]
-        encoder = make_encoder(metric, os.urandom(32), 0)
-        batch = make_batch(os.urandom(16).hex(), [make_report(
-            os.urandom(16).hex(), "dark_mode", encoder.cohort, encoder.encode(True),
-            metric.params.fingerprint)])
-        assert requests.post(url + "/v1/reports", json=batch, timeout=10).status_code == 401
-        upload = {"Authorization": f"Bearer {tokens['VEIL_UPLOAD_TOKEN']}"}
-        answer = requests.post(url + "/v1/reports", json=batch, headers=upload, timeout=10)
-        assert answer.status_code == 200 and answer.json()["accepted"] == 1
-        assert main(["stats", "--server", url, "--token", tokens["VEIL_READ_TOKEN"],
-                     "--metric", "dark_mode", "--format", "csv"]) == 0
-        rows = capsys.readouterr().out.splitlines()
-        assert rows[0] == "metric,day,reports" and rows[1].startswith("dark_mode,")
-        assert rows[1].endswith(",1") and len(rows) == 2
-    finally:
-        process.terminate()
-        process.wait(30)
-        assert process.stdout is not None
-        process.stdout.close()
-
-
-def _wait_listening(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
-    """The URL ``veil serve`` prints once it listens (other lines before it are skipped)."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        if "listening on " in line:
-            return line.rsplit(" ", 1)[1].strip()
-    pytest.fail(f"veil serve did not start (exit code {process.poll()})")
+    registry = Registry.load(tmp_path / "metrics.toml")
+    collector = collector_factory(registry, env=tokens)
+    assert "--read-token" not in collector.command()
+    assert "--upload-token" not in collector.command()
+    metric = registry["dark_mode"]
+    encoder = make_encoder(metric, os.urandom(32), 0)
+    batch = make_batch(os.urandom(16).hex(), [make_report(
+        os.urandom(16).hex(), "dark_mode", encoder.cohort, encoder.encode(True),
+        metric.params.fingerprint)])
+    url = collector.url
+    assert requests.post(url + "/v1/reports", json=batch, timeout=10).status_code == 401
+    upload = {"Authorization": f"Bearer {tokens['VEIL_UPLOAD_TOKEN']}"}
+    answer = requests.post(url + "/v1/reports", json=batch, headers=upload, timeout=10)
+    assert answer.status_code == 200 and answer.json()["accepted"] == 1
+    assert main(["stats", "--server", url, "--token", tokens["VEIL_READ_TOKEN"],
+                 "--metric", "dark_mode", "--format", "csv"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0] == "metric,day,reports" and rows[1].startswith("dark_mode,")
+    assert rows[1].endswith(",1") and len(rows) == 2

@@ -6,12 +6,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import CollectorHandle
 from veil.server.cli import main
 from veil.server.storage import (
     SchemaOutdatedError,
@@ -124,28 +123,18 @@ def test_dry_run_refuses_what_it_cannot_migrate(tmp_path, capsys):
 
 
 def test_serve_refuses_an_older_database_unless_told_to_migrate(old_db, wire, tmp_path):
-    registry = tmp_path / "metrics.toml"
-    registry.write_text(wire.registry.to_toml(), encoding="utf-8")
-    command = [sys.executable, "-m", "veil.server.cli", "serve", "--config", str(registry),
-               "--db", str(old_db), "--host", "127.0.0.1", "--port", "0"]
-    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 2
-    assert f"veil migrate --db {old_db}" in refused.stderr
-    assert "listening" not in refused.stdout and user_version(old_db) == 3
-
+    refused = CollectorHandle(tmp_path, wire.registry)
+    assert refused.db_path == old_db
+    with pytest.raises(RuntimeError, match=r"exit code 2\) and printed ''"):
+        refused.start()
     log = tmp_path / "serve.log"
-    with log.open("w") as stderr:
-        process = subprocess.Popen([*command, "--migrate"], stdout=subprocess.PIPE,
-                                   stderr=stderr, text=True)
+    assert f"veil migrate --db {old_db}" in log.read_text()
+    assert user_version(old_db) == 3
+
+    migrating = CollectorHandle(tmp_path, wire.registry, serve_args=["--migrate"])
+    migrating.start()
     try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if "listening on" in line:
-                break
         assert user_version(old_db) == SCHEMA_VERSION
     finally:
-        process.terminate()
-        process.wait(30)
-        assert process.stdout is not None
-        process.stdout.close()
-    assert f"migrated {old_db}: schema 3 -> 4" in log.read_text()
+        migrating.stop()
+    assert f"migrating {old_db}: schema 3 -> 4" in log.read_text()

@@ -75,6 +75,15 @@ def test_counts_by_day_range_equal_the_reports_of_those_days(filled, wire):
         assert got["sum_squares"] == pytest.approx(want["sum_squares"], rel=1e-12)
 
 
+def test_days_lists_each_day_with_reports_of_the_metric_oldest_first(filled, wire):
+    storage, _ = filled
+    later = wire.reports("homepage", ["a.example"])
+    storage.insert(valid(wire, later), "2026-12-01")
+    assert storage.days("homepage") == [*DAYS, "2026-12-01"]
+    assert storage.days("browser") == DAYS
+    assert storage.days("rare") == []
+
+
 def test_rebuild_aggregates_equals_incremental(filled, wire):
     storage, _ = filled
     before = {m: storage.counts(wire.registry[m], min_reports=0) for m in wire.registry}
@@ -319,6 +328,7 @@ def test_migrates_a_version_2_file(tmp_path, wire, filled):
         conn.execute("PRAGMA user_version = 2")
     with open_storage(path, migrate=True) as migrated:
         assert migrated.schema_version == SCHEMA_VERSION
+        assert [step.version for step in migrated.migrated] == list(range(2, SCHEMA_VERSION))
         assert {m: migrated.counts(m) for m in before} == before
         stored = sum(len(reports) for reports in sent.values())
         assert migrated.total_reports() == stored

@@ -106,9 +106,10 @@ _DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 logger = logging.getLogger("veil.server.storage")
 
 
-def path_problem(path: Path, *, create: bool) -> str | None:
-    """Why ``path`` cannot be a database file (its directory is missing, or it is a
-    directory), as a sentence that says what to do; ``None`` if nothing is visibly wrong."""
+def path_problem(path: Path, *, create: bool, what: str = "database") -> str | None:
+    """Why ``path`` cannot be the file ``what`` names (a database, a backup): its directory
+    is missing, or it is a directory. A sentence that says what to do; ``None`` if nothing is
+    visibly wrong."""
     if path.is_dir():
         return (f"{path} is a directory; give a file inside it, e.g. "
                 f"{path / 'veil.db'}")
@@ -122,7 +123,7 @@ def path_problem(path: Path, *, create: bool) -> str | None:
         return f"{missing}, on the path of {path}, is not a directory; choose another path"
     if not create:
         return f"no Veil database at {path}: the directory {directory} does not exist"
-    return (f"cannot create the database {path}: the directory {directory} does not exist; "
+    return (f"cannot create the {what} {path}: the directory {directory} does not exist; "
             f"create it first (mkdir -p {directory}) or choose another path")
 
 
@@ -704,9 +705,9 @@ class SQLiteStorage(Storage):
         Safe while the collector runs: the copy is one read transaction's snapshot.
         """
         target = Path(target)
-        problem = path_problem(target, create=True)
+        problem = path_problem(target, create=True, what="backup")
         if problem is not None:
-            raise StorageError(problem.replace("the database", "the backup"))
+            raise StorageError(problem)
         try:  # created empty and private first (VACUUM INTO fills an empty file): it holds
             # everyone's reports, whatever the umask
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -779,13 +780,6 @@ class SQLiteStorage(Storage):
                 return int(conn.execute("SELECT count(*) FROM reports").fetchone()[0])
             return int(conn.execute(
                 "SELECT count(*) FROM reports WHERE metric = ?", (metric,)).fetchone()[0])
-
-    def days(self, metric: str) -> list[str]:
-        with self._unavailable(f"list the days in {self.path}"), self._reader() as conn:
-            rows = conn.execute(
-                "SELECT DISTINCT day FROM aggregates WHERE metric = ? ORDER BY day", (metric,)
-            ).fetchall()
-        return [row[0] for row in rows]
 
     def daily_reports(self, metric: str | None, start: str | None, end: str | None,
                       ) -> list[DayCount]:
