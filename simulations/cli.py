@@ -130,12 +130,14 @@ def configure_populate(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil populate``."""
     from veil.server.cli.options import ENVIRONMENT, env_value
 
+    # veil.server.cli.options adds --server only with --token (a read token populate has no
+    # use for), so --server is added here, with the same variable and "required unless set"
     server = env_value(ENVIRONMENT["server"])
     parser.add_argument("--server", default=server, required=server is None,
-                        help="the collector's base URL (default: $VEIL_URL)")
+                        help=f"the collector's base URL (default: ${ENVIRONMENT['server']})")
     parser.add_argument("--upload-token", default=env_value(ENVIRONMENT["upload_token"]),
                         help="upload token, when the collector requires one "
-                        "(default: $VEIL_UPLOAD_TOKEN)")
+                        f"(default: ${ENVIRONMENT['upload_token']})")
     parser.add_argument("--installations", type=int, default=20_000,
                         help="simulated installations, one report each per metric (default 20000)")
     parser.add_argument("--metric", action="append", default=None,

@@ -61,6 +61,10 @@ DECOYS = (
     "docs.example.com", "cloud.example.net", "radio.example.org", "cars.example.com",
     "health.example.org", "movies.example.net", "garden.example.com", "pets.example.org",
 )
+#: how popular the sites are, first to last (``veil populate`` shares categories the same way)
+POPULARITY = "zipf1.5"
+#: the share of installations whose yes/no setting is on
+YES_SHARE = 0.35
 READ_TOKEN = "demo-read-token"
 SERVER_START_TIMEOUT = 30.0
 
@@ -74,16 +78,26 @@ class Truth:
     minutes: np.ndarray
 
 
+def popularity(n: int) -> np.ndarray:
+    """The shares of ``n`` values ranked by popularity (:data:`POPULARITY`)."""
+    return distribution_weights(POPULARITY, n)
+
+
+def draw_settings(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` installations' yes/no settings, each on with probability :data:`YES_SHARE`."""
+    return rng.random(n) < YES_SHARE
+
+
 def simulate_users(config: DemoConfig) -> Truth:
-    """Each installation visits distinct sites (Zipf 1.5 popularity), has a setting and a session."""
+    """Each installation visits distinct sites (:func:`popularity`), has a setting and a session."""
     rng = np.random.default_rng(config.seed)
-    weights = distribution_weights("zipf1.5", len(SITES))
+    weights = popularity(len(SITES))
     sites = [
         [SITES[i] for i in rng.choice(len(SITES), config.sites_per_installation, replace=False,
                                       p=weights)]
         for _ in range(config.installations)
     ]
-    return Truth(sites, rng.random(config.installations) < 0.35,
+    return Truth(sites, draw_settings(rng, config.installations),
                  np.round(rng.gamma(2.0, 12.0, config.installations), 1))
 
 

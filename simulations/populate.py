@@ -3,13 +3,14 @@
 A collector releases counts only once a metric holds ``min_reports`` reports,
 so a new deployment has nothing to decode. ``veil populate`` fills it with a
 known truth: it reads the registry the collector serves, draws one value per
-installation and metric from a fixed population (sites with Zipf 1.5
-popularity for strings, Zipf-shared categories, a 35% yes-share, a skewed
-number within the metric's bounds), randomizes every value with the metric's
-own mechanism (the vectorized simulation encoders, same law as the SDK) and
-uploads the reports over HTTP in batches, exactly as clients would. It also
-writes the candidate strings to decode against, decoys included, and prints
-the truth to compare the decoded estimates with.
+installation and metric from the population of ``veil demo`` (its sites with
+Zipf 1.5 popularity for strings, categories shared the same way, its 35%
+yes-share for booleans) or a skewed number within the metric's bounds,
+randomizes every value with the metric's own mechanism (the vectorized
+simulation encoders, same law as the SDK) and uploads the reports over HTTP
+in batches, exactly as clients would. It also writes the candidate strings to
+decode against, decoys included, and prints the truth to compare the decoded
+estimates with.
 
 Use it on a collector you are trying out, never on one that holds real data:
 its reports would mix with the real ones.
@@ -18,6 +19,7 @@ its reports would mix with the real ones.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -26,18 +28,22 @@ from typing import Any
 import numpy as np
 import requests
 
+from veil.client import RegistryUnavailableError, RequestsTransport
 from veil.shared.errors import ParameterError, VeilError
-from veil.shared.kinds import NumberParams
-from veil.shared.kinds.category import CategoryList
-from veil.shared.registry import Metric, Registry
+from veil.shared.kinds import (
+    BooleanParams,
+    CategoryParams,
+    MechanismParams,
+    NumberParams,
+    OracleParams,
+    StringParams,
+)
+from veil.shared.registry import Registry
 from veil.shared.wire import make_batch, make_report
-from veil.simulations.demo import DECOYS, SITES
+from veil.simulations.demo import DECOYS, SITES, draw_settings, popularity
 from veil.simulations.encoders import SIMULATORS
-from veil.simulations.populations import distribution_weights
 from veil.simulations.report import progress
 
-#: the share of installations whose boolean metrics are true
-YES_SHARE = 0.35
 #: reports per uploaded batch (well under the collector's default limit)
 BATCH_REPORTS = 2_000
 #: seconds to wait for each batch's answer
@@ -53,42 +59,60 @@ class Populated:
 
 
 def _shares(labels: list[str], rng: np.random.Generator, n: int) -> tuple[list[str], str]:
-    """``n`` draws from ``labels`` with Zipf 1.5 shares, and the true shares described."""
-    weights = distribution_weights("zipf1.5", len(labels))
-    draws = rng.choice(len(labels), n, p=weights)
+    """``n`` draws from ``labels`` by :func:`popularity`, and the five largest shares in words."""
+    draws = rng.choice(len(labels), n, p=popularity(len(labels)))
     counts = np.bincount(draws, minlength=len(labels))
     top = ", ".join(f"{labels[i]} {counts[i] / n:.1%}" for i in np.argsort(-counts)[:5])
     return [labels[i] for i in draws], top
 
 
-def _values(metric: Metric, rng: np.random.Generator, n: int) -> tuple[list[Any], str]:
-    """One true value per installation for ``metric``, and its truth in words."""
-    params = metric.params
-    if metric.kind == "string":
-        return _shares(list(SITES), rng, n)
-    if isinstance(params, CategoryList):
-        return _shares(list(params.categories), rng, n)
-    if metric.kind == "boolean":
-        flags = rng.random(n) < YES_SHARE
-        return [bool(v) for v in flags], f"{flags.mean():.1%} true"
-    if isinstance(params, NumberParams):
-        span = params.high - params.low
-        numbers = np.clip(params.low + rng.gamma(2.0, span / 8.0, n), params.low, params.high)
-        return [float(v) for v in numbers], f"mean {numbers.mean():.4g}"
-    raise ParameterError("metric", f"metric {metric.name!r}: no simulated population for kind "
-                         f"{metric.kind!r}")
+@functools.singledispatch
+def draw_population(params: MechanismParams, rng: np.random.Generator,
+                    n: int) -> tuple[list[Any], str]:
+    """One true value per installation for a metric with ``params``, and its truth in words.
+
+    Each kind registers its population by its parameter class; a base class covers its
+    subclasses, so :class:`OracleParams` covers every frequency oracle of a category metric.
+    """
+    raise ParameterError("metric", f"no simulated population for {type(params).__name__} "
+                         f"(kind {params.kind!r})")
+
+
+@draw_population.register
+def _draw_sites(params: StringParams, rng: np.random.Generator, n: int) -> tuple[list[Any], str]:
+    return _shares(list(SITES), rng, n)
+
+
+@draw_population.register
+def _draw_categories(params: CategoryParams | OracleParams, rng: np.random.Generator,
+                     n: int) -> tuple[list[Any], str]:
+    return _shares(list(params.categories), rng, n)
+
+
+@draw_population.register
+def _draw_flags(params: BooleanParams, rng: np.random.Generator,
+                n: int) -> tuple[list[Any], str]:
+    flags = draw_settings(rng, n)
+    return [bool(v) for v in flags], f"{flags.mean():.1%} true"
+
+
+@draw_population.register
+def _draw_numbers(params: NumberParams, rng: np.random.Generator,
+                  n: int) -> tuple[list[Any], str]:
+    span = params.high - params.low
+    numbers = np.clip(params.low + rng.gamma(2.0, span / 8.0, n), params.low, params.high)
+    return [float(v) for v in numbers], f"mean {numbers.mean():.4g}"
 
 
 def fetch_registry(server: str, timeout: float = TIMEOUT) -> Registry:
-    """The registry ``server`` serves at ``/v1/metrics``."""
-    address = f"{server.rstrip('/')}/v1/metrics"
+    """The registry ``server`` serves at ``/v1/metrics``, fetched as the client fetches it."""
+    transport = RequestsTransport()
     try:
-        response = requests.get(address, timeout=timeout)
-    except requests.RequestException as exc:
-        raise VeilError(f"GET {address} failed: {exc}; is the collector running?") from None
-    if response.status_code != 200:
-        raise VeilError(f"GET {address} answered HTTP {response.status_code}")
-    return Registry.from_dict(response.json(), lenient=True)
+        return transport.fetch_registry(server, token=None, timeout=timeout)
+    except RegistryUnavailableError as exc:
+        raise VeilError(f"{exc}; is the collector running at {server}?") from None
+    finally:
+        transport.close()
 
 
 def _upload(session: requests.Session, server: str, token: str | None,
@@ -135,7 +159,7 @@ def populate(server: str, installations: int, *, token: str | None = None,
     with requests.Session() as session:
         for name in names:
             metric = registry[name]
-            values, truth[name] = _values(metric, rng, installations)
+            values, truth[name] = draw_population(metric.params, rng, installations)
             simulated = SIMULATORS[metric.params.mechanism_name](metric.params, values, rng)
             fingerprint = metric.params.fingerprint
             cohorts = simulated.cohorts.tolist() if metric.params.has_cohorts else None

@@ -8,12 +8,16 @@ written to the file its first line names; bash blocks run in one bash session
 (so ``export`` carries over), with ``veil serve`` started in the background and
 waited for; Python blocks run as scripts, and a line ending in a comment that
 starts with a number (``...epsilon_inf   # 4.39``) must print that number.
+
+The privacy figures the tour's registry states in its comments (``4 x 2 = 8``) are
+checked against the parameters :meth:`Registry.load` reads from that registry.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -24,16 +28,24 @@ from pathlib import Path
 
 import pytest
 
+from veil.shared.registry import Registry
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 #: an expression line whose comment states its value, e.g. ``...epsilon_inf   # 4.39 (= 4 ln 3)``
 CLAIM = re.compile(r"^(?P<expr>[^#\s].*?)\s+#\s*(?P<value>-?\d+(?:\.\d+)?)\b")
 SERVE_WAIT = """
+ready=no
 for _ in $(seq 300); do
   python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:{port}/readyz', timeout=1)" \\
-    2>/dev/null && break
+    2>/dev/null && {{ ready=yes; break; }}
   sleep 0.1
 done
+if [ "$ready" != yes ]; then
+  echo "veil serve did not become ready; its log:" >&2
+  cat serve.log >&2
+  exit 1
+fi
 """
 
 
@@ -49,6 +61,33 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def metric_comments(toml: str) -> dict[str, str]:
+    """Each metric's comments in a registry's TOML, joined into one line of text."""
+    comments: dict[str, list[str]] = {}
+    name = None
+    for line in toml.splitlines():
+        header = re.fullmatch(r"\[metrics\.(\w+)\]", line.strip())
+        if header:
+            name = header[1]
+            comments[name] = []
+        elif name is not None and "#" in line:
+            comments[name].append(line.split("#", 1)[1].strip())
+    return {name: " ".join(lines) for name, lines in comments.items()}
+
+
+def comment_says(comment: str, pattern: str) -> re.Match[str]:
+    """Where ``comment`` states ``pattern``; fails saying what the comment no longer states."""
+    match = re.search(pattern, comment)
+    assert match, f"the README's comment no longer states {pattern!r}: {comment}"
+    return match
+
+
+def assert_shown(shown: str, value: float) -> None:
+    """``shown`` is ``value`` rounded to as many decimals as ``shown`` has."""
+    decimals = len(shown.split(".")[1]) if "." in shown else 0
+    assert round(value, decimals) == float(shown), (shown, value)
 
 
 def python_script(block: str) -> str:
@@ -126,6 +165,56 @@ def test_the_readme_tour_runs_as_written(tmp_path: Path) -> None:
               if line.startswith("CLAIM ")]
     assert len(stated) == claims > 0
     for _, value, shown in stated:
-        value = value.strip("'")
-        decimals = len(value.split(".")[1]) if "." in value else 0
-        assert round(float(shown), decimals) == float(value), (value, shown)
+        assert_shown(value.strip("'"), float(shown))
+
+
+def test_the_registry_comments_state_its_privacy(tmp_path: Path) -> None:
+    (toml,) = [text for language, text in tour_blocks() if language == "toml"]
+    path = tmp_path / toml.splitlines()[0].lstrip("# ").strip()
+    path.write_text(toml, encoding="utf-8")
+    registry = Registry.load(path)
+    comments = metric_comments(toml)
+    assert set(comments) == set(registry)
+
+    homepage = registry["homepage"].params
+    claim = comment_says(comments["homepage"],
+                         r"privacy: ([\d.]+) \(= (\d+) ln (\d+)\) per distinct string")
+    assert_shown(claim[1], homepage.epsilon_inf)
+    assert int(claim[2]) * math.log(int(claim[3])) == pytest.approx(homepage.epsilon_inf)
+    claim = comment_says(comments["homepage"],
+                         r"n distinct strings from one installation cost n x ([\d.]+)")
+    assert_shown(claim[1], homepage.epsilon_inf)
+    assert homepage.privacy_map(3) == pytest.approx(3 * homepage.epsilon_inf)
+
+    browser = registry["browser"].params
+    comment_says(comments["browser"], r"all reports of one value reveal at most this;")
+    assert browser.epsilon_inf == pytest.approx(browser.epsilon)
+    assert browser.epsilon_inf <= browser.epsilon
+    share = int(comment_says(comments["browser"], r"one report epsilon / (\d+)")[1])
+    assert browser.epsilon_1 == pytest.approx(browser.epsilon / share)
+    assert browser.epsilon_1 <= browser.epsilon / share
+    claim = comment_says(comments["browser"],
+                         r"all (\d+) categories spends at most (\d+) x ([\d.]+) = ([\d.]+)")
+    assert int(claim[1]) == int(claim[2]) == len(browser.categories)
+    assert_shown(claim[3], browser.epsilon_inf)
+    assert_shown(claim[4], browser.privacy_map(len(browser.categories)))
+    assert browser.privacy_map(len(browser.categories)) <= float(claim[4])
+
+    dark_mode = registry["dark_mode"].params
+    claim = comment_says(comments["dark_mode"],
+                         r"ln (\d+) = ([\d.]+) per answer; true and false together ([\d.]+)")
+    assert math.log(int(claim[1])) == pytest.approx(dark_mode.epsilon_inf)
+    assert_shown(claim[2], dark_mode.epsilon_inf)
+    assert_shown(claim[3], dark_mode.privacy_map(2))
+
+    # a number is memoized per grid point: the decoder's summary (closed_form) and the
+    # client's ledger count resolution + 1 possible values from low to high
+    load_seconds = registry["load_seconds"].params
+    grid_points = load_seconds.resolution + 1
+    comment_says(comments["load_seconds"], r"^bounded mean: .* per distinct value;")
+    assert load_seconds.epsilon_inf == pytest.approx(load_seconds.epsilon)
+    claim = comment_says(comments["load_seconds"], r"rounded to (\d+) grid points from ([\d.]+) "
+                         r"to ([\d.]+), so .* up to ([\d.]+)")
+    assert int(claim[1]) == grid_points
+    assert (float(claim[2]), float(claim[3])) == (load_seconds.low, load_seconds.high)
+    assert_shown(claim[4], load_seconds.privacy_map(grid_points))
