@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name loads on firs
         Storage,
         StorageError,
         StorageUnavailable,
+        StoredReports,
         TooFewReportsError,
     )
     from veil.server.storage.sqlite import MIN_FREE_BYTES, RECENT_IDS_LIMIT, SQLiteStorage
@@ -56,6 +57,7 @@ _EXPORTS = {
     "Storage": "veil.server.storage.base",
     "StorageError": "veil.server.storage.base",
     "StorageUnavailable": "veil.server.storage.base",
+    "StoredReports": "veil.server.storage.base",
     "TooFewReportsError": "veil.server.storage.base",
     "MIN_FREE_BYTES": "veil.server.storage.sqlite",
     "RECENT_IDS_LIMIT": "veil.server.storage.sqlite",
@@ -76,6 +78,7 @@ __all__ = [
     "Storage",
     "StorageError",
     "StorageUnavailable",
+    "StoredReports",
     "TooFewReportsError",
     "check_storage",
     "open_storage",

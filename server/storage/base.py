@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import datetime as dt
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,36 @@ class DayCount:
     metric: str
     day: str
     reports: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredReports:
+    """Raw reports of one metric filed under one UTC day, as arrays: what
+    :meth:`Storage.iter_reports` yields, ``veil archive`` writes and ``veil aggregate``
+    reads back.
+
+    ``ids``: ``(n, 16)`` uint8, the report ids. ``cohorts``: ``(n,)`` int64.
+    ``payloads``: as the metric's statistic stores them (``payload_type``): ``(n, width)``
+    uint8 for ``bytes``, ``(n,)`` int64 for ``int``, ``(n,)`` float64 for ``float``.
+    """
+
+    metric: str
+    day: str
+    ids: np.ndarray
+    cohorts: np.ndarray
+    payloads: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.cohorts)
+
+
+def payload_array(payload_type: str, stored: Sequence[Any]) -> np.ndarray:
+    """Stored payloads (as a backend keeps them, one per report) as the array
+    :class:`StoredReports` holds."""
+    if payload_type == "bytes":
+        width = len(stored[0]) if len(stored) else 0
+        return np.frombuffer(b"".join(stored), dtype=np.uint8).reshape(len(stored), width)
+    return np.asarray(stored, dtype=np.int64 if payload_type == "int" else np.float64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +265,22 @@ class Storage(abc.ABC):
     def read_aggregates(self, metric: Metric, start: str | None, end: str | None,
                         ) -> tuple[np.ndarray, list[State]]:
         """Reports per cohort and each cohort's statistic over days ``start``..``end``."""
+
+    @abc.abstractmethod
+    def iter_reports(self, metric: str | None = None, start: str | None = None,
+                     end: str | None = None, *, batch_size: int = 262_144,
+                     ) -> Iterator[StoredReports]:
+        """The raw reports over days ``start``..``end`` (either ``None``: open), for one metric
+        or all, in chunks of at most ``batch_size`` reports of one (metric, day) each; every
+        stored report exactly once. Each chunk is read consistently; a collector may keep
+        writing meanwhile (archive only days that are over)."""
+
+    @abc.abstractmethod
+    def replace_aggregates(self, metric: str, day: str, reports: np.ndarray,
+                           states: Sequence[State]) -> None:
+        """Make ``reports[c]`` and ``states[c]`` the aggregates of ``metric`` on ``day`` for
+        every cohort ``c`` (cohorts without reports get no row), in one transaction,
+        replacing what was there: idempotent, so a rerun of ``veil aggregate`` is harmless."""
 
     @abc.abstractmethod
     def rebuild_aggregates(self) -> int:

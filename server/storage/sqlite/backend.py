@@ -50,8 +50,10 @@ from veil.server.storage.base import (
     Storage,
     StorageError,
     StorageUnavailable,
+    StoredReports,
     merge_registry,
     parse_day,
+    payload_array,
     today,
 )
 from veil.server.storage.sqlite import rows as sql
@@ -689,6 +691,55 @@ class SQLiteStorage(Storage):
                           ) -> list[tuple[Any, ...]]:
         """Upsert rows ``(metric, day, cohort, reports, *COLUMNS)`` of grouped report rows."""
         return sql.aggregate_groups(groups, self._metric)
+
+    def iter_reports(self, metric: str | None = None, start: str | None = None,
+                     end: str | None = None, *, batch_size: int = 262_144,
+                     ) -> Iterator[StoredReports]:
+        """One scan of ``reports`` in a read transaction (arrival order mixes metrics and
+        days: rows wait per (metric, day) until ``batch_size`` of them, or the end)."""
+        query = ("SELECT metric, day, id, cohort, payload FROM reports WHERE day BETWEEN ? AND ?"
+                 + (" AND metric = ?" if metric is not None else ""))
+        parameters = (start or "", end or LAST_DAY, *(() if metric is None else (metric,)))
+        waiting: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+        with self._unavailable(f"read the reports in {self.path}"), self._reader() as conn:
+            conn.execute("BEGIN")
+            try:
+                cursor = conn.execute(query, parameters)
+                while chunk := cursor.fetchmany(50_000):
+                    for row in chunk:
+                        group = waiting.setdefault((row[0], row[1]), [])
+                        group.append(row)
+                        if len(group) >= batch_size:
+                            yield self._stored_reports(waiting.pop((row[0], row[1])))
+            finally:
+                conn.execute("ROLLBACK")
+        for key in sorted(waiting):
+            yield self._stored_reports(waiting[key])
+
+    def _stored_reports(self, rows: list[tuple[Any, ...]]) -> StoredReports:
+        """``(metric, day, id, cohort, payload)`` rows of one (metric, day) as arrays."""
+        name, day = rows[0][0], rows[0][1]
+        statistic = self._metric(name)[1]
+        try:
+            return StoredReports(
+                name, day,
+                np.frombuffer(b"".join(row[2] for row in rows), dtype=np.uint8).reshape(-1, 16),
+                np.fromiter((row[3] for row in rows), dtype=np.int64, count=len(rows)),
+                payload_array(statistic.payload_type, [row[4] for row in rows]))
+        except (ValueError, TypeError) as exc:
+            raise StorageUnavailable(self._explain(sql.DamagedRow(
+                f"a stored report of metric {name!r} is malformed ({exc})"))) from exc
+
+    def replace_aggregates(self, metric: str, day: str, reports: np.ndarray,
+                           states: Sequence[State]) -> None:
+        day_text = parse_day(day, "day")
+        stored, statistic = self._metric(metric)
+        rows = [sql.aggregate_row(metric, str(day_text), c, int(reports[c]), statistic, states[c])
+                for c in range(stored.params.cohorts) if reports[c]]
+        with self._unavailable(f"write the aggregates of {metric!r} on {day_text} to {self.path}"), \
+                self._write() as conn:
+            conn.execute("DELETE FROM aggregates WHERE metric = ? AND day = ?", (metric, day_text))
+            conn.executemany(sql.UPSERT, rows)
 
     def rebuild_aggregates(self) -> int:
         """Recompute every aggregate from the raw ``reports`` table in one transaction."""
