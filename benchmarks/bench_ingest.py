@@ -16,6 +16,8 @@ Run it alone on the machine (it measures the machine)::
 
     python benchmarks/bench_ingest.py [--batches 1000] [--workers 2] [--threads 4] [--uploaders 8]
     python benchmarks/bench_ingest.py --metric category_olh --skip-counts   # d = 1024
+    python benchmarks/bench_ingest.py --db postgresql://postgres@127.0.0.1/veil_bench
+        # PostgreSQL: an empty database, emptied again (its veil_ tables dropped) before each part
 """
 
 from __future__ import annotations
@@ -85,10 +87,20 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[index]
 
 
-def prefill(path: Path, stored: int, days: int = 30) -> float:
+def empty(db: str | None) -> None:
+    """Drop Veil's tables from the PostgreSQL database ``db`` (``None``: nothing to do)."""
+    if db is None:
+        return
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS veil_reports, veil_aggregates, veil_meta CASCADE")
+
+
+def prefill(url: str | Path, stored: int, days: int = 30) -> float:
     """Store ``stored`` random reports over ``days`` days through the storage layer; seconds."""
     begin = time.perf_counter()
-    with open_storage(path, REGISTRY, create=True) as storage:
+    with open_storage(url, REGISTRY, create=True) as storage:
         first = dt.date(2026, 10, 1)
         chunk = 20_000
         for offset in range(0, stored, chunk):
@@ -101,7 +113,7 @@ def prefill(path: Path, stored: int, days: int = 30) -> float:
 
 
 def bench_ingest(metric: str, batches: int, batch_size: int, threads: int, workers: int,
-                 uploaders: int, stored_before: int) -> None:
+                 uploaders: int, stored_before: int, db: str | None) -> None:
     """Sustained ingestion of ``metric`` through HTTP; every batch must be fully accepted."""
 
     def body() -> bytes:
@@ -110,11 +122,12 @@ def bench_ingest(metric: str, batches: int, batch_size: int, threads: int, worke
 
     bodies = [body() for _ in range(batches)]
     warmup = [body() for _ in range(uploaders * 2)]
+    empty(db)
     with tempfile.TemporaryDirectory() as tmp:
         if stored_before:
-            prefill(Path(tmp) / "veil.db", stored_before)
+            prefill(db or Path(tmp) / "veil.db", stored_before)
         collector = Collector(Path(tmp), REGISTRY, "--threads", str(threads),
-                              "--workers", str(workers))
+                              "--workers", str(workers), db=db)
         url = collector.url
         try:
             latencies: list[float] = []
@@ -161,8 +174,8 @@ def bench_ingest(metric: str, batches: int, batch_size: int, threads: int, worke
     assert stored["reports"] == before + total + len(warmup) * batch_size, stored["reports"]
     lat = sorted(latencies)
     print(f"ingest: {total:,} reports of {metric} "
-          f"({REGISTRY[metric].params.mechanism_name}) in {batches} batches of {batch_size} into a "
-          f"database already holding {stored_before:,}, server workers={workers} x "
+          f"({REGISTRY[metric].params.mechanism_name}) in {batches} batches of {batch_size} into "
+          f"{'PostgreSQL' if db else 'SQLite'} already holding {stored_before:,}, server workers={workers} x "
           f"threads={threads}, uploader threads={uploaders}")
     print(f"  sustained: {total / wall:,.0f} reports/s ({batches / wall:.1f} batches/s, "
           f"wall {wall:.2f} s)")
@@ -176,10 +189,11 @@ def bench_ingest(metric: str, batches: int, batch_size: int, threads: int, worke
           f"max {1000 * lat[-1]:.1f}")
 
 
-def bench_counts(stored: int, repeats: int) -> None:
+def bench_counts(stored: int, repeats: int, db: str | None) -> None:
     """Counts for a metric with ``stored`` reports over 30 days, in-process and over HTTP."""
+    empty(db)
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "veil.db"
+        path = db or Path(tmp) / "veil.db"
         fill = prefill(path, stored)
         with open_storage(path) as storage:
             metric = storage.registry["homepage"]
@@ -194,7 +208,7 @@ def bench_counts(stored: int, repeats: int) -> None:
                 start = time.perf_counter()
                 storage.counts(metric, "2026-10-05", "2026-10-20")
                 ranged.append(time.perf_counter() - start)
-        collector = Collector(Path(tmp), REGISTRY)  # serves the database at path
+        collector = Collector(Path(tmp), REGISTRY, db=db)  # serves the database at path
         try:
             url = collector.url
             session = requests.Session()
@@ -209,7 +223,8 @@ def bench_counts(stored: int, repeats: int) -> None:
                 assert response.json()["reports"] == stored
         finally:
             collector.stop()
-    print(f"counts: {stored:,} stored reports (30 days x 64 cohorts, k=128); "
+    print(f"counts: {stored:,} stored reports in {'PostgreSQL' if db else 'SQLite'} "
+          "(30 days x 64 cohorts, k=128); "
           f"filled through the storage layer in {fill:.1f} s ({stored / fill:,.0f} reports/s)")
     print(f"  storage.counts, all days: median {1000 * statistics.median(times):.2f} ms, "
           f"max {1000 * max(times):.2f} ms ({repeats} runs)")
@@ -230,14 +245,16 @@ def main() -> None:
     parser.add_argument("--stored", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--skip-counts", action="store_true")
+    parser.add_argument("--db", help="a PostgreSQL URL of an empty database to use instead of "
+                        "a temporary SQLite file (its veil_ tables are dropped first)")
     parser.add_argument("--metric", default="homepage", choices=list(REGISTRY),
                         help="metric to ingest: strings (k=128) or categories (d=1024) by oracle")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     bench_ingest(args.metric, args.batches, args.batch, args.threads, args.workers,
-                 args.uploaders, args.prefill)
+                 args.uploaders, args.prefill, args.db)
     if not args.skip_counts:
-        bench_counts(args.stored, args.repeats)
+        bench_counts(args.stored, args.repeats, args.db)
 
 
 if __name__ == "__main__":

@@ -104,19 +104,21 @@ def simulate_users(config: DemoConfig) -> Truth:
 class Collector:
     """A ``veil serve`` process on 127.0.0.1 with a free port (stopped by :meth:`stop`).
 
-    It serves ``registry`` from ``workdir/veil.db`` (used as it is when it exists), reads
+    It serves ``registry`` from ``db`` (a storage URL), by default ``workdir/veil.db`` (used
+    as it is when it exists), reads
     counts with :data:`READ_TOKEN` and logs to ``workdir/collector.log``; ``options`` are
     further ``veil serve`` options (``"--threads", "4"``).
     """
 
-    def __init__(self, workdir: Path, registry: Registry, *options: str) -> None:
+    def __init__(self, workdir: Path, registry: Registry, *options: str,
+                 db: str | None = None) -> None:
         config = workdir / "metrics.toml"
         config.write_text(registry.to_toml(), encoding="utf-8")
         self.log = workdir / "collector.log"
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "veil.server.cli", "serve", "--config", str(config),
-                 "--db", str(workdir / "veil.db"), "--host", "127.0.0.1", "--port", "0",
+                 "--db", db or str(workdir / "veil.db"), "--host", "127.0.0.1", "--port", "0",
                  "--read-token", READ_TOKEN, *options],
                 stdout=subprocess.PIPE, stderr=log, text=True,
             )

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Veil collector on 127.0.0.1 with a temporary SQLite file.
+"""Shared fixtures: a real Veil collector on 127.0.0.1 with a temporary SQLite file, and a
+throwaway PostgreSQL server.
 
 ``collector``         a ``veil serve`` subprocess (waitress), started fresh per test.
 ``collector_factory`` the same with options: ``collector_factory(upload_token="u", threads=2,
@@ -13,6 +14,13 @@
                       ``tmp_path``; settings override :mod:`veil.server.collector.config`.
 ``recording_transport`` a client transport that keeps what it is sent (no network).
 ``offline_url``       a loopback URL where nothing listens.
+``postgres_server``   (session) a :class:`~tests.postgres_server.PostgresServer`: a throwaway
+                      PostgreSQL server started for the run, or the one ``$VEIL_TEST_POSTGRES``
+                      names; ``stop()``/``start()`` take a throwaway one down and up again.
+                      Without a server the tests that use it are skipped, saying how to get one
+                      (``apt-get install postgresql``); with ``$CI`` set they fail instead.
+``postgres_url``      a fresh empty database on that server per test
+                      (``postgresql://postgres@127.0.0.1:PORT/veil_test_...``), dropped after it.
 
 For API semantics without HTTP, ``tests/server/conftest.py`` has ``app`` and ``client``
 (Flask's test client).
@@ -25,7 +33,8 @@ Each yields a :class:`CollectorHandle`::
         collector.kill(); collector.start()              # SIGKILL, then restart on the same port
 
 Attributes: ``url`` (``http://127.0.0.1:PORT``, no trailing slash), ``token`` (read token),
-``upload_token`` (``None`` unless asked), ``db_path``, ``registry`` (a
+``upload_token`` (``None`` unless asked), ``db`` (what ``--db`` names: ``db_path``, a SQLite
+file in ``workdir``, unless ``collector_factory(db=postgres_url)``), ``registry`` (a
 :class:`~veil.shared.registry.Registry`), ``registry_path`` (its TOML file), ``workdir``
 (where those files and ``serve.log``, the server's stderr, are).
 ``veil serve`` runs without the test run's ``VEIL_*`` variables, with ``env`` added; a
@@ -57,6 +66,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.postgres_server import PostgresServer, PostgresUnavailable, server_for_tests
 from veil.client import Transport
 from veil.client.transport import Outcome
 from veil.shared.registry import Registry
@@ -124,15 +134,17 @@ START_TIMEOUT = 60.0
 class CollectorHandle:
     """A collector under test: where it listens, its credentials, and its lifecycle."""
 
-    def __init__(self, workdir: Path, registry: Registry, *, upload_token: str | None = None,
-                 threads: int = 4, workers: int = 1, max_reports: int | None = None,
-                 max_body_bytes: int | None = None, recent_ids_limit: int | None = None,
+    def __init__(self, workdir: Path, registry: Registry, *, db: str | None = None,
+                 upload_token: str | None = None, threads: int = 4, workers: int = 1,
+                 max_reports: int | None = None, max_body_bytes: int | None = None,
+                 recent_ids_limit: int | None = None,
                  serve_args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> None:
         self.workdir = workdir
         self.registry = registry
         self.registry_path = workdir / "metrics.toml"
         self.registry_path.write_text(registry.to_toml(), encoding="utf-8")
         self.db_path = workdir / "veil.db"
+        self.db = db or str(self.db_path)
         self.env = dict(env or {})
         self.token = self.env.get("VEIL_READ_TOKEN") or secrets.token_hex(16)
         self.upload_token = upload_token or self.env.get("VEIL_UPLOAD_TOKEN")
@@ -150,7 +162,7 @@ class CollectorHandle:
     def command(self) -> list[str]:
         """The ``veil serve`` command line (port 0 on first start, then the same port)."""
         cmd = [sys.executable, "-m", "veil.server.cli", "serve",
-               "--config", str(self.registry_path), "--db", str(self.db_path),
+               "--config", str(self.registry_path), "--db", self.db,
                "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(self.threads)]
         if "VEIL_READ_TOKEN" not in self.env:
             cmd += ["--read-token", self.token]
@@ -380,3 +392,29 @@ def offline_url() -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for the whole run (see :mod:`tests.postgres_server`), stopped and
+    removed at its end. Skips the tests that need it when there is none, naming the fix;
+    fails them instead when ``$CI`` is set, since CI installs the server (``.ci/postgres``)."""
+    try:
+        server = server_for_tests()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set, so the PostgreSQL tests must run, but {exc}", pytrace=False)
+        pytest.skip(f"no PostgreSQL server: {exc}")
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """The URL of a new empty database on :func:`postgres_server`, dropped (with any session
+    still connected to it) after the test; a server the test stopped is started again first."""
+    name, url = postgres_server.create_database()
+    yield url
+    if not postgres_server.running:
+        postgres_server.start()
+    postgres_server.drop_database(name)

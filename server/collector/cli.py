@@ -285,7 +285,8 @@ def run_rebuild(args: argparse.Namespace) -> int:
 
     with open_storage(args.db) as storage:
         total = storage.rebuild_aggregates()
-    print(f"veil rebuild-aggregates: rebuilt aggregates from {total} reports in {args.db}")
+        where = storage.location
+    print(f"veil rebuild-aggregates: rebuilt aggregates from {total} reports in {where}")
     return 0
 
 
@@ -301,7 +302,8 @@ def run_backup(args: argparse.Namespace) -> int:
 
     with open_storage(args.db) as storage:
         target = storage.backup(args.out)
-    print(f"veil backup: wrote a consistent copy of {args.db} to {target}")
+        where = storage.location
+    print(f"veil backup: wrote a consistent copy of {where} to {target}")
     return 0
 
 

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
 from veil.server.storage.base import CheckResult, Migration, Storage, StorageError
-from veil.server.storage.sqlite import SQLiteStorage
 from veil.shared.registry import Registry
 
-#: the backend of each URL scheme, from the backends' own ``schemes``
-BACKENDS: dict[str, type[Storage]] = {
-    scheme: backend for backend in (SQLiteStorage,) for scheme in backend.schemes
+#: the backend class of each URL scheme (``module:Class``), imported on first use so a
+#: backend's driver is needed only by those who use it, and the extra that installs it
+BACKENDS: dict[str, tuple[str, str]] = {
+    "sqlite": ("veil.server.storage.sqlite:SQLiteStorage", "server"),
+    "postgresql": ("veil.server.storage.postgres:PostgresStorage", "postgres"),
+    "postgres": ("veil.server.storage.postgres:PostgresStorage", "postgres"),
 }
 
 
 def open_storage(url: str | Path, registry: Registry | None = None, *, create: bool = False,
                  migrate: bool = False, **options: Any) -> Storage:
-    """Open the store at ``url``: ``sqlite:///path/veil.db`` or a plain file path (SQLite).
+    """Open the store at ``url``: ``sqlite:///path/veil.db`` or a plain file path (SQLite),
+    or ``postgresql://user@host/dbname`` (PostgreSQL, the ``postgres`` extra).
 
     With ``registry``, record it in the store (refusing parameter changes for
     metrics with reports); without, use the registry stored by the collector.
@@ -26,30 +30,44 @@ def open_storage(url: str | Path, registry: Registry | None = None, *, create: b
     :class:`~veil.server.storage.base.SchemaOutdatedError` unless ``migrate``, which
     upgrades it (each step logged on the ``veil.server.storage`` logger; the steps
     applied are :attr:`Storage.migrated`). Other keyword ``options`` go to the backend
-    (SQLite: ``recent_ids_limit``, ``min_free_bytes``).
+    (SQLite: ``recent_ids_limit``, ``min_free_bytes``; PostgreSQL: ``replay_window_days``,
+    ``pool_size``).
     """
-    return _backend(str(url)).open(str(url), registry, create=create, migrate=migrate,
+    return backend_for(str(url)).open(str(url), registry, create=create, migrate=migrate,
                                    **options)
 
 
 def pending_migrations(url: str | Path) -> list[Migration]:
     """The schema steps the store at ``url`` needs, without changing it
     (:meth:`Storage.pending_migrations`)."""
-    return _backend(str(url)).pending_migrations(str(url))
+    return backend_for(str(url)).pending_migrations(str(url))
 
 
 def check_storage(url: str | Path) -> CheckResult:
     """Examine the store at ``url`` whole, without changing it (:meth:`Storage.check`)."""
-    return _backend(str(url)).check(str(url))
+    return backend_for(str(url)).check(str(url))
 
 
-def _backend(url: str) -> type[Storage]:
-    """The backend of ``url``'s scheme (a plain path is SQLite)."""
-    scheme = url.split("://", 1)[0].split("+", 1)[0] if "://" in url else "sqlite"
-    backend = BACKENDS.get(scheme)
-    if backend is None:
+def backend_class(scheme: str) -> type[Storage]:
+    """The backend class of URL ``scheme``; :class:`StorageError` naming the extra to install
+    when its driver is missing, or the known schemes."""
+    entry = BACKENDS.get(scheme)
+    if entry is None:
         raise StorageError(
             f"no storage backend for {scheme!r} URLs (known: {', '.join(sorted(BACKENDS))}); "
-            "give a file path or sqlite:///path"
+            "give a file path, sqlite:///path or postgresql://user@host/dbname"
         )
+    target, extra = entry
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise StorageError(f"{scheme} URLs need {exc.name}: pip install 'veil[{extra}]'") from None
+    backend: type[Storage] = getattr(module, class_name)
     return backend
+
+
+def backend_for(url: str) -> type[Storage]:
+    """The backend of ``url``'s scheme (a plain path is SQLite)."""
+    scheme = url.split("://", 1)[0].split("+", 1)[0] if "://" in url else "sqlite"
+    return backend_class(scheme)

@@ -227,6 +227,14 @@ class Storage(abc.ABC):
     #: the schema steps the open that made this object applied, oldest first
     migrated: tuple[Migration, ...] = ()
 
+    #: the schema version this Veil writes in this backend's stores
+    current_schema: int = 0
+
+    @classmethod
+    def describe(cls, url: str) -> str:
+        """``url`` as messages may show it (a PostgreSQL URL loses its password)."""
+        return url
+
     @classmethod
     @abc.abstractmethod
     def open(cls, url: str, registry: Registry | None = None, *, create: bool = False,
@@ -310,6 +318,15 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release connections (idempotent)."""
+
+    def drop_days_before(self, day: dt.date | str) -> list[str]:
+        """Retention: drop the raw reports of every day before ``day``, keeping their
+        aggregates, and refuse reports for those days; returns the days dropped. Backends
+        that keep every report (SQLite) raise :class:`StorageError`."""
+        raise StorageError(
+            f"{self.location} keeps every raw report: retention by day (veil retention) is for "
+            "PostgreSQL stores, whose days are partitions; a SQLite file is trimmed by "
+            "exporting what to keep into a new one")
 
     def __enter__(self) -> Storage:
         return self

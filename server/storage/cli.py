@@ -84,29 +84,64 @@ def configure_migrate(parser: argparse.ArgumentParser) -> None:
 def run_migrate(args: argparse.Namespace) -> int:
     """Bring the database to this Veil's schema, printing each step as it runs."""
     from veil.server.storage import open_storage, pending_migrations
-    from veil.server.storage.sqlite import SCHEMA_VERSION
+    from veil.server.storage.backends import backend_for
 
+    backend = backend_for(args.db)
+    where, current = backend.describe(args.db), backend.current_schema
     steps = pending_migrations(args.db)
     if not steps:
-        print(f"veil migrate: {args.db} is up to date (schema version {SCHEMA_VERSION}); "
-              "nothing to do")
+        print(f"veil migrate: {where} is up to date (schema version {current}); nothing to do")
         return 0
     plural = "s" if len(steps) > 1 else ""
     if args.dry_run:
-        print(f"veil migrate: {args.db} has schema version {steps[0].version}; this Veil uses "
-              f"{SCHEMA_VERSION}. {len(steps)} step{plural} pending:")
+        print(f"veil migrate: {where} has schema version {steps[0].version}; this Veil uses "
+              f"{current}. {len(steps)} step{plural} pending:")
         for step in steps:
             print(f"  {step}")
         print(f"Nothing was changed. Stop every collector using the file, back it up "
-              f"(veil backup --db {args.db} --out COPY), then run: veil migrate --db {args.db}")
+              f"(veil backup --db {where} --out COPY), then run: veil migrate --db {where}")
         return 0
-    print(f"veil migrate: migrating {args.db} from schema version {steps[0].version} to "
-          f"{SCHEMA_VERSION} ({len(steps)} step{plural}, in one transaction)", flush=True)
+    print(f"veil migrate: migrating {where} from schema version {steps[0].version} to "
+          f"{current} ({len(steps)} step{plural}, in one transaction)", flush=True)
     began = time.monotonic()
     with _print_log("veil.server.storage", "veil migrate: "):
         open_storage(args.db, migrate=True).close()
-    print(f"veil migrate: {args.db} is at schema version {SCHEMA_VERSION} "
+    print(f"veil migrate: {where} is at schema version {current} "
           f"({time.monotonic() - began:.1f} s)")
+    return 0
+
+
+def configure_retention(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil retention``."""
+    add_db_option(parser, help_text="the collectors' PostgreSQL database: postgresql://...")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--keep-days", type=int, metavar="N",
+                       help="keep the raw reports of the last N UTC days, today included")
+    which.add_argument("--before", metavar="YYYY-MM-DD",
+                       help="drop the raw reports of every day before this one")
+
+
+def run_retention(args: argparse.Namespace) -> int:
+    """Drop old days of raw reports (whole partitions); their aggregates stay."""
+    import datetime as dt
+
+    from veil.server.storage import open_storage
+
+    if args.keep_days is not None:
+        if args.keep_days < 1:
+            raise ParameterError("--keep-days", f"must be at least 1; got {args.keep_days}")
+        cutoff = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=args.keep_days - 1)).isoformat()
+    else:
+        cutoff = args.before
+    with open_storage(args.db) as storage:
+        dropped = storage.drop_days_before(cutoff)
+        where = storage.location
+    if dropped:
+        print(f"veil retention: dropped the raw reports of {len(dropped)} days from {where} "
+              f"({dropped[0]} to {dropped[-1]}); their counts stay. Reports for days before "
+              f"{cutoff} are refused from now on")
+    else:
+        print(f"veil retention: no raw reports before {cutoff} in {where}; nothing to drop")
     return 0
 
 
@@ -202,4 +237,6 @@ COMMANDS = [
      configure_migrate, run_migrate),
     ("stats", "reports per metric and UTC day, from the database or a running collector",
      configure_stats, run_stats),
+    ("retention", "drop old days of raw reports from a PostgreSQL store (counts stay)",
+     configure_retention, run_retention),
 ]

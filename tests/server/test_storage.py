@@ -1,4 +1,10 @@
-"""The SQLite store: schema versions and migration, aggregates equal the raw reports, policy."""
+"""Storage on every backend (aggregates equal the raw reports, policy, reading the reports back,
+replacing aggregates) and SQLite's own: schema versions and migration, group commit, its file.
+
+Tests of the backend-neutral interface take ``store_url`` (or ``filled``) and run once per
+backend, ``[sqlite]`` on a file in ``tmp_path`` and ``[postgresql]`` on a fresh database of the
+test run's PostgreSQL server (skipped, saying why, when there is none; see ``tests/conftest.py``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import sqlite3
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from veil.server.storage import (
@@ -19,11 +26,14 @@ from veil.server.storage import (
     Storage,
     StorageError,
     StorageUnavailable,
+    StoredReports,
     TooFewReportsError,
     open_storage,
 )
+from veil.server.storage.backends import backend_class
 from veil.server.storage.sqlite import SCHEMA_VERSION
 from veil.shared.registry import Metric, Registry
+from veil.shared.statistics import statistic_for
 from veil.shared.wire import validate_batch
 
 DAYS = ["2026-11-01", "2026-11-02", "2026-11-03"]
@@ -33,10 +43,19 @@ def valid(wire, reports):
     return validate_batch(wire.batch(reports), wire.registry).reports
 
 
-@pytest.fixture
-def filled(tmp_path, wire):
-    """A store with reports of every kind spread over three days; returns (storage, sent by day)."""
-    storage = open_storage(tmp_path / "veil.db", wire.registry, create=True)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path) -> str:
+    """Where a new store goes, once per backend: a SQLite file in ``tmp_path``, then a fresh
+    PostgreSQL database (``postgres_url``)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "veil.db")
+    return request.getfixturevalue("postgres_url")
+
+
+def fill(url, wire):
+    """A new store at ``url`` with reports of every kind spread over three days:
+    ``(storage, sent by day)``."""
+    storage = open_storage(url, wire.registry, create=True)
     sent: dict[str, list[dict]] = {}
     values = {"homepage": ["a.example", "b.example", "c.example"] * 7,
               "browser": ["chrome", "other"] * 5, "dark_mode": [True, False, False],
@@ -46,6 +65,21 @@ def filled(tmp_path, wire):
         result = storage.insert(valid(wire, reports), day)
         assert (result.accepted, result.duplicates) == (len(reports), 0)
         sent[day] = reports
+    return storage, sent
+
+
+@pytest.fixture
+def filled(store_url, wire):
+    """:func:`fill` on every backend; returns (storage, sent by day)."""
+    storage, sent = fill(store_url, wire)
+    yield storage, sent
+    storage.close()
+
+
+@pytest.fixture
+def sqlite_filled(tmp_path, wire):
+    """:func:`fill` on a SQLite file, ``tmp_path / "veil.db"``; returns (storage, sent by day)."""
+    storage, sent = fill(tmp_path / "veil.db", wire)
     yield storage, sent
     storage.close()
 
@@ -105,6 +139,112 @@ def test_duplicates_are_not_counted_again(filled, wire):
     assert storage.total_reports() == sum(len(v) for v in sent.values())
 
 
+def stored_payload(wire, report):
+    """What a store keeps as the payload of wire ``report`` (its statistic's ``stored_payload``)."""
+    params = wire.registry[report["metric"]].params
+    value = params.parse_payload(report["payload"])
+    return statistic_for(params).stored_payload(params, report["payload"], value)
+
+
+def read_back(storage, wire, **query):
+    """Every report ``storage.iter_reports(**query)`` yields, checking each chunk's arrays
+    (shapes and dtypes as :class:`StoredReports` says): ``[(id, metric, day, cohort, stored
+    payload)]`` and the size of each chunk."""
+    rows, sizes = [], []
+    for chunk in storage.iter_reports(**query):
+        assert isinstance(chunk, StoredReports)
+        n = len(chunk)
+        sizes.append(n)
+        statistic = statistic_for(wire.registry[chunk.metric].params)
+        assert (chunk.ids.dtype, chunk.ids.shape) == (np.uint8, (n, 16))
+        assert (chunk.cohorts.dtype, chunk.cohorts.shape) == (np.int64, (n,))
+        if statistic.payload_type == "bytes":
+            assert chunk.payloads.dtype == np.uint8 and chunk.payloads.shape[0] == n
+            assert chunk.payloads.ndim == 2
+            payloads = [bytes(row) for row in chunk.payloads]
+        else:
+            dtype = np.int64 if statistic.payload_type == "int" else np.float64
+            assert (chunk.payloads.dtype, chunk.payloads.shape) == (dtype, (n,))
+            payloads = chunk.payloads.tolist()
+        rows += [(bytes(report_id).hex(), chunk.metric, chunk.day, int(cohort), payload)
+                 for report_id, cohort, payload in zip(chunk.ids, chunk.cohorts, payloads,
+                                                       strict=True)]
+    return rows, sizes
+
+
+def test_iter_reports_yields_every_stored_report_once_in_chunks_of_one_metric_and_day(
+        filled, wire):
+    storage, sent = filled
+    expected = sorted((r["id"], r["metric"], day, r.get("cohort", 0), stored_payload(wire, r))
+                      for day, reports in sent.items() for r in reports)
+    rows, sizes = read_back(storage, wire, batch_size=4)
+    assert sorted(rows) == expected  # each report once, with its metric, day, cohort, payload
+    assert all(1 <= size <= 4 for size in sizes)
+    rows, _ = read_back(storage, wire)
+    assert sorted(rows) == expected
+
+
+def test_iter_reports_keeps_to_the_metric_and_days_asked_for(filled, wire):
+    storage, sent = filled
+    rows, _ = read_back(storage, wire, metric="homepage", start=DAYS[1], end=DAYS[2])
+    assert sorted(row[0] for row in rows) == sorted(
+        r["id"] for day in DAYS[1:] for r in sent[day] if r["metric"] == "homepage")
+    rows, _ = read_back(storage, wire, start=DAYS[2])
+    assert sorted(row[0] for row in rows) == sorted(r["id"] for r in sent[DAYS[2]])
+    rows, _ = read_back(storage, wire, end=DAYS[0])
+    assert sorted(row[0] for row in rows) == sorted(r["id"] for r in sent[DAYS[0]])
+    assert read_back(storage, wire, metric="rare") == ([], [])
+    assert read_back(storage, wire, start="2027-01-01") == ([], [])
+
+
+def test_replacing_aggregates_with_those_read_back_changes_nothing(filled, wire):
+    """replace_aggregates is idempotent: the aggregates a store holds, written back once or
+    twice, leave every counts document as it was."""
+    storage, _ = filled
+    documents = {(name, day): storage.counts(name, day, day, min_reports=0)
+                 for name in wire.registry for day in storage.days(name)}
+    for name, day in documents:
+        reports, states = storage.read_aggregates(wire.registry[name], day, day)
+        storage.replace_aggregates(name, day, reports, states)
+        storage.replace_aggregates(name, day, reports, states)
+    assert {(name, day): storage.counts(name, day, day, min_reports=0)
+            for name, day in documents} == documents
+    assert storage.total_reports() == sum(d["reports"] for d in documents.values())
+
+
+def approx_sums(document):
+    """A counts document whose float sums compare up to the order of their additions."""
+    return {**document, "cohorts": [
+        {key: pytest.approx(value, rel=1e-12) if key.startswith("sum") else value
+         for key, value in cohort.items()} for cohort in document["cohorts"]]}
+
+
+def test_replaced_aggregates_are_those_of_the_day_until_a_rebuild(filled, wire):
+    """Aggregates replaced on one day take the place of what was there, every cohort, and
+    leave other days and metrics alone; cohorts without reports get no row, so a day replaced
+    by nothing has no reports; rebuild_aggregates recounts the raw reports again."""
+    storage, _ = filled
+    metric = wire.registry["homepage"]
+    before = {name: storage.counts(name, min_reports=0) for name in wire.registry}
+    third = storage.counts(metric, DAYS[2], DAYS[2])
+    reports, states = storage.read_aggregates(metric, DAYS[2], DAYS[2])
+    storage.replace_aggregates("homepage", DAYS[0], reports, states)
+    storage.replace_aggregates("homepage", DAYS[0], reports, states)
+    assert storage.counts(metric, DAYS[0], DAYS[0])["cohorts"] == third["cohorts"]
+    assert storage.counts(metric, DAYS[2], DAYS[2]) == third
+    assert storage.counts("browser", min_reports=0) == before["browser"]
+    empty = np.zeros(metric.params.cohorts, dtype=np.int64)
+    statistic = statistic_for(metric.params)
+    storage.replace_aggregates("homepage", DAYS[1], empty,
+                               [statistic.zero(metric.params)] * metric.params.cohorts)
+    assert storage.days("homepage") == [DAYS[0], DAYS[2]]
+    with pytest.raises(TooFewReportsError):
+        storage.counts(metric, DAYS[1], DAYS[1])
+    storage.rebuild_aggregates()
+    for name in wire.registry:
+        assert storage.counts(name, min_reports=0) == approx_sums(before[name])
+
+
 def _stored_ids(conn):
     """Number of report ids stored, merged into the index or not."""
     return conn.execute(
@@ -136,10 +276,10 @@ def _queue_while_locked(storage, batches, day):
     return outcomes
 
 
-def test_a_group_commit_counts_each_id_once(filled, wire):
+def test_a_group_commit_counts_each_id_once(sqlite_filled, wire):
     """Calls committed together that share ids (retries racing the original, replays of stored
     reports) accept each new id exactly once, in queue order."""
-    storage, sent = filled
+    storage, sent = sqlite_filled
     before = storage.counts("homepage")["reports"]
     fresh = valid(wire, wire.reports("homepage", [f"site{i}.example" for i in range(12)]))
     stored = valid(wire, [r for r in sent[DAYS[0]] if r["metric"] == "homepage"][:3])
@@ -157,8 +297,8 @@ def test_a_group_commit_counts_each_id_once(filled, wire):
     assert storage.counts("homepage")["reports"] == before + 12
 
 
-def test_a_failed_group_commit_fails_every_call_and_stores_nothing(filled, wire, tmp_path):
-    storage, _ = filled
+def test_a_failed_group_commit_fails_every_call_and_stores_nothing(sqlite_filled, wire, tmp_path):
+    storage, _ = sqlite_filled
     before = storage.total_reports()
     with sqlite3.connect(tmp_path / "veil.db") as other:  # the next transaction cannot insert
         other.execute("ALTER TABLE reports RENAME TO reports_elsewhere")
@@ -267,21 +407,21 @@ def test_counts_refuse_parameters_that_differ_from_the_stored_ones(filled, wire)
         storage.counts(other)
 
 
-def test_registry_changes_on_metrics_with_data_are_refused(filled, tmp_path, wire):
+def test_registry_changes_on_metrics_with_data_are_refused(filled, store_url, wire):
     storage, _ = filled
     storage.close()
     data = wire.registry.to_dict()
     data["metrics"]["homepage"]["h"] = 3
     with pytest.raises(RegistryMismatchError, match="homepage"):
-        open_storage(tmp_path / "veil.db", Registry.from_dict(data))
+        open_storage(store_url, Registry.from_dict(data))
     # description and min_reports may change; a dropped metric with data stays decodable
     data = wire.registry.to_dict()
     data["metrics"]["homepage"]["min_reports"] = 7
     del data["metrics"]["browser"]
-    with open_storage(tmp_path / "veil.db", Registry.from_dict(data)) as reopened:
+    with open_storage(store_url, Registry.from_dict(data)) as reopened:
         assert reopened.registry["homepage"].min_reports == 7
         assert "browser" in reopened.registry
-    with open_storage(tmp_path / "veil.db") as plain:
+    with open_storage(store_url) as plain:
         assert plain.registry["homepage"].min_reports == 7
         assert plain.counts("browser")["reports"] == 30
 
@@ -309,10 +449,10 @@ def test_migrates_a_version_1_file(tmp_path, wire):
         assert storage.counts("dark_mode")["cohorts"] == wire.expected("dark_mode", reports)["cohorts"]
 
 
-def test_migrates_a_version_2_file(tmp_path, wire, filled):
+def test_migrates_a_version_2_file(tmp_path, wire, sqlite_filled):
     """Version 2 keyed raw reports by id; migrating it moves the ids to their own set and keeps
     every report, aggregate and duplicate check."""
-    storage, sent = filled
+    storage, sent = sqlite_filled
     before = {m: storage.counts(m) for m in ("homepage", "dark_mode", "load_time")}
     storage.close()
     path = tmp_path / "veil.db"
@@ -340,10 +480,10 @@ def test_migrates_a_version_2_file(tmp_path, wire, filled):
     assert (len(indexed), recent) == (stored, [])
 
 
-def test_migrates_a_version_3_file(tmp_path, wire, filled):
+def test_migrates_a_version_3_file(tmp_path, wire, sqlite_filled):
     """Version 3 put every id straight into report_ids; migrating it adds recent_ids, and ids
     stored before stay duplicates."""
-    storage, sent = filled
+    storage, sent = sqlite_filled
     storage.close()
     path = tmp_path / "veil.db"
     with sqlite3.connect(path) as conn:  # turn the file back into the version 3 layout
@@ -384,8 +524,8 @@ def test_refuses_newer_foreign_and_missing_files(tmp_path, wire):
         storage.counts("homepage", "11/01/2026")
 
 
-def test_backup_is_a_consistent_copy(filled, tmp_path, wire):
-    storage, _ = filled
+def test_backup_is_a_consistent_copy(sqlite_filled, tmp_path, wire):
+    storage, _ = sqlite_filled
     target = storage.backup(tmp_path / "copy.db")
     with open_storage(target) as copy:
         for metric in ("homepage", "dark_mode"):
@@ -394,7 +534,18 @@ def test_backup_is_a_consistent_copy(filled, tmp_path, wire):
         storage.backup(target)
 
 
-def test_open_storage_picks_the_backend_from_the_url(tmp_path, wire, monkeypatch):
+def test_open_storage_picks_the_backend_from_the_url(store_url, wire):
+    """A store's URL (or path) opens the backend :data:`BACKENDS` names for its scheme;
+    reopened, it has the registry recorded."""
+    scheme = store_url.split("://", 1)[0] if "://" in store_url else "sqlite"
+    with open_storage(store_url, wire.registry, create=True) as storage:
+        assert type(storage) is backend_class(scheme) and scheme in type(storage).schemes
+    with open_storage(store_url) as storage:
+        assert type(storage) is backend_class(scheme)
+        assert set(storage.registry) == set(wire.registry)
+
+
+def test_open_storage_opens_sqlite_for_a_path_or_a_sqlite_url(tmp_path, wire, monkeypatch):
     """A plain path and sqlite:/// URLs (relative, or absolute with four slashes) open SQLite;
     other schemes name the backends there are."""
     monkeypatch.chdir(tmp_path)
@@ -405,32 +556,32 @@ def test_open_storage_picks_the_backend_from_the_url(tmp_path, wire, monkeypatch
         assert storage.location == str(absolute)
     with open_storage(absolute) as storage:
         assert set(storage.registry) == set(wire.registry)
-    with pytest.raises(StorageError, match=r"no storage backend for 'mysql' URLs \(known: sqlite\)"):
+    known = ", ".join(sorted(BACKENDS))
+    with pytest.raises(StorageError, match=rf"no storage backend for 'mysql' URLs \(known: {known}"):
         open_storage("mysql://db.example/veil")
     with pytest.raises(StorageError, match="names no file"):
         open_storage("sqlite:///", create=True)
-    assert BACKENDS["sqlite"] is SQLiteStorage
+    assert backend_class("sqlite") is SQLiteStorage
 
 
-def test_recorded_parameters_are_permanent_even_without_reports(tmp_path, wire):
+def test_recorded_parameters_are_permanent_even_without_reports(store_url, wire):
     """A rolling deploy where a second collector changes a metric nobody reported yet is
     refused at its start, and the first keeps a usable database (it used to end in 503s
     and 'cannot reshape' for good)."""
-    path = tmp_path / "veil.db"
-    first = open_storage(path, wire.registry, create=True)
+    first = open_storage(store_url, wire.registry, create=True)
     changed = wire.registry.to_dict()
     changed["metrics"]["homepage"]["k"] = 64
     with pytest.raises(RegistryMismatchError, match=r"homepage.*recorded the old ones.*homepage\.v2"):
-        open_storage(path, Registry.from_dict(changed))
+        open_storage(store_url, Registry.from_dict(changed))
     # a metric dropped from the registry stays recorded: it cannot come back changed either
     dropped = wire.registry.to_dict()
     del dropped["metrics"]["homepage"]
-    open_storage(path, Registry.from_dict(dropped)).close()
+    open_storage(store_url, Registry.from_dict(dropped)).close()
     with pytest.raises(RegistryMismatchError, match="homepage"):
-        open_storage(path, Registry.from_dict(changed))
+        open_storage(store_url, Registry.from_dict(changed))
     reports = valid(wire, wire.reports("homepage", ["a.example"] * 5))
     assert first.insert(reports).accepted == 5
     assert first.counts("homepage")["reports"] == 5
     first.close()
-    with open_storage(path) as reopened:
+    with open_storage(store_url) as reopened:
         assert reopened.registry["homepage"].params == wire.registry["homepage"].params

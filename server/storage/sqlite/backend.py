@@ -144,6 +144,7 @@ class SQLiteStorage(Storage):
     """
 
     schemes = ("sqlite",)
+    current_schema = SCHEMA_VERSION
 
     def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False,
                  migrate: bool = False, recent_ids_limit: int = RECENT_IDS_LIMIT,
