@@ -6,9 +6,9 @@ deployment sets ``VEIL_DB`` or ``VEIL_READ_TOKEN`` once for every command:
 ======================  ======================  ==================================================
 option                  variable                commands
 ======================  ======================  ==================================================
-``--config``            ``VEIL_CONFIG``         serve, metrics, export
+``--config``            ``VEIL_CONFIG``         serve, metrics, export, aggregate
 ``--db``                ``VEIL_DB``             serve, export, rebuild-aggregates, backup, check,
-                                                migrate, stats, decode
+                                                migrate, stats, decode, archive, aggregate
 ``--server``            ``VEIL_URL``            stats, decode, populate
 ``--token``             ``VEIL_READ_TOKEN``     stats, decode
 ``--read-token``        ``VEIL_READ_TOKEN``     serve

@@ -71,6 +71,17 @@ class Statistic:
         """``(cohort, reports, state)`` for each cohort present among stored payloads, sorted."""
         raise NotImplementedError
 
+    def accumulate_arrays(self, params: MechanismParams, cohorts: np.ndarray,
+                          payloads: np.ndarray) -> list[tuple[int, int, State]]:
+        """:meth:`accumulate` of payloads held as one array, as an archive or
+        :class:`~veil.server.storage.base.StoredReports` holds them: ``(n, width)`` uint8
+        for ``bytes``, ``(n,)`` int64 for ``int``, ``(n,)`` float64 for ``float``.
+
+        The same result as :meth:`accumulate`; this default converts the array to the
+        stored payloads it calls that with, and statistics override it with array code.
+        """
+        return self.accumulate(params, cohorts, payload_list(self.payload_type, payloads))
+
     def zero(self, params: MechanismParams) -> State:
         """The statistic of no reports."""
         out: State = {}
@@ -130,6 +141,17 @@ class Statistic:
 
     def check(self, state: State, where: str) -> None:
         """Further consistency checks of one entry's state (none by default)."""
+
+
+def payload_list(payload_type: PayloadType, payloads: np.ndarray) -> list[Any]:
+    """An array of payloads (as :meth:`Statistic.accumulate_arrays` takes them) as the
+    list of stored payloads a backend keeps: ``bytes``, ``int`` or ``float`` objects."""
+    if payload_type == "bytes":
+        rows = np.ascontiguousarray(payloads, dtype=np.uint8)
+        return [row.tobytes() for row in rows]
+    values: list[Any] = np.asarray(
+        payloads, dtype=np.int64 if payload_type == "int" else np.float64).tolist()
+    return values
 
 
 def _count(value: Any, name: str) -> int:

@@ -28,10 +28,15 @@ class Moments(Statistic):
 
     def accumulate(self, params: MechanismParams, cohorts: np.ndarray, stored: Sequence[Any],
                    ) -> list[tuple[int, int, State]]:
-        if not len(stored):
+        return self.accumulate_arrays(
+            params, cohorts, np.fromiter(stored, dtype=np.float64, count=len(stored)))
+
+    def accumulate_arrays(self, params: MechanismParams, cohorts: np.ndarray,
+                          payloads: np.ndarray) -> list[tuple[int, int, State]]:
+        if not len(payloads):
             return []
-        values = np.fromiter(stored, dtype=np.float64, count=len(stored))
-        return [(0, len(stored), {"sum": float(values.sum()),
+        values = np.asarray(payloads, dtype=np.float64)
+        return [(0, len(values), {"sum": float(values.sum()),
                                   "sum_squares": float(np.dot(values, values))})]
 
     def check(self, state: State, where: str) -> None:

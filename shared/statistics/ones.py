@@ -29,3 +29,9 @@ class OneCounts(Statistic):
         if not len(stored):
             return []
         return [(0, len(stored), {"ones": int(sum(stored))})]
+
+    def accumulate_arrays(self, params: MechanismParams, cohorts: np.ndarray,
+                          payloads: np.ndarray) -> list[tuple[int, int, State]]:
+        if not len(payloads):
+            return []
+        return [(0, len(payloads), {"ones": int(np.sum(payloads, dtype=np.int64))})]

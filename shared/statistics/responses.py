@@ -56,9 +56,15 @@ class ResponseCounts(Statistic):
                    ) -> list[tuple[int, int, State]]:
         if not len(stored):
             return []
+        return self.accumulate_arrays(params, cohorts, np.asarray(stored, dtype=np.int64))
+
+    def accumulate_arrays(self, params: MechanismParams, cohorts: np.ndarray,
+                          payloads: np.ndarray) -> list[tuple[int, int, State]]:
+        if not len(payloads):
+            return []
         length = self.length(params)
         cohorts = np.asarray(cohorts, dtype=np.int64)
-        payloads = np.asarray(stored, dtype=np.int64)
+        payloads = np.asarray(payloads, dtype=np.int64)
         if payloads.min() < 0 or payloads.max() >= length:
             raise ValueError(f"a stored payload lies outside [0, {length})")
         keys, index = np.unique(cohorts, return_inverse=True)

@@ -15,6 +15,7 @@ from veil.server.collector.config import DEFAULTS
 
 GROUPS = {
     "analysis": ["decode", "map"],
+    "archive": ["archive", "aggregate"],
     "collector": ["metrics", "serve", "export", "rebuild-aggregates", "backup"],
     "init": ["init"],
     "simulations": ["demo", "experiment", "populate", "simulate"],
@@ -30,6 +31,7 @@ def test_each_package_registers_its_commands_and_help_lists_them_by_group_name()
     registered = {ep.name: ep.value for ep in entry_points(group="veil.commands")}
     assert registered == {
         "analysis": "veil.server.analysis.cli:COMMANDS",
+        "archive": "veil.server.archive.cli:COMMANDS",
         "collector": "veil.server.collector.cli:COMMANDS",
         "init": "veil.server.collector.init:COMMANDS",
         "simulations": "veil.simulations.cli:COMMANDS",
@@ -48,7 +50,8 @@ def test_listing_the_commands_loads_no_other_package_by_name_and_no_heavy_depend
         "import veil.server.cli\n"
         "assert 'veil.simulations' not in sys.modules, 'veil.server imports veil.simulations'\n"
         "veil.server.cli.build_parser()\n"
-        "heavy = {'numpy', 'scipy', 'sklearn', 'matplotlib', 'flask', 'waitress', 'psycopg'}\n"
+        "heavy = {'numpy', 'scipy', 'sklearn', 'matplotlib', 'flask', 'waitress', 'psycopg',\n"
+        "         'pyarrow', 'dask', 'distributed'}\n"
         "assert not heavy & set(sys.modules), sorted(heavy & set(sys.modules))\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
