@@ -8,12 +8,8 @@ Registered under the ``veil.commands`` entry points. pyarrow and Dask load insid
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
-import sys
-from collections.abc import Iterator
 
-from veil.server.cli.options import add_config_option, add_db_option
+from veil.server.cli.options import add_config_option, add_db_option, print_log
 
 
 def _positive(text: str) -> int:
@@ -53,7 +49,7 @@ def run_archive(args: argparse.Namespace) -> int:
     from veil.server.archive.writer import archive
     from veil.server.storage import open_storage
 
-    with open_storage(args.db) as storage, _print_log("veil.server.archive", "veil archive: "):
+    with open_storage(args.db) as storage, print_log("veil.server.archive", "veil archive: "):
         summary = archive(storage, args.out, metric=args.metric, start=args.start,
                           end=args.end, buckets=args.buckets, source=args.source)
     print(f"veil archive: {summary}")
@@ -92,22 +88,6 @@ def run_aggregate(args: argparse.Namespace) -> int:
                             end=args.end)
     print(f"veil aggregate: {summary}")
     return 0
-
-
-@contextlib.contextmanager
-def _print_log(name: str, prefix: str) -> Iterator[None]:
-    """Print the INFO and WARNING records of logger ``name`` to stdout while the block runs."""
-    logger = logging.getLogger(name)
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 COMMANDS = [

@@ -28,7 +28,11 @@ uploads unnoticed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
+import sys
+from collections.abc import Iterator
 
 from veil.shared.errors import ParameterError
 
@@ -119,3 +123,19 @@ def token_list(given: list[str] | None, variable: str, option: str) -> list[str]
             f"(veil init generates some) or leave {option} out",
         )
     return tokens
+
+
+@contextlib.contextmanager
+def print_log(name: str, prefix: str) -> Iterator[None]:
+    """Print the INFO and WARNING records of logger ``name`` to stdout while the block runs."""
+    logger = logging.getLogger(name)
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

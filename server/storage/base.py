@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import datetime as dt
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +22,15 @@ import numpy as np
 
 from veil.shared.errors import VeilError
 from veil.shared.registry import Metric, Registry
-from veil.shared.statistics import State, Statistic, statistic_for
+from veil.shared.statistics import COLUMNS, State, Statistic, statistic_for
 from veil.shared.wire import Report
 
 DAY_FORMAT = "%Y-%m-%d"
 #: the last day a range without an end reaches
 LAST_DAY = "9999-12-31"
+#: real-valued aggregates (sums) match a recount to this relative precision, or this much per
+#: report: a recount adds the same numbers in another order, which changes the last bits
+REAL_TOLERANCE = 1e-6
 
 
 class StorageError(VeilError):
@@ -132,6 +135,66 @@ def payload_array(payload_type: str, stored: Sequence[Any]) -> np.ndarray:
     return np.asarray(stored, dtype=np.int64 if payload_type == "int" else np.float64)
 
 
+def aggregate_columns(statistic: Statistic, state: State, counts: Callable[[np.ndarray], Any],
+                      ) -> list[Any]:
+    """One cohort's state as the aggregate columns :data:`COLUMNS`, in order (``None`` for the
+    columns other statistics use): ``counts`` turns a counter vector into the backend's
+    column value, counts are ``int``, sums ``float``."""
+    columns: list[Any] = [None] * len(COLUMNS)
+    for field in statistic.fields:
+        value = state[field.name]
+        if field.type == "counts":
+            value = counts(np.asarray(value))
+        elif field.type == "count":
+            value = int(value)
+        else:
+            value = float(value)
+        columns[COLUMNS.index(field.column)] = value
+    return columns
+
+
+#: counter vectors of aggregate rows: ``(rows, column index, length) -> (len(rows), length)``
+CountersOf = Callable[[Sequence[Sequence[Any]], int, int], np.ndarray]
+
+
+def sum_aggregate_rows(statistic: Statistic, metric: Metric, rows: Sequence[Sequence[Any]],
+                       counters: CountersOf) -> tuple[np.ndarray, list[State]]:
+    """Reports per cohort and per-cohort states added up over aggregate rows
+    ``(cohort, reports, *COLUMNS)`` (days and shards); ``counters`` reads the counter
+    columns as the backend stores them."""
+    cohorts = metric.params.cohorts
+    cohort_ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+    reports = np.zeros(cohorts, dtype=np.int64)
+    np.add.at(reports, cohort_ids, [int(row[1]) for row in rows])
+    states = [statistic.zero(metric.params) for _ in range(cohorts)]
+    for field in statistic.fields:
+        at = 2 + COLUMNS.index(field.column)
+        if field.type == "counts":
+            length = statistic.length(metric.params)
+            total = np.zeros((cohorts, length), dtype=np.uint64)
+            if rows:
+                np.add.at(total, cohort_ids, counters(rows, at, length))
+            for c in range(cohorts):
+                states[c][field.name] = total[c]
+        else:
+            for row in rows:
+                states[row[0]][field.name] += row[at]
+    return reports, states
+
+
+def registry_to_record(stored: Registry | None, given: Registry | None,
+                       with_data: Callable[[], Collection[str]], where: str) -> Registry:
+    """The registry a store at ``where`` uses once opened with ``given``: the ``stored`` one
+    when none is given (:class:`StorageError` if it has none), else
+    :func:`merge_registry`'s (``with_data`` lists the metrics with reports; asked only then)."""
+    if given is None:
+        if stored is None:
+            raise StorageError(f"{where} holds no metric registry yet; start the collector with "
+                               "--config to record one")
+        return stored
+    return merge_registry(stored, given, with_data(), where)
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
     """What :meth:`Storage.check` found.
@@ -141,12 +204,15 @@ class CheckResult:
     recount of the raw reports, which are intact: ``rebuild_aggregates`` repairs them.
     ``reports``: the raw reports recounted (``None`` if the recount could not run).
     ``location``: where the store is, for messages (as :attr:`Storage.location`).
+    ``integrity``: what examined the store itself, for messages (``None``: the backend
+    leaves that to its database server).
     """
 
     location: str
     damage: tuple[str, ...] = ()
     mismatches: tuple[str, ...] = ()
     reports: int | None = None
+    integrity: str | None = "the integrity check passed"
 
     @property
     def sound(self) -> bool:
@@ -255,10 +321,26 @@ class Storage(abc.ABC):
         every aggregate against a recount of the raw reports (``veil check``). Works on a
         store that :meth:`open` refuses as damaged; :class:`StorageError` if it cannot run."""
 
+    _registry: Registry
+    _metrics_cache: dict[str, tuple[Metric, Statistic]]
+
     @property
-    @abc.abstractmethod
     def registry(self) -> Registry:
         """Every metric with stored reports or in the registry last attached."""
+        return self._registry
+
+    def _use_registry(self, registry: Registry) -> None:
+        """Make ``registry`` the one this store reads and writes by (backends call it)."""
+        self._registry = registry
+        self._metrics_cache = {}
+
+    def _metric(self, name: str) -> tuple[Metric, Statistic]:
+        """The stored metric ``name`` and its statistic (cached until the registry changes)."""
+        cached = self._metrics_cache.get(name)
+        if cached is None:
+            metric = self.metric(name)
+            cached = self._metrics_cache[name] = (metric, statistic_for(metric.params))
+        return cached
 
     @property
     @abc.abstractmethod

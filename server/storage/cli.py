@@ -7,16 +7,13 @@ inside the ``run`` functions so that ``veil --help`` stays light.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
-import logging
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
-from veil.server.cli.options import ENVIRONMENT, add_db_option, add_server_options
+from veil.server.cli.options import ENVIRONMENT, add_db_option, add_server_options, print_log
 from veil.shared.errors import ParameterError, VeilError
 
 #: problems listed of each kind; the rest are counted
@@ -37,7 +34,8 @@ def run_check(args: argparse.Namespace) -> int:
     result = check_storage(args.db)
     db = result.location
     if result.sound:
-        print(f"veil check: {db} is sound: the integrity check passed and the aggregates "
+        checked = f"{result.integrity} and " if result.integrity else ""
+        print(f"veil check: {db} is sound: {checked}the aggregates "
               f"match a recount of {result.reports:,} raw reports")
         return 0
     if result.damage:
@@ -56,7 +54,8 @@ def run_check(args: argparse.Namespace) -> int:
        veil check --db {db}
 Reports acknowledged after that backup are not in the copy.""")
     else:
-        print(f"veil check: {db} is INCONSISTENT: its integrity check passed, but "
+        checked = f"{result.integrity}, but " if result.integrity else ""
+        print(f"veil check: {db} is INCONSISTENT: {checked}"
               f"aggregates differ from a recount of its {result.reports:,} raw reports:")
         _list(result.mismatches)
         print(f"""The raw reports are intact: rebuild the aggregates from them (safe while the
@@ -104,7 +103,7 @@ def run_migrate(args: argparse.Namespace) -> int:
     print(f"veil migrate: migrating {where} from schema version {steps[0].version} to "
           f"{current} ({len(steps)} step{plural}, in one transaction)", flush=True)
     began = time.monotonic()
-    with _print_log("veil.server.storage", "veil migrate: "):
+    with print_log("veil.server.storage", "veil migrate: "):
         open_storage(args.db, migrate=True).close()
     print(f"veil migrate: {where} is at schema version {current} "
           f"({time.monotonic() - began:.1f} s)")
@@ -143,22 +142,6 @@ def run_retention(args: argparse.Namespace) -> int:
     else:
         print(f"veil retention: no raw reports before {cutoff} in {where}; nothing to drop")
     return 0
-
-
-@contextlib.contextmanager
-def _print_log(name: str, prefix: str) -> Iterator[None]:
-    """Print the INFO records of logger ``name`` to stdout while the block runs."""
-    logger = logging.getLogger(name)
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def configure_stats(parser: argparse.ArgumentParser) -> None:

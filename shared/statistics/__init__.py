@@ -21,6 +21,9 @@ STATISTICS: dict[str, Statistic] = {
 COLUMNS: tuple[str, ...] = tuple(
     dict.fromkeys(field.column for statistic in STATISTICS.values() for field in statistic.fields)
 )
+#: the field type each aggregate column holds (statistics that share a column agree on it)
+COLUMN_TYPES: dict[str, str] = {field.column: field.type for statistic in STATISTICS.values()
+                                for field in statistic.fields}
 
 
 def statistic_for(params: MechanismParams) -> Statistic:
@@ -30,6 +33,7 @@ def statistic_for(params: MechanismParams) -> Statistic:
 
 __all__ = [
     "COLUMNS",
+    "COLUMN_TYPES",
     "STATISTICS",
     "BitCounts",
     "Field",

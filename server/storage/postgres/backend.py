@@ -43,6 +43,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from veil.server.storage.base import (
     LAST_DAY,
+    REAL_TOLERANCE,
     CheckResult,
     DayCount,
     InsertResult,
@@ -51,12 +52,14 @@ from veil.server.storage.base import (
     StorageError,
     StorageUnavailable,
     StoredReports,
-    merge_registry,
+    aggregate_columns,
     parse_day,
+    registry_to_record,
+    sum_aggregate_rows,
 )
 from veil.server.storage.postgres import schema
 from veil.shared.registry import Metric, Registry
-from veil.shared.statistics import COLUMNS, State, Statistic, statistic_for
+from veil.shared.statistics import State, Statistic, statistic_for
 from veil.shared.wire import Report
 
 #: days around a report's day on which a stored id makes it a duplicate (recorded in the store
@@ -114,13 +117,6 @@ def decode_payloads(payload_type: str, blobs: Sequence[bytes]) -> np.ndarray:
         np.int64 if payload_type == "int" else np.float64)
 
 
-def _stored_sequence(payload_type: str, payloads: np.ndarray) -> list[Any]:
-    """Payload arrays as the per-report values :meth:`Statistic.accumulate` takes."""
-    if payload_type == "bytes":
-        return [row.tobytes() for row in payloads]
-    return payloads.tolist()  # type: ignore[no-any-return]
-
-
 class PostgresStorage(Storage):
     """Reports and aggregates in a PostgreSQL database (``postgresql://user@host/dbname``).
 
@@ -145,8 +141,7 @@ class PostgresStorage(Storage):
                                    ("pool_size", pool_size, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise StorageError(f"{name} must be an integer >= {least}; got {value!r}")
-        self._registry = Registry([], version=1)
-        self._metrics_cache: dict[str, tuple[Metric, Statistic]] = {}
+        self._use_registry(Registry([], version=1))
         self._partitions: set[str] = set()
         self._sealed: set[int] = set()
         self._lock = threading.Lock()
@@ -262,20 +257,16 @@ class PostgresStorage(Storage):
         """Record ``registry`` (:func:`~veil.server.storage.base.merge_registry`)."""
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (schema.LOCK_SCHEMA,))
-            stored = self._stored_registry(conn)
-            if registry is None:
-                if stored is None:
-                    raise StorageError(f"{self._location} holds no metric registry yet; start the "
-                                       "collector with --config to record one")
-                self._use_registry(stored)
-                return stored
-            with_data = {row[0] for row in
-                         conn.execute("SELECT DISTINCT metric FROM veil_aggregates")}
-            merged = merge_registry(stored, registry, with_data, self._location)
-            conn.execute(
-                "INSERT INTO veil_meta (key, value) VALUES ('registry', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (json.dumps(merged.to_dict(), sort_keys=True),))
+            merged = registry_to_record(
+                self._stored_registry(conn), registry,
+                lambda: {row[0] for row in
+                         conn.execute("SELECT DISTINCT metric FROM veil_aggregates")},
+                self._location)
+            if registry is not None:
+                conn.execute(
+                    "INSERT INTO veil_meta (key, value) VALUES ('registry', %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (json.dumps(merged.to_dict(), sort_keys=True),))
             self._use_registry(merged)
             return merged
 
@@ -289,24 +280,9 @@ class PostgresStorage(Storage):
         except (TypeError, ValueError) as exc:
             raise StorageError(f"the registry stored in veil_meta cannot be read ({exc})") from None
 
-    def _use_registry(self, registry: Registry) -> None:
-        self._registry = registry
-        self._metrics_cache = {}
-
-    @property
-    def registry(self) -> Registry:
-        return self._registry
-
     @property
     def location(self) -> str:
         return self._location
-
-    def _metric(self, name: str) -> tuple[Metric, Statistic]:
-        cached = self._metrics_cache.get(name)
-        if cached is None:
-            metric = self.metric(name)
-            cached = self._metrics_cache[name] = (metric, statistic_for(metric.params))
-        return cached
 
     # -- partitions and days -------------------------------------------------------------
 
@@ -474,17 +450,9 @@ class PostgresStorage(Storage):
     @staticmethod
     def _aggregate_row(name: str, day: str, cohort: int, shard: int, reports: int,
                        statistic: Statistic, state: State) -> tuple[Any, ...]:
-        columns: list[Any] = [None] * len(COLUMNS)
-        for field in statistic.fields:
-            value = state[field.name]
-            if field.type == "counts":
-                value = np.asarray(value, dtype=np.int64)
-            elif field.type == "count":
-                value = int(value)
-            else:
-                value = float(value)
-            columns[COLUMNS.index(field.column)] = value
-        return (name, day, int(cohort), shard, int(reports), *columns)
+        """The row ``(metric, day, cohort, shard, reports, *COLUMNS)`` of one cohort's state."""
+        return (name, day, int(cohort), shard, int(reports),
+                *aggregate_columns(statistic, state, lambda v: v.astype(np.int64)))
 
     def _write_aggregates(self, cursor: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
         """Add aggregate rows (``_aggregate_row``'s) into the table, in one statement."""
@@ -521,9 +489,9 @@ class PostgresStorage(Storage):
             for name, day in self._raw_days(conn):
                 conn.execute("DELETE FROM veil_aggregates WHERE metric = %s AND day = %s",
                              (name, day))
-                reports, states = self._recount(conn, name, day)
+                metric, statistic = self._metric(name)
+                reports, states = self._recount(conn, metric, day)
                 total += int(reports.sum())
-                _, statistic = self._metric(name)
                 rows = [self._aggregate_row(name, day, int(c), 0, int(reports[c]), statistic,
                                             states[c]) for c in np.flatnonzero(reports)]
                 with conn.cursor() as cursor:
@@ -536,17 +504,17 @@ class PostgresStorage(Storage):
         return [(str(r[0]), str(r[1])) for r in conn.execute(
             "SELECT DISTINCT metric, to_char(day, 'YYYY-MM-DD') FROM veil_reports ORDER BY 1, 2")]
 
-    def _recount(self, conn: psycopg.Connection[Any], name: str, day: str,
-                 metric_of: Any = None) -> tuple[np.ndarray, list[State]]:
-        """Reports per cohort and states of ``name`` on ``day``, from the raw reports."""
-        metric, statistic = (metric_of or self._metric)(name)
+    @classmethod
+    def _recount(cls, conn: psycopg.Connection[Any], metric: Metric, day: str,
+                 ) -> tuple[np.ndarray, list[State]]:
+        """Reports per cohort and states of ``metric`` on ``day``, from the raw reports."""
+        statistic = statistic_for(metric.params)
         cohorts = metric.params.cohorts
         reports = np.zeros(cohorts, dtype=np.int64)
         states = [statistic.zero(metric.params) for _ in range(cohorts)]
-        for chunk in self._chunks(conn, name, day, 262_144, statistic):
-            for cohort, count, state in statistic.accumulate(
-                    metric.params, chunk.cohorts,
-                    _stored_sequence(statistic.payload_type, chunk.payloads)):
+        for chunk in cls._chunks(conn, metric.name, day, 262_144, statistic):
+            for cohort, count, state in statistic.accumulate_arrays(
+                    metric.params, chunk.cohorts, chunk.payloads):
                 reports[cohort] += count
                 states[cohort] = statistic.merge(states[cohort], state)
         return reports, states
@@ -611,7 +579,7 @@ class PostgresStorage(Storage):
             # binary results: counter arrays arrive as bytes, not as hex text
             rows = cursor.execute(schema.SELECT_AGGREGATES,
                                   (metric.name, start or "0001-01-01", end or LAST_DAY)).fetchall()
-        return sum_rows(statistic_for(metric.params), metric, rows)
+        return sum_aggregate_rows(statistic_for(metric.params), metric, rows, array_counters)
 
     # -- health, checks, failures ----------------------------------------------------------
 
@@ -637,23 +605,20 @@ class PostgresStorage(Storage):
                 raise StorageError(f"no Veil store in {location}")
             cls._check_version(version, location)
             registry = cls._stored_registry(conn)
-            metrics = {name: (metric, statistic_for(metric.params))
-                       for name, metric in (registry.items() if registry else ())}
 
-            def metric_of(name: str) -> tuple[Metric, Statistic]:
-                if name not in metrics:
-                    raise StorageError(f"a report of metric {name!r}, which the registry lacks")
-                return metrics[name]
-
-            checker = cls.__new__(cls)
             mismatches = []
             total = 0
             for name, day in cls._raw_days(conn):
-                reports, states = checker._recount(conn, name, day, metric_of)
+                if registry is None or name not in registry:
+                    raise StorageError(f"a report of metric {name!r}, which the registry lacks")
+                metric = registry[name]
+                statistic = statistic_for(metric.params)
+                reports, states = cls._recount(conn, metric, day)
                 total += int(reports.sum())
-                metric, statistic = metric_of(name)
-                stored_reports, stored_states = sum_rows(statistic, metric, conn.execute(
-                    schema.SELECT_AGGREGATES, (name, day, day)).fetchall())
+                stored_reports, stored_states = sum_aggregate_rows(
+                    statistic, metric, conn.execute(
+                        schema.SELECT_AGGREGATES, (name, day, day), binary=True).fetchall(),
+                    array_counters)
                 for cohort in range(metric.params.cohorts):
                     where = f"metric {name!r}, day {day}, cohort {cohort}"
                     differing = [] if stored_reports[cohort] == reports[cohort] else ["reports"]
@@ -663,7 +628,7 @@ class PostgresStorage(Storage):
                     if differing:
                         mismatches.append(f"{where}: {', '.join(differing)} differ from a "
                                           "recount of the reports")
-        return CheckResult(location, mismatches=tuple(mismatches), reports=total)
+        return CheckResult(location, mismatches=tuple(mismatches), reports=total, integrity=None)
 
     def close(self) -> None:
         with self._lock:
@@ -683,8 +648,6 @@ class PostgresStorage(Storage):
             yield
         except (psycopg.Error, PoolTimeout) as exc:
             raise self._failure(action, exc) from exc
-        except _MissingPartition as exc:
-            raise StorageUnavailable(f"cannot {action}: no partition for {exc.day}") from None
 
 
 #: a report to store: hex id, metric, cohort, hex payload column, stored payload
@@ -719,7 +682,8 @@ def _equal(stored: Any, recounted: Any, reports: int) -> bool:
         return bool(np.array_equal(np.asarray(stored, dtype=np.uint64),
                                    np.asarray(recounted, dtype=np.uint64)))
     if isinstance(stored, float) or isinstance(recounted, float):
-        return bool(np.isclose(stored, recounted, rtol=1e-9, atol=1e-9 * max(reports, 1)))
+        return bool(np.isclose(stored, recounted, rtol=REAL_TOLERANCE,
+                               atol=REAL_TOLERANCE * max(reports, 1)))
     return bool(stored == recounted)
 
 
@@ -729,7 +693,7 @@ _ARRAY_HEADER = 20
 _ARRAY_ELEMENT = np.dtype([("length", ">i4"), ("value", ">i8")])
 
 
-def counters(rows: Sequence[Sequence[Any]], at: int, length: int) -> np.ndarray:
+def array_counters(rows: Sequence[Sequence[Any]], at: int, length: int) -> np.ndarray:
     """Column ``at`` of aggregate rows (``array_send`` of ``length`` counters each) as a
     ``(len(rows), length)`` uint64 array; :class:`StorageError` for a malformed one."""
     blobs = [bytes(row[at])[_ARRAY_HEADER:] for row in rows]
@@ -739,25 +703,3 @@ def counters(rows: Sequence[Sequence[Any]], at: int, length: int) -> np.ndarray:
     return elements["value"].astype(np.uint64).reshape(len(rows), length)
 
 
-def sum_rows(statistic: Statistic, metric: Metric, rows: Sequence[Sequence[Any]],
-             ) -> tuple[np.ndarray, list[State]]:
-    """Reports per cohort and per-cohort states summed over aggregate rows
-    ``(cohort, reports, *COLUMNS)`` (shards and days add up)."""
-    cohorts = metric.params.cohorts
-    cohort_ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-    reports = np.zeros(cohorts, dtype=np.int64)
-    np.add.at(reports, cohort_ids, [int(row[1]) for row in rows])
-    states = [statistic.zero(metric.params) for _ in range(cohorts)]
-    for field in statistic.fields:
-        at = 2 + COLUMNS.index(field.column)
-        if field.type == "counts":
-            length = statistic.length(metric.params)
-            total = np.zeros((cohorts, length), dtype=np.uint64)
-            if rows:
-                np.add.at(total, cohort_ids, counters(rows, at, length))
-            for c in range(cohorts):
-                states[c][field.name] = total[c]
-        else:
-            for row in rows:
-                states[row[0]][field.name] += row[at]
-    return reports, states

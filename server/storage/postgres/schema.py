@@ -13,7 +13,7 @@ field has the column its :class:`~veil.shared.statistics.Field` names (counts as
 
 from __future__ import annotations
 
-from veil.shared.statistics import COLUMNS, STATISTICS
+from veil.shared.statistics import COLUMN_TYPES, COLUMNS
 
 #: the version recorded under ``schema_version`` in ``veil_meta``
 SCHEMA_VERSION = 1
@@ -36,9 +36,6 @@ LOCK_GIVEN_DAY = (
 )
 
 _SQL_TYPES = {"counts": "bigint[]", "count": "bigint", "real": "double precision"}
-#: each aggregate column's field type (every statistic agrees on a column's type)
-COLUMN_TYPES = {field.column: field.type for statistic in STATISTICS.values()
-                for field in statistic.fields}
 
 META = "CREATE TABLE IF NOT EXISTS veil_meta (key text PRIMARY KEY, value text NOT NULL)"
 REPORTS = """CREATE TABLE IF NOT EXISTS veil_reports (

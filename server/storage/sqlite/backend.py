@@ -51,9 +51,9 @@ from veil.server.storage.base import (
     StorageError,
     StorageUnavailable,
     StoredReports,
-    merge_registry,
     parse_day,
     payload_array,
+    registry_to_record,
     today,
 )
 from veil.server.storage.sqlite import rows as sql
@@ -180,8 +180,7 @@ class SQLiteStorage(Storage):
         self._readers_lock = threading.Lock()
         self._closed = False
         self._damage: str | None = None
-        self._metrics_cache: dict[str, tuple[Metric, Statistic]] = {}
-        self._registry = Registry([], version=1)
+        self._use_registry(Registry([], version=1))
         self._writer = self._connect()
         self._lock_fd = self._open_lock_file()
         try:
@@ -535,39 +534,18 @@ class SQLiteStorage(Storage):
     def _attach(self, registry: Registry | None) -> Registry:
         """Record ``registry`` in the file (:func:`~veil.server.storage.base.merge_registry`)."""
         with self._write() as conn:
-            stored = self._stored_registry(conn)
-            if registry is None:
-                if stored is None:
-                    raise StorageError(
-                        f"{self.path} holds no metric registry yet; start the collector with "
-                        "--config to record one"
-                    )
-                self._use_registry(stored)
-                return stored
-            with_data = {row[0] for row in conn.execute("SELECT DISTINCT metric FROM aggregates")}
-            merged = merge_registry(stored, registry, with_data, str(self.path))
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('registry', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (json.dumps(merged.to_dict(), sort_keys=True),),
-            )
+            merged = registry_to_record(
+                self._stored_registry(conn), registry,
+                lambda: {row[0] for row in conn.execute("SELECT DISTINCT metric FROM aggregates")},
+                str(self.path))
+            if registry is not None:
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('registry', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (json.dumps(merged.to_dict(), sort_keys=True),),
+                )
             self._use_registry(merged)
             return merged
-
-    def _use_registry(self, registry: Registry) -> None:
-        self._registry = registry
-        self._metrics_cache = {}
-
-    @property
-    def registry(self) -> Registry:
-        return self._registry
-
-    def _metric(self, name: str) -> tuple[Metric, Statistic]:
-        cached = self._metrics_cache.get(name)
-        if cached is None:
-            metric = self.metric(name)
-            cached = self._metrics_cache[name] = (metric, statistic_for(metric.params))
-        return cached
 
     # -- writes ------------------------------------------------------------------
 

@@ -19,16 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from veil.server.storage.base import StorageError
+from veil.server.storage.base import (
+    REAL_TOLERANCE,
+    StorageError,
+    aggregate_columns,
+    sum_aggregate_rows,
+)
 from veil.server.storage.sqlite.commit import Statement
 from veil.shared.registry import Metric
-from veil.shared.statistics import COLUMNS, STATISTICS, State, Statistic
+from veil.shared.statistics import COLUMN_TYPES, COLUMNS, State, Statistic
 
 #: the metric and statistic of a metric name (:class:`StorageError` if there is none)
 MetricOf = Callable[[str], tuple[Metric, Statistic]]
-#: real-valued aggregates (sums) match a recount to this relative precision, or this much per
-#: report: a recount adds the same numbers in another order, which changes the last bits
-REAL_TOLERANCE = 1e-6
 
 
 class DamagedRow(Exception):
@@ -45,15 +47,12 @@ _INSERT_INTS = (
     "SELECT substr(?1, key * 16 + 1, 16), ?2, ?3, value ->> 0, value ->> 1 FROM json_each(?4)"
 )
 
-#: the type of field each statistic column holds (``counts`` columns add up with add_counts)
-_COLUMN_TYPES = {field.column: field.type for statistic in STATISTICS.values()
-                 for field in statistic.fields}
 UPSERT = (
     f"INSERT INTO aggregates (metric, day, cohort, reports, {', '.join(COLUMNS)}) "
     f"VALUES (?, ?, ?, ?{', ?' * len(COLUMNS)}) "
     "ON CONFLICT (metric, day, cohort) DO UPDATE SET reports = reports + excluded.reports, "
     + ", ".join(
-        f"{c} = add_counts({c}, excluded.{c})" if _COLUMN_TYPES[c] == "counts"
+        f"{c} = add_counts({c}, excluded.{c})" if COLUMN_TYPES[c] == "counts"
         else f"{c} = {c} + excluded.{c}"
         for c in COLUMNS
     )
@@ -104,18 +103,15 @@ def insert_statement(statistic: Statistic, name: str, day: str,
 
 def aggregate_row(name: str, day: str, cohort: int, reports: int, statistic: Statistic,
                   state: State) -> tuple[Any, ...]:
-    """The upsert row ``(metric, day, cohort, reports, *COLUMNS)`` of one cohort's state."""
-    columns: list[Any] = [None] * len(COLUMNS)
-    for field in statistic.fields:
-        value = state[field.name]
-        if field.type == "counts":
-            value = np.asarray(value).astype("<u8").tobytes()
-        elif field.type == "count":
-            value = int(value)
-        else:
-            value = float(value)
-        columns[COLUMNS.index(field.column)] = value
-    return (name, day, cohort, reports, *columns)
+    """The upsert row ``(metric, day, cohort, reports, *COLUMNS)`` of one cohort's state
+    (counters as little-endian uint64 BLOBs)."""
+    return (name, day, cohort, reports,
+            *aggregate_columns(statistic, state, lambda v: v.astype("<u8").tobytes()))
+
+
+def blob_counters(rows: Sequence[Sequence[Any]], at: int, length: int) -> np.ndarray:
+    """Counter BLOBs of column ``at`` of aggregate rows as a ``(len(rows), length)`` array."""
+    return np.frombuffer(b"".join(row[at] for row in rows), dtype="<u8").reshape(-1, length)
 
 
 def sum_aggregates(statistic: Statistic, metric: Metric, rows: Sequence[tuple[Any, ...]],
@@ -123,32 +119,9 @@ def sum_aggregates(statistic: Statistic, metric: Metric, rows: Sequence[tuple[An
     """Reports per cohort and per-cohort states summed from :data:`SELECT_AGGREGATES` rows;
     :class:`DamagedRow` if a row is not what Veil writes (a cohort or counter blob out of shape)."""
     try:
-        return _sum_aggregates(statistic, metric, rows)
+        return sum_aggregate_rows(statistic, metric, rows, blob_counters)
     except (ValueError, TypeError, IndexError) as exc:
         raise DamagedRow(f"an aggregate row of metric {metric.name!r} is malformed ({exc})") from exc
-
-
-def _sum_aggregates(statistic: Statistic, metric: Metric, rows: Sequence[tuple[Any, ...]],
-                    ) -> tuple[np.ndarray, list[State]]:
-    cohorts = metric.params.cohorts
-    cohort_ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-    reports = np.zeros(cohorts, dtype=np.int64)
-    np.add.at(reports, cohort_ids, [row[1] for row in rows])
-    states = [statistic.zero(metric.params) for _ in range(cohorts)]
-    for field in statistic.fields:
-        at = 2 + COLUMNS.index(field.column)
-        if field.type == "counts":
-            length = statistic.length(metric.params)
-            total = np.zeros((cohorts, length), dtype=np.uint64)
-            if rows:
-                blobs = np.frombuffer(b"".join(row[at] for row in rows), dtype="<u8")
-                np.add.at(total, cohort_ids, blobs.reshape(-1, length))
-            for c in range(cohorts):
-                states[c][field.name] = total[c]
-        else:
-            for row in rows:
-                states[row[0]][field.name] += row[at]
-    return reports, states
 
 
 def aggregate_groups(groups: dict[tuple[str, str], list[tuple[Any, ...]]], metric_of: MetricOf,
@@ -220,7 +193,7 @@ def differences(conn: sqlite3.Connection) -> list[str]:
         else:
             columns = [
                 column for column, a, b in zip(("reports", *COLUMNS), stored, recounted, strict=True)
-                if a != b and not (_COLUMN_TYPES.get(column) == "real" and _close(a, b, stored[0]))
+                if a != b and not (COLUMN_TYPES.get(column) == "real" and _close(a, b, stored[0]))
             ]
             if columns:
                 out.append(f"{where}: {', '.join(columns)} differ from a recount of the reports")
