@@ -8,6 +8,7 @@ no other package's command module by name.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
@@ -48,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return int(args.run(args) or 0)
+    except BrokenPipeError:
+        # whoever read the output stopped early (veil stats | head): not a failure of the
+        # command; point stdout at /dev/null so that the interpreter's final flush is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except VeilError as exc:
         print(f"veil {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -98,3 +98,18 @@ def test_serve_takes_its_option_defaults_from_the_collector_table(monkeypatch) -
     assert config.pop("REGISTRY") == "metrics.toml" and config.pop("DATABASE") == "veil.db"
     tokens = {key: tuple(config[key]) for key in ("READ_TOKENS", "UPLOAD_TOKEN", "METRICS_TOKENS")}
     assert {**config, **tokens} == DEFAULTS
+
+
+def test_output_cut_short_by_its_reader_ends_quietly(tmp_path) -> None:
+    """``veil map ... | head -1``: the reader closes the pipe; no BrokenPipeError traceback."""
+    candidates = tmp_path / "candidates.txt"
+    candidates.write_text("".join(f"site{i}.example\n" for i in range(20_000)))
+    params = tmp_path / "params.csv"
+    params.write_text("k,h,m,p,q,f\n128,2,64,0.5,0.75,0.5\n")
+    command = (f"{sys.executable} -m veil.server.cli map --params {params} "
+               f"--candidates {candidates} | head -1")
+    result = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True,
+                            text=True, timeout=120)
+    assert result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+    assert result.returncode == 0
