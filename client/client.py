@@ -46,6 +46,7 @@ from veil.client.errors import (
 )
 from veil.client.limits import DEFAULT_MAX_EPSILON_PER_VALUE, PrivacyLimits
 from veil.client.outbox import DROP_CAUSES, Outbox
+from veil.client.randomness import HmacStream
 from veil.client.registry_source import (
     fetch_registry,
     given_registry,
@@ -62,6 +63,7 @@ from veil.client.state import (
 )
 from veil.client.transport import RequestsTransport, RetryPolicy, Transport
 from veil.client.worker import BackgroundWorker
+from veil.shared.bits import realize
 from veil.shared.errors import ParameterError, VeilError
 from veil.shared.registry import Metric, Registry
 from veil.shared.wire import join_batch, make_report, validate_report
@@ -98,6 +100,36 @@ _CAUSES: tuple[tuple[type[BaseException], str], ...] = (
     (sqlite3.Error, "state"),
     (VeilError, "invalid_value"),
 )
+
+
+def reporting_channel(registry: Registry, metric: str, secret: bytes) -> Metric:
+    """The metric an installation with ``secret`` reports the string metric ``metric`` as:
+    ``registry[metric]`` itself, or its discovery channel (:meth:`Registry.channels
+    <veil.shared.registry.Registry.channels>`) for the installations whose ``u < N``, where
+    ``u`` is the first word (:meth:`~veil.client.randomness.RandomStream.u32`) of the
+    :class:`~veil.client.randomness.HmacStream` with purpose ``channel``, the metric's name
+    and an empty context, and ``N / 2**32`` the channel's realized ``share``. The choice is
+    made once for all: every value of ``metric`` goes out through the same channel."""
+    spec = registry[metric]
+    channels = registry.channels(metric)
+    if channels:
+        u = HmacStream(secret, b"channel", metric, b"").u32()
+        if u < realize(channels[0].params.share):  # type: ignore[attr-defined]
+            return channels[0]
+    return spec
+
+
+class _ChannelReportError(UnknownMetricError):
+    """``report()`` named a string metric's channel, which the client picks by itself."""
+
+    def __init__(self, metric: str, owner: str) -> None:
+        ParameterError.__init__(
+            self, "metric",
+            f"metric {metric!r} is the discovery channel of {owner!r}, not a metric to report "
+            f"to: report to {owner!r} (each installation reports it through one channel, "
+            "chosen from its secret)",
+        )
+        self.metric = metric
 
 
 @dataclasses.dataclass(frozen=True)
@@ -723,18 +755,26 @@ class Client:
     def _prepare(
         self, metrics: _Metrics, metric: Any, value: Any
     ) -> tuple[Metric, Encoder[Any]] | None:
-        """The first report of ``metric``: its encoder, or ``None`` when the value waits for
-        the registry or the metric is refused (dropped); unknown metrics raise."""
-        if not isinstance(metric, str) or metric not in metrics.registry:
+        """The first report of ``metric``: the metric its reports go out as (itself, or the
+        discovery channel this installation reports a string metric through:
+        :func:`reporting_channel`) and that one's encoder, or ``None`` when the value waits for
+        the registry or that metric is refused (dropped); unknown metrics, and a channel
+        named directly, raise."""
+        registry = metrics.registry
+        if not isinstance(metric, str) or metric not in registry:
             if not metrics.loaded or self._fetching:
                 self._wait_for_registry(metrics, metric, value)
                 return None
-            raise UnknownMetricError(metric, list(metrics.registry))
-        why = metrics.refused.get(metric)
+            raise UnknownMetricError(metric, [name for name, spec in registry.items()
+                                              if not spec.of])
+        owner = registry[metric].of
+        if owner:
+            raise _ChannelReportError(metric, owner)
+        spec = reporting_channel(registry, metric, self._secret)
+        why = metrics.refused.get(spec.name)
         if why is not None:
             self._drop("privacy_limit", f"dropped a report of {metric!r}: {why}")
             return None
-        spec = metrics.registry[metric]
         prepared = (spec, make_encoder(spec, self._secret, self._cohort_seed))
         metrics.prepared[metric] = prepared
         return prepared
@@ -799,7 +839,11 @@ class Client:
         )
 
     def privacy_spent(self) -> PrivacySpent:
-        """The worst-case epsilon spent so far, per metric and in total."""
+        """The worst-case epsilon spent so far, per metric and in total.
+
+        A string metric with a discovery channel charges the channel this installation
+        reports it through (:func:`reporting_channel`): the spend shows under that metric's
+        name, ``homepage`` or ``homepage.discovery``."""
         if self.disabled:
             return PrivacySpent({}, 0.0, self.budget)
         self._check_process()

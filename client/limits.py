@@ -15,7 +15,9 @@ before any report is encoded; the client never encodes those metrics.
   (no cap by default: ``epsilon_inf`` bounds one report too).
 * ``pinned`` maps metric names to the parameter fingerprint
   (``MechanismParams.fingerprint``) the application was built and reviewed
-  with: any other parameters for that metric are refused.
+  with: any other parameters for that metric are refused. The discovery channel of a
+  pinned string metric (``homepage.discovery``, through which some installations
+  report ``homepage``) is refused unless it is pinned too.
 """
 
 from __future__ import annotations
@@ -111,4 +113,13 @@ class PrivacyLimits:
     def refusals(self, registry: Registry) -> dict[str, str]:
         """Every metric of ``registry`` these limits refuse, with why."""
         found = {metric.name: self.refusal(metric) for metric in registry.values()}
+        for metric in registry.values():
+            if metric.of in self.pinned and metric.name not in self.pinned:
+                found[metric.name] = found[metric.name] or (
+                    f"metric {metric.name!r} is refused: it is the discovery channel of "
+                    f"{metric.of!r}, which this application pinned, and its parameters "
+                    f"(fingerprint {metric.params.fingerprint}) are not pinned; the reports of "
+                    f"{metric.of!r} this installation would send through it are never encoded. "
+                    f"Review them and pin {metric.name!r} too"
+                )
         return {name: why for name, why in found.items() if why is not None}

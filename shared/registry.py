@@ -17,7 +17,7 @@ Operators write it as TOML; the collector serves it to clients as JSON
     f = 0.5
 
 Every key other than ``kind`` and the metric's own keys (:data:`METRIC_KEYS`:
-``description``, ``min_reports`` and ``note``) is a parameter of the kind (see
+``description``, ``min_reports``, ``note`` and ``of``) is a parameter of the kind (see
 :mod:`veil.shared.kinds`), read by its class's
 :meth:`~veil.shared.kinds.MechanismParams.from_settings`. A string metric may give
 its privacy targets instead of ``q`` and ``f``: ``epsilon_inf = 2.0`` (and
@@ -25,6 +25,19 @@ its privacy targets instead of ``q`` and ``f``: ``epsilon_inf = 2.0`` (and
 <veil.shared.kinds.StringParams.for_epsilon>`; the registry then records the
 chosen ``p``, ``q`` and ``f``, so clients and collectors read the same numbers,
 and says so in the metric's ``note``.
+
+A string metric may have a *discovery channel*
+(:mod:`veil.shared.kinds.discovery`), a table inside its own::
+
+    [metrics.homepage.discovery]
+    share = 0.9
+    epsilon = 4.0
+
+It becomes the metric ``homepage.discovery`` of kind ``discovery`` whose ``of`` is
+``homepage`` (the JSON form lists it so, as a metric of its own). Each installation
+reports a string metric through exactly one of its channels (the string metric or
+its discovery channel), so :meth:`Registry.epsilon_total` counts a metric and its
+channels by the largest of their epsilons.
 """
 
 from __future__ import annotations
@@ -39,14 +52,19 @@ from types import MappingProxyType
 from typing import Any
 
 from veil.shared.errors import ParameterError
-from veil.shared.kinds import KINDS, MechanismParams, parse_params
-from veil.shared.privacy import sequential
+from veil.shared.kinds import KINDS, DiscoveryParams, MechanismParams, StringParams, parse_params
+from veil.shared.kinds.discovery import CHANNEL_SUFFIX
+from veil.shared.privacy import parallel, sequential
 
 METRIC_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 DEFAULT_MIN_REPORTS = 100
 #: a metric's own keys in its table (besides ``kind``), in the order :meth:`Metric.to_dict`
 #: writes them; every other key is a parameter of its kind
-METRIC_KEYS = ("description", "min_reports", "note")
+METRIC_KEYS = ("description", "min_reports", "note", "of")
+#: the own keys :meth:`Metric.to_dict` writes only when they are set
+_OPTIONAL_KEYS = ("note", "of")
+#: the key of a string metric's table that holds its discovery channel's table
+CHANNEL_KEY = CHANNEL_SUFFIX.lstrip(".")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +77,9 @@ class Metric:
     min_reports: int = DEFAULT_MIN_REPORTS
     #: how the registry's choices were made (which oracle ``oracle = "auto"`` picked, why)
     note: str = ""
+    #: the string metric this metric is a channel of ("" for a metric of its own): set for a
+    #: discovery channel, ``NAME.discovery`` of the string metric ``NAME``
+    of: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not METRIC_NAME.match(self.name):
@@ -80,18 +101,23 @@ class Metric:
             raise ParameterError(f"metrics.{self.name}.description", "description must be a string")
         if not isinstance(self.note, str):
             raise ParameterError(f"metrics.{self.name}.note", "note must be a string")
+        if not isinstance(self.of, str):
+            raise ParameterError(f"metrics.{self.name}.of",
+                                 "of must be the name of the string metric this channel belongs to")
 
     @property
     def kind(self) -> str:
-        """The metric's kind (``string``, ``category``, ``boolean`` or ``number``)."""
+        """The metric's kind (``string``, ``category``, ``boolean``, ``number`` or ``discovery``)."""
         return self.params.kind
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: kind, description, min_reports, the note if any and the parameters."""
+        """JSON-ready: kind, description, min_reports, the note and ``of`` if set, and the
+        parameters."""
         params = self.params.to_dict()
         return {
             "kind": params.pop("kind"),
-            **{key: getattr(self, key) for key in METRIC_KEYS if key != "note" or self.note},
+            **{key: getattr(self, key) for key in METRIC_KEYS
+               if key not in _OPTIONAL_KEYS or getattr(self, key)},
             **{key: value for key, value in params.items() if value is not None},
         }
 
@@ -135,7 +161,13 @@ class Registry(Mapping[str, Metric]):
             if metric.name in by_name:
                 raise ParameterError(f"metrics.{metric.name}", f"metric {metric.name!r} is defined twice")
             by_name[metric.name] = metric
+        for problem in _channel_problems(by_name).values():
+            raise problem
         self._metrics = MappingProxyType(by_name)
+        self._channels: dict[str, list[Metric]] = {}
+        for metric in by_name.values():
+            if metric.of:
+                self._channels.setdefault(metric.of, []).append(metric)
         self.version = version
 
     def __getitem__(self, name: str) -> Metric:
@@ -170,6 +202,12 @@ class Registry(Mapping[str, Metric]):
     def __repr__(self) -> str:
         return f"Registry(version={self.version}, metrics={sorted(self._metrics)})"
 
+    def channels(self, name: str) -> list[Metric]:
+        """The channels of the string metric ``name`` besides itself: its discovery channel, if
+        it has one (``[]`` for every other metric). An installation reports ``name`` through
+        exactly one of the metric and its channels."""
+        return list(self._channels.get(name, ()))
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON document served at ``GET /v1/metrics``."""
         return {
@@ -193,14 +231,28 @@ class Registry(Mapping[str, Metric]):
         metrics = data.get("metrics", {})
         if not isinstance(metrics, Mapping) or not metrics:
             raise ParameterError("metrics", "the registry needs at least one [metrics.NAME] table")
-        parsed, skipped = [], {}
+        parsed: list[Metric] = []
+        skipped: dict[str, str] = {}
         for name, table in metrics.items():
+            channel = None
+            if isinstance(table, Mapping) and CHANNEL_KEY in table:
+                table = dict(table)
+                channel = table.pop(CHANNEL_KEY)
             try:
                 parsed.append(Metric.from_dict(name, table))
             except ParameterError as exc:
                 if not lenient:
                     raise
                 skipped[str(name)] = str(exc)
+            if channel is not None:
+                try:
+                    parsed.append(_nested_channel(name, table.get("kind"), channel))
+                except ParameterError as exc:
+                    if not lenient:
+                        raise
+                    skipped[f"{name}{CHANNEL_SUFFIX}"] = str(exc)
+        if lenient:
+            parsed = _usable(parsed, skipped)
         return cls(parsed, version=data.get("version", 1), skipped=skipped)
 
     @classmethod
@@ -229,18 +281,112 @@ class Registry(Mapping[str, Metric]):
         """Render as TOML (only the value types the registry uses)."""
         lines = [f"version = {self.version}", ""]
         for name, metric in self._metrics.items():
-            lines.append(f"[metrics.{name}]")
+            # a discovery channel as the table inside its string metric's, as operators write it
+            nested = bool(metric.of) and name == f"{metric.of}{CHANNEL_SUFFIX}"
+            header = f"{_toml_key(metric.of)}.{CHANNEL_KEY}" if nested else _toml_key(name)
+            lines.append(f"[metrics.{header}]")
             for key, value in metric.to_dict().items():
                 lines.append(f"{key} = {_toml_value(value)}")
             lines.append("")
         return "\n".join(lines)
 
     def epsilon_total(self, per_metric: Mapping[str, float] | None = None) -> float:
-        """Sequential composition over metrics (all reported by the same person)."""
+        """Sequential composition over metrics (all reported by the same person), a string
+        metric and its discovery channel counting as the larger of their epsilons: an
+        installation reports through one of them only. ``per_metric`` (name -> epsilon)
+        replaces each metric's ``epsilon_inf``; a name the registry lacks counts on its own."""
         values = per_metric if per_metric is not None else {
             name: metric.params.epsilon_inf for name, metric in self._metrics.items()
         }
-        return sequential(values.values())
+        groups: dict[str, list[float]] = {}
+        for name, epsilon in values.items():
+            metric = self._metrics.get(name)
+            groups.setdefault(metric.of if metric is not None and metric.of else name,
+                              []).append(epsilon)
+        return sequential(parallel(group) for group in groups.values())
+
+
+def _channel_problems(metrics: Mapping[str, Metric]) -> dict[str, ParameterError]:
+    """What is wrong with the channels among ``metrics``, by the name of the metric at fault:
+    a discovery metric must belong to (``of``) a string metric of the registry, which has
+    at most one; no other metric belongs to another."""
+    problems: dict[str, ParameterError] = {}
+    owners: dict[str, str] = {}
+    for name, metric in metrics.items():
+        of = metric.of
+        if metric.kind != DiscoveryParams.kind:
+            if of:
+                problems[name] = ParameterError(
+                    f"metrics.{name}.of",
+                    f"metrics.{name}: only a discovery channel belongs to another metric; "
+                    f"remove of = {of!r} from this {metric.kind} metric")
+            continue
+        owner = metrics.get(of) if of else None
+        if not of:
+            why = ("a discovery channel needs of, the string metric it belongs to; write it "
+                   "as the table [metrics.NAME.discovery] of string metric NAME")
+        elif owner is None:
+            why = f"of = {of!r} names no metric of this registry"
+        elif owner.kind != StringParams.kind:
+            why = (f"of = {of!r} names a {owner.kind} metric; a discovery channel belongs to a "
+                   "string metric")
+        elif of in owners:
+            why = (f"string metric {of!r} has a discovery channel already, {owners[of]!r}; "
+                   "it may have one")
+        else:
+            owners[of] = name
+            continue
+        problems[name] = ParameterError(f"metrics.{name}.of", f"metrics.{name}: {why}")
+    return problems
+
+
+def _nested_channel(name: str, kind: Any, table: Any) -> Metric:
+    """The discovery channel a string metric ``name`` (of ``kind``) defines in its table:
+    the metric ``NAME.discovery`` of kind ``discovery`` and ``of = NAME``."""
+    channel = f"{name}{CHANNEL_SUFFIX}"
+    where = f"metrics.{channel}"
+    if kind != StringParams.kind:
+        raise ParameterError(
+            where, f"metrics.{name}: only a string metric may have a discovery channel; this one "
+                   f"is of kind {kind!r}. Remove its [{where}] table")
+    if not isinstance(table, Mapping):
+        raise ParameterError(where, f"{where} must be a table of settings")
+    settings = dict(table)
+    if settings.setdefault("kind", DiscoveryParams.kind) != DiscoveryParams.kind:
+        raise ParameterError(
+            f"{where}.kind", f"{where}.kind must be 'discovery' (or left out). "
+                             f"Got {settings['kind']!r} instead.")
+    if settings.setdefault("of", name) != name:
+        raise ParameterError(
+            f"{where}.of", f"{where}.of must be {name!r}, the metric whose table holds it (or "
+                           f"left out). Got {settings['of']!r} instead.")
+    return Metric.from_dict(channel, settings)
+
+
+def _usable(metrics: list[Metric], skipped: dict[str, str]) -> list[Metric]:
+    """``metrics`` without those a lenient parse leaves out, noted in ``skipped``: a name
+    defined twice (a channel both inside its string metric and beside it), and channels that
+    do not fit (their string metric was left out, say), so that a broken channel never takes
+    its string metric down."""
+    by_name: dict[str, Metric] = {}
+    twice: set[str] = set()
+    for metric in metrics:
+        if metric.name in by_name:
+            twice.add(metric.name)
+        by_name[metric.name] = metric
+    for name in twice:
+        skipped[name] = f"metric {name!r} is defined twice"
+        del by_name[name]
+    while problems := _channel_problems(by_name):
+        for name, problem in problems.items():
+            skipped[name] = str(problem)
+            del by_name[name]
+    return list(by_name.values())
+
+
+def _toml_key(key: str) -> str:
+    """``key`` as a TOML key: bare when it can be, else quoted (a name with a dot in it)."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_string(key)
 
 
 def _toml_value(value: Any) -> str:

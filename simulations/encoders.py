@@ -20,6 +20,7 @@ import numpy as np
 from veil.shared.kinds import (
     BooleanParams,
     CategoryParams,
+    DiscoveryParams,
     GrrParams,
     HadamardParams,
     MechanismParams,
@@ -30,6 +31,7 @@ from veil.shared.kinds import (
     StringParams,
     implements,
 )
+from veil.simulations.discovery import encode_discovery, payload_hex, value_vectors
 from veil.simulations.encoding import (
     bloom_table,
     encode_booleans,
@@ -158,9 +160,25 @@ def simulate_numbers(params: NumberParams, values: Sequence[float], rng: np.rand
     return SimulatedReports(np.zeros(len(values), np.int64), out.tolist())
 
 
+@simulates(DiscoveryParams)
+def simulate_discovery(params: DiscoveryParams, values: Sequence[str], rng: np.random.Generator,
+                       clients: np.ndarray | None = None) -> SimulatedReports:
+    """Discovery-channel reports of string ``values``, each installation at a uniformly
+    random level (its cohort)."""
+    cohorts = _client_cohorts(params, len(values), rng, clients)
+    vectors = np.empty(len(values), dtype=np.int64)
+    for level in np.unique(cohorts):
+        pick = np.flatnonzero(cohorts == level)
+        vectors[pick] = value_vectors(params, [values[int(i)] for i in pick], int(level))
+    keyed = None if clients is None else np.asarray(clients)
+    rows, buckets = encode_discovery(params, vectors, rng, keyed)
+    return SimulatedReports(cohorts, payload_hex(params, rows, buckets))
+
+
 #: the simulation encoder of each mechanism, keyed by its parameter class's mechanism_name
 SIMULATORS: dict[str, Simulator] = {
     simulator.params_type.mechanism_name: simulator
     for simulator in (simulate_strings, simulate_categories, simulate_grr, simulate_oue,
-                      simulate_olh, simulate_hadamard, simulate_booleans, simulate_numbers)
+                      simulate_olh, simulate_hadamard, simulate_booleans, simulate_numbers,
+                      simulate_discovery)
 }

@@ -33,6 +33,7 @@ from veil.shared.errors import ParameterError, VeilError
 from veil.shared.kinds import (
     BooleanParams,
     CategoryParams,
+    DiscoveryParams,
     MechanismParams,
     NumberParams,
     OracleParams,
@@ -79,7 +80,8 @@ def draw_population(params: MechanismParams, rng: np.random.Generator,
 
 
 @draw_population.register
-def _draw_sites(params: StringParams, rng: np.random.Generator, n: int) -> tuple[list[Any], str]:
+def _draw_sites(params: StringParams | DiscoveryParams, rng: np.random.Generator,
+                n: int) -> tuple[list[Any], str]:
     return _shares(list(SITES), rng, n)
 
 

@@ -30,11 +30,14 @@ import pytest
 from veil.client.encoders import ENCODERS, make_encoder
 from veil.server.analysis.counts import counts_arrays
 from veil.server.analysis.decode import DECODERS, decode_counts
+from veil.server.analysis.discovery import PrefixSearch, payload_rows, reports_by_level
 from veil.server.storage.base import payload_array
+from veil.shared.errors import ParameterError
 from veil.shared.kinds import (
     MECHANISMS,
     BooleanParams,
     CategoryParams,
+    DiscoveryParams,
     GrrParams,
     HadamardParams,
     MechanismParams,
@@ -67,6 +70,8 @@ EXAMPLES: list[tuple[MechanismParams, dict[Any, float], dict[str, float]]] = [
      {2.5: 0.25, 7.5: 0.75}, {"mean": 6.25}),
     (NumberParams(low=0.0, high=10.0, mechanism="1bitmean", epsilon=2.0),
      {2.5: 0.5, 10.0: 0.5}, {"mean": 6.25}),
+    (DiscoveryParams(share=0.5, segment=1, max_length=4, fingerprint_bits=6),
+     {"ab": 0.5, "cd": 0.3, "xyz": 0.2}, {"ab": 0.5, "cd": 0.3, "xyz": 0.2}),
 ]
 IDS = [
     "-".join(part for part in (params.mechanism_name.replace("/", "-"),
@@ -85,14 +90,26 @@ def population(shares: dict[Any, float], n: int, seed: int) -> list[Any]:
     return values
 
 
+def metric_name(params: MechanismParams) -> str:
+    """The example's metric name: a discovery channel is named after its string metric."""
+    return "m.discovery" if isinstance(params, DiscoveryParams) else "m"
+
+
+def registry_for(params: MechanismParams) -> Registry:
+    """A registry holding the example's metric (and a discovery channel's string metric)."""
+    if isinstance(params, DiscoveryParams):
+        return Registry([Metric("m", StringParams()), Metric("m.discovery", params, of="m")])
+    return Registry([Metric("m", params)])
+
+
 def sdk_reports(params: MechanismParams, values: list[Any], seed: int) -> list[dict[str, Any]]:
     """One wire report per value, each from its own installation (seeded secret and noise)."""
-    metric = Metric("m", params)
+    metric = registry_for(params)[metric_name(params)]
     rnd = random.Random(seed)
     out = []
     for index, value in enumerate(values):
         encoder = make_encoder(metric, rnd.randbytes(32), index, random_bytes=rnd.randbytes)
-        out.append(make_report(f"{index:032x}", "m", encoder.cohort, encoder.encode(value),
+        out.append(make_report(f"{index:032x}", metric.name, encoder.cohort, encoder.encode(value),
                                params.fingerprint))
     return out
 
@@ -146,8 +163,8 @@ def test_every_mechanism_has_every_face_and_an_example() -> None:
 @pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
 def test_parameters_round_trip_and_state_their_privacy(params, shares, truth) -> None:
     assert type(params).from_dict(params.to_dict()) == params
-    registry = Registry.from_dict(Registry([Metric("m", params)]).to_dict())
-    assert registry["m"].params == params
+    registry = Registry.from_dict(registry_for(params).to_dict())
+    assert registry[metric_name(params)].params == params
     assert 0 < params.epsilon_1 <= params.epsilon_inf < float("inf")
     assert params.privacy_map(2) >= 2 * params.epsilon_inf
 
@@ -155,7 +172,7 @@ def test_parameters_round_trip_and_state_their_privacy(params, shares, truth) ->
 @pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
 def test_encoder_output_passes_wire_validation(params, shares, truth) -> None:
     reports = sdk_reports(params, population(shares, 50, 1), 2)
-    result = validate_batch(make_batch("f" * 32, reports), Registry([Metric("m", params)]))
+    result = validate_batch(make_batch("f" * 32, reports), registry_for(params))
     assert result.errors == [] and len(result.reports) == len(reports)
 
 
@@ -226,12 +243,38 @@ def test_simulation_encoder_has_the_sdk_law(params, shares, truth) -> None:
         assert np.all(gap <= 5 * se + 1e-12), f"{name}: max gap {gap.max()} (se {se.max()})"
 
 
+def check_discovery(params: DiscoveryParams, cohorts: np.ndarray, stored: list[bytes],
+                    truth: dict[str, float]) -> None:
+    """The prefix search finds every true string, with its share within 4 standard errors
+    (:meth:`DiscoveryParams.share_variance` at the level where the string ended), and nothing
+    else; counts alone are refused with a message naming ``veil discover``."""
+    payloads = payload_array("bytes", stored)
+    levels = reports_by_level(params, [(np.asarray(cohorts), payloads)])
+    search = PrefixSearch(params).fit(levels)
+    assert set(search.strings_) == set(truth)
+    ended = {value: level for level in search.levels_ for prefix, _ in level.ended
+             for value in [prefix.split(b"\0")[0].decode()]}
+    for value, share in truth.items():
+        level = ended[value]
+        error = params.share_variance(share, level.reports) ** 0.5
+        assert abs(search.strings_[value] - share) <= 4 * error, (value, search.strings_[value])
+    assert payload_rows(params, payloads)[0].shape == (params.bucket_bits, len(stored))
+    statistic = statistic_for(params)
+    states = [statistic.zero(params) for _ in range(params.cohorts)]
+    for cohort, _, state in statistic.accumulate(params, np.asarray(cohorts), stored):
+        states[cohort] = state
+    with pytest.raises(ParameterError, match="veil discover"):
+        decode_counts(document(params, np.bincount(cohorts, minlength=params.cohorts), states))
+
+
 @pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
 def test_decoder_recovers_a_known_population(params, shares, truth) -> None:
     values = population(shares, POPULATION, 8)
     simulated = SIMULATORS[params.mechanism_name](params, values, np.random.default_rng(9))
     statistic = statistic_for(params)
     stored = stored_payloads(params, simulated.payloads)
+    if isinstance(params, DiscoveryParams):  # its decoder is the search over raw reports
+        return check_discovery(params, simulated.cohorts, stored, truth)
     states = [statistic.zero(params) for _ in range(params.cohorts)]
     sizes = np.bincount(simulated.cohorts, minlength=params.cohorts)
     for cohort, _, state in statistic.accumulate(params, simulated.cohorts, stored):

@@ -10,6 +10,7 @@ from typing import Any
 from veil.client.encoders.base import Encoder
 from veil.client.encoders.boolean import BooleanEncoder
 from veil.client.encoders.category import CategoryEncoder
+from veil.client.encoders.discovery import DiscoveryEncoder
 from veil.client.encoders.number import NumberEncoder
 from veil.client.encoders.oracles import GrrEncoder, HadamardEncoder, OlhEncoder, OueEncoder
 from veil.client.encoders.string import StringEncoder
@@ -19,7 +20,7 @@ from veil.shared.registry import Metric
 ENCODERS: dict[str, type[Encoder[Any]]] = {
     cls.params_type.mechanism_name: cls
     for cls in (StringEncoder, CategoryEncoder, GrrEncoder, OueEncoder, OlhEncoder,
-                HadamardEncoder, BooleanEncoder, NumberEncoder)
+                HadamardEncoder, BooleanEncoder, NumberEncoder, DiscoveryEncoder)
 }
 
 
@@ -37,6 +38,7 @@ __all__ = [
     "ENCODERS",
     "BooleanEncoder",
     "CategoryEncoder",
+    "DiscoveryEncoder",
     "Encoder",
     "GrrEncoder",
     "HadamardEncoder",

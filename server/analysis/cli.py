@@ -7,6 +7,7 @@ Heavy dependencies (NumPy, SciPy, scikit-learn, matplotlib) load inside the
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from concurrent.futures import Executor
 
@@ -189,12 +190,76 @@ def run_map(args: argparse.Namespace) -> int:
     return 0
 
 
+def configure_discover(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil discover``."""
+    add_db_option(parser, required=False,
+                  help_text="the collector's database (discovery reads its raw reports): a file "
+                            "path, sqlite:///path or postgresql://...")
+    parser.set_defaults(db=None)
+    parser.add_argument("--metric", required=True,
+                        help="the string metric whose discovery channel to search")
+    parser.add_argument("--start", help="first day, YYYY-MM-DD (UTC, inclusive)")
+    parser.add_argument("--end", help="last day, YYYY-MM-DD (UTC, inclusive)")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--false-prefixes", type=float, default=2.0,
+        help="expected prefixes with no true mass kept per level: lower finds fewer rare "
+             "strings and spends less time on false leads (default: 2)")
+    parser.add_argument("--correction", default="bh",
+                        help="multiple-testing correction of the strings found: bh (the default), "
+                             "storey, bonferroni or none")
+    parser.add_argument("--alpha", type=float, default=0.05,
+                        help="false discovery rate (or family-wise error rate) (default: 0.05)")
+    parser.add_argument("--force", action="store_true",
+                        help="decode even with fewer reports than the metric's min_reports")
+    parser.add_argument("--top", type=int, default=30, help="rows in the chart (default: 30)")
+
+
+def run_discover(args: argparse.Namespace) -> int:
+    """Discover a string metric's frequent strings from its discovery channel, and write them."""
+    from veil.server.analysis.discovery import discover
+    from veil.server.analysis.report import write_discovery
+    from veil.server.storage import open_storage
+
+    if args.top < 1:
+        raise ParameterError("top", f"--top must be at least 1; got {args.top}")
+    db = args.db or env_value(ENVIRONMENT["db"])
+    if not db:
+        raise ParameterError(
+            "db", "give the collector's database: --db PATH or URL (discovery reads the raw "
+                  "reports of the discovery channel, which a collector's API does not serve)")
+    from tqdm import tqdm
+
+    quiet = not sys.stderr.isatty() or bool(os.environ.get("CI"))
+    with open_storage(db) as storage, tqdm(desc="levels", disable=quiet, leave=False) as bar:
+        def progress(done: int, total: int) -> None:
+            bar.total, bar.n = total, done
+            bar.refresh()
+
+        found = discover(storage, args.metric, start=args.start, end=args.end,
+                         false_prefixes=args.false_prefixes, correction=args.correction,
+                         alpha=args.alpha, force=args.force, progress=progress)
+    paths = write_discovery(found, args.out, args.top)
+    summary = found.result.summary
+    print(f"{summary['discovery']['reports']:,} discovery reports, "
+          f"{summary['discovery']['candidates']} strings found by the prefix search; "
+          f"{found.result.headline}; wrote {', '.join(str(p) for p in paths.values())}")
+    print(f"privacy: {summary['privacy']['statement']}")
+    return 0
+
+
 COMMANDS = [
     (
         "decode",
         "decode string frequencies, category shares, yes-shares or means with error bars",
         configure_decode,
         run_decode,
+    ),
+    (
+        "discover",
+        "find a string metric's frequent strings nobody listed, from its discovery channel",
+        configure_discover,
+        run_discover,
     ),
     (
         "map",

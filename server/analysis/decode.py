@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from veil.server.analysis.closed_form import decode_boolean, decode_category, decode_number
 from veil.server.analysis.counts import CountsArrays, counts_arrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, Decoder
+from veil.server.analysis.discovery import decode_discovery
 from veil.server.analysis.oracles import decode_grr, decode_hadamard, decode_olh, decode_oue
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.strings import decode_strings
@@ -19,7 +20,7 @@ from veil.shared.errors import ParameterError
 DECODERS: dict[str, Decoder] = {
     decoder.params_type.mechanism_name: decoder
     for decoder in (decode_strings, decode_category, decode_grr, decode_oue, decode_olh,
-                    decode_hadamard, decode_boolean, decode_number)
+                    decode_hadamard, decode_boolean, decode_number, decode_discovery)
 }
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from veil.server.analysis.daily import DailyResult
+    from veil.server.analysis.discovery import DiscoveryResult
 
 #: how many rows the chart shows at most
 TOP = 30
@@ -347,3 +348,38 @@ def plot_days_file(daily: DailyResult, path: str | Path, top: int = TOP_SERIES) 
 
 def _short(label: str, width: int = 40) -> str:
     return label if len(label) <= width else label[: width - 1] + "\u2026"
+
+
+def write_discovery(found: DiscoveryResult, out_dir: str | Path, top: int = TOP,
+                    ) -> dict[str, Path]:
+    """Write what :func:`~veil.server.analysis.discovery.discover` found into ``out_dir``:
+    ``results.csv``, ``summary.json`` and ``estimates.png`` as ``veil decode`` writes them,
+    ``prefixes.csv`` (the prefixes kept at each level) and ``prefixes.png``."""
+    from veil.server.analysis.results import write_rows
+
+    paths = write_outputs(found.result, out_dir, top)
+    out = Path(out_dir)
+    paths["prefixes"] = out / "prefixes.csv"
+    write_rows(paths["prefixes"], ("level", "prefix", "share", "ended"), found.prefix_rows())
+    paths["prefixes_chart"] = out / "prefixes.png"
+    plot_prefix_search(found, paths["prefixes_chart"])
+    return paths
+
+
+def plot_prefix_search(found: DiscoveryResult, path: str | Path) -> None:
+    """The search level by level: prefixes kept and strings ended, and the threshold a
+    prefix's share had to pass."""
+    levels = found.search.levels_
+    figure = _figure(8.0, 3.4)
+    counts, threshold = figure.subplots(1, 2)
+    x = [level.level for level in levels]
+    counts.plot(x, [len(level.kept) for level in levels], "o-", ms=3, label="prefixes kept")
+    counts.plot(x, [len(level.ended) for level in levels], "s-", ms=3, label="strings ended")
+    counts.set(xlabel="level", ylabel="count", title="the prefix search")
+    counts.legend(fontsize=8)
+    threshold.plot(x, [level.threshold for level in levels], "o-", ms=3, color=ESTIMATE_COLOUR)
+    threshold.set(xlabel="level", title="share a prefix had to pass")
+    _percent_axis(threshold.yaxis)
+    for axis in (counts, threshold):
+        axis.title.set_fontsize(9)
+    figure.savefig(path, dpi=110)

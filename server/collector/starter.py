@@ -21,8 +21,10 @@ METRICS_TOML = """\
 #                memoized per value, so reporting a value again reveals nothing more.
 # A metric reported with several distinct values costs epsilon_inf for each distinct
 # value: the client's privacy ledger charges every new value, and `Client(budget=...)`
-# caps the installation's total. Metrics add up: an installation reporting one value of
-# every metric below spends at most epsilon_total = 19.69.
+# caps the installation's total. Metrics add up (a string metric and its discovery
+# channel count once, at the larger of the two, since an installation reports through
+# one of them): an installation reporting one value of every metric below spends at
+# most epsilon_total = 23.69.
 #
 # Parameters are permanent once the collector has recorded them: to change a metric's
 # parameters, publish it under a new name (e.g. homepage.v2). Description and
@@ -48,6 +50,35 @@ p = 0.5                 # instantaneous response: P(report 1 | permanent bit 0)
 q = 0.75                # instantaneous response: P(report 1 | permanent bit 1)
 f = 0.5                 # permanent response: share of bits replaced by coin flips
 hashing = "mmh3"        # "md5-google": google/rappor's hashing (h <= 16, k <= 256)
+
+# A string nobody can list in advance, with discovery: the [metrics.landing_path.discovery]
+# table below sends 90% of installations to a discovery channel (the metric
+# landing_path.discovery), where each reports one 2-byte segment of the value's prefix;
+# veil discover finds the frequent values, and the string channel (the other 10%)
+# estimates them (docs/discovery.md). One report per installation is the usual case,
+# so there is no instantaneous response (p = 0, q = 1).
+# privacy: epsilon_1 = 3.985 per report; epsilon_inf = 3.985 per distinct value.
+[metrics.landing_path]
+kind = "string"
+description = "Path of the first page opened"
+min_reports = 1000
+k = 128
+h = 1
+m = 64
+p = 0.0
+q = 1.0
+f = 0.24
+
+# Each installation reports through one channel only: the metric costs the larger of
+# the two epsilons, never their sum.
+# privacy: epsilon_1 = 4 per report; epsilon_inf = 4 per distinct value.
+[metrics.landing_path.discovery]
+description = "Discovery channel of landing_path"
+min_reports = 1000
+share = 0.9             # installations on the discovery channel
+segment = 2             # bytes added per level
+max_length = 64         # bytes of a value that can be discovered
+epsilon = 4.0
 
 # A category from a known list; oracle = "auto" picks the frequency oracle of lowest
 # variance for this epsilon and list (here: grr). epsilon bounds all reports of one

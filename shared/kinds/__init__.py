@@ -20,6 +20,7 @@ from veil.shared.errors import ParameterError
 from veil.shared.kinds.base import MechanismParams, implements
 from veil.shared.kinds.boolean import BooleanParams
 from veil.shared.kinds.category import CategoryParams
+from veil.shared.kinds.discovery import DiscoveryParams
 from veil.shared.kinds.number import NumberParams
 from veil.shared.kinds.oracles import (
     ORACLES,
@@ -33,7 +34,8 @@ from veil.shared.kinds.oracles import (
 from veil.shared.kinds.string import StringParams
 
 _CLASSES: tuple[type[MechanismParams], ...] = (
-    StringParams, CategoryParams, *ORACLES.values(), BooleanParams, NumberParams)
+    StringParams, CategoryParams, *ORACLES.values(), BooleanParams, NumberParams,
+    DiscoveryParams)
 MECHANISMS: dict[str, type[MechanismParams]] = {cls.mechanism_name: cls for cls in _CLASSES}
 
 KINDS: dict[str, type[MechanismParams]] = {
@@ -97,6 +99,7 @@ __all__ = [
     "MECHANISMS",
     "BooleanParams",
     "CategoryParams",
+    "DiscoveryParams",
     "GrrParams",
     "HadamardParams",
     "MechanismParams",

@@ -9,12 +9,13 @@ NumPy (the server, analysis and simulation extras); the client never imports the
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.statistics.base import Field, State, Statistic
 from veil.shared.statistics.bits import BitCounts, bit_counts_by_group
+from veil.shared.statistics.buckets import BucketCounts
 from veil.shared.statistics.moments import Moments
 from veil.shared.statistics.ones import OneCounts
 from veil.shared.statistics.responses import ResponseCounts
 
 STATISTICS: dict[str, Statistic] = {
-    cls.name: cls() for cls in (BitCounts, OneCounts, Moments, ResponseCounts)
+    cls.name: cls() for cls in (BitCounts, OneCounts, Moments, ResponseCounts, BucketCounts)
 }
 
 #: every aggregate column any statistic uses, in the order backends lay them out
@@ -36,6 +37,7 @@ __all__ = [
     "COLUMN_TYPES",
     "STATISTICS",
     "BitCounts",
+    "BucketCounts",
     "Field",
     "Moments",
     "OneCounts",

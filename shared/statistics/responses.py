@@ -23,7 +23,11 @@ from veil.shared.statistics.base import Field, PayloadType, State, Statistic
 
 
 class ResponseCounts(Statistic):
-    """Counts of each integer payload; a report is stored as its integer."""
+    """Counts of each integer payload; a report is stored as its integer.
+
+    Subclasses count another index of each report (:meth:`index`, :meth:`indices`,
+    :meth:`index_array`) into their own field.
+    """
 
     name: ClassVar[str] = "responses"
     fields = (Field("responses", "counts", "bit_counts"),)
@@ -33,22 +37,35 @@ class ResponseCounts(Statistic):
     def length(self, params: MechanismParams) -> int:
         return int(params.responses)  # type: ignore[attr-defined]
 
-    def stored_payload(self, params: MechanismParams, payload: Any, value: Any) -> int:
+    def stored_payload(self, params: MechanismParams, payload: Any, value: Any) -> Any:
         return int(value)
+
+    def index(self, stored: Any) -> int:
+        """The counter one stored report adds to."""
+        return int(stored)
+
+    def indices(self, stored: Sequence[Any]) -> np.ndarray:
+        """:meth:`index` of each stored report, as int64."""
+        return np.asarray(stored, dtype=np.int64)
+
+    def index_array(self, payloads: np.ndarray) -> np.ndarray:
+        """:meth:`index` of each payload held as :meth:`accumulate_arrays` takes them."""
+        return np.asarray(payloads, dtype=np.int64)
 
     def of_report(self, params: MechanismParams, stored: Any) -> State:
         counts = np.zeros(self.length(params), dtype=np.uint64)
-        counts[int(stored)] = 1
-        return {"responses": counts}
+        counts[self.index(stored)] = 1
+        return {self.fields[0].name: counts}
 
     def from_entry(self, params: MechanismParams, entry: Mapping[str, Any], reports: int,
                    where: str) -> State:
         """As for every counts vector, and the counts add up to the cohort's reports (each
-        report carries exactly one payload)."""
+        report adds to exactly one counter)."""
         state = super().from_entry(params, entry, reports, where)
-        total = int(np.sum(state["responses"]))
+        field = self.fields[0].name
+        total = int(np.sum(state[field]))
         if total != reports:
-            raise ParameterError(f"{where}.responses",
+            raise ParameterError(f"{where}.{field}",
                                  f"the counts add up to {total}, not the cohort's {reports} reports")
         return state
 
@@ -56,20 +73,25 @@ class ResponseCounts(Statistic):
                    ) -> list[tuple[int, int, State]]:
         if not len(stored):
             return []
-        return self.accumulate_arrays(params, cohorts, np.asarray(stored, dtype=np.int64))
+        return self._count(params, cohorts, self.indices(stored))
 
     def accumulate_arrays(self, params: MechanismParams, cohorts: np.ndarray,
                           payloads: np.ndarray) -> list[tuple[int, int, State]]:
         if not len(payloads):
             return []
+        return self._count(params, cohorts, self.index_array(payloads))
+
+    def _count(self, params: MechanismParams, cohorts: np.ndarray, indices: np.ndarray,
+               ) -> list[tuple[int, int, State]]:
+        """``(cohort, reports, state)`` per cohort present, sorted, from each report's index."""
         length = self.length(params)
         cohorts = np.asarray(cohorts, dtype=np.int64)
-        payloads = np.asarray(payloads, dtype=np.int64)
-        if payloads.min() < 0 or payloads.max() >= length:
-            raise ValueError(f"a stored payload lies outside [0, {length})")
+        if indices.min() < 0 or indices.max() >= length:
+            raise ValueError(f"a stored payload's index lies outside [0, {length})")
         keys, index = np.unique(cohorts, return_inverse=True)
-        counts = np.bincount(index.reshape(-1) * length + payloads,
+        counts = np.bincount(index.reshape(-1) * length + indices,
                              minlength=len(keys) * length).reshape(len(keys), length)
         reports = np.bincount(index.reshape(-1), minlength=len(keys))
-        return [(int(c), int(n), {"responses": row.astype(np.uint64)})
+        field = self.fields[0].name
+        return [(int(c), int(n), {field: row.astype(np.uint64)})
                 for c, n, row in zip(keys, reports, counts, strict=True)]

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_common_checks import EXAMPLES, IDS, population, sdk_reports
+from tests.test_common_checks import EXAMPLES, IDS, population, registry_for, sdk_reports
 from veil.server.analysis.results import RESULT_COLUMNS, STRING_COLUMNS, TEXT_COLUMNS
 from veil.server.cli import main
 from veil.server.storage import open_storage
@@ -33,6 +33,7 @@ from veil.server.storage.base import today
 from veil.shared.kinds import (
     MECHANISMS,
     CategoryParams,
+    DiscoveryParams,
     GrrParams,
     HadamardParams,
     MechanismParams,
@@ -41,7 +42,7 @@ from veil.shared.kinds import (
     OracleParams,
     OueParams,
 )
-from veil.shared.registry import DEFAULT_MIN_REPORTS, Metric, Registry
+from veil.shared.registry import DEFAULT_MIN_REPORTS
 from veil.shared.wire import make_batch, validate_batch
 
 #: the metric's name (``sdk_reports`` encodes every report for a metric called "m")
@@ -62,8 +63,11 @@ def write_database(path: Path, params: MechanismParams, values: list[Any], seed:
     """A collector SQLite file with ``params`` registered as :data:`METRIC` (default
     ``min_reports``) and one SDK-encoded report per value, validated and stored as the
     collector does."""
-    registry = Registry([Metric(METRIC, params)])
+    registry = registry_for(params)
     reports = sdk_reports(params, values, seed)
+    if isinstance(params, DiscoveryParams):  # the string channel's reports too, own ids
+        strings = sdk_reports(registry[METRIC].params, values, seed + 1)
+        reports += [{**report, "id": f"f{report['id'][1:]}"} for report in strings]
     with open_storage(path, registry, create=True) as storage:
         if reports:
             batch = validate_batch(make_batch(f"{seed:032x}", reports), registry)
@@ -74,13 +78,19 @@ def write_database(path: Path, params: MechanismParams, values: list[Any], seed:
 
 def decode_args(db: Path, out: Path, params: MechanismParams, candidates: list[str],
                 *extra: str) -> list[str]:
-    """``veil decode --db DB --metric m --force --out OUT`` (plus ``--candidates`` for strings)."""
-    args = ["decode", "--db", str(db), "--metric", METRIC, "--force", "--out", str(out), *extra]
+    """``veil decode --db DB --metric m --force --out OUT`` (plus ``--candidates`` for strings);
+    ``veil discover`` for a discovery channel (of string metric ``m``)."""
+    args = [args_command(params), "--db", str(db), "--metric", METRIC, "--force", "--out", str(out), *extra]
     if params.kind == "string":
         file = out.parent / "candidates.txt"
         file.write_text("\n".join(candidates) + "\n", encoding="utf-8")
         args += ["--candidates", str(file)]
     return args
+
+
+def args_command(params: MechanismParams) -> str:
+    """The command that reads ``params``' reports: ``discover`` for a discovery channel."""
+    return "discover" if isinstance(params, DiscoveryParams) else "decode"
 
 
 def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -101,16 +111,17 @@ def _reject_constant(name: str) -> None:
 
 
 def check_outputs(out: Path, params: MechanismParams, reports: int,
-                  candidates: list[str]) -> list[dict[str, str]]:
+                  candidates: list[str] | None) -> list[dict[str, str]]:
     """The three files are there and sound; return the rows of results.csv."""
-    columns = list(STRING_COLUMNS if params.kind == "string" else RESULT_COLUMNS)
+    kind = "string" if isinstance(params, DiscoveryParams) else params.kind
+    columns = list(STRING_COLUMNS if kind == "string" else RESULT_COLUMNS)
     with open(out / "results.csv", newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         assert next(reader) == columns
         cells = list(reader)
     rows = [dict(zip(columns, row, strict=True)) for row in cells]
     for row in rows:
-        assert (row["metric"], row["kind"]) == (METRIC, params.kind)
+        assert (row["metric"], row["kind"]) == (METRIC, kind)
         # every other cell a number: no NaN, no inf
         values = {name: float(row[name]) for name in columns if name not in TEXT_COLUMNS}
         assert all(math.isfinite(v) for v in values.values()), row
@@ -135,14 +146,15 @@ def check_outputs(out: Path, params: MechanismParams, reports: int,
     elif isinstance(params, CategoryParams | OracleParams):
         assert labels == list(params.categories)
     else:  # strings: the detected candidates, each once
-        assert len(set(labels)) == len(labels) and set(labels) <= set(candidates)
+        assert len(set(labels)) == len(labels)
+        assert candidates is None or set(labels) <= set(candidates)
 
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"),
                          parse_constant=_reject_constant)
     assert summary["reports"] == reports
     assert summary["metric"] == METRIC
     assert summary["start"] == summary["end"] == today()  # the day the reports were stored
-    assert summary["kind"] == params.kind
+    assert summary["kind"] == kind
 
     chart = (out / "estimates.png").read_bytes()
     assert chart.startswith(PNG_MAGIC) and len(chart) > 1000
@@ -191,7 +203,11 @@ def test_tiny_population_decodes_to_all_three_files(
         assert not out.exists()
     code, stdout, _ = run_cli(decode_args(db, out, params, candidates), capsys)
     assert code == 0
-    assert stdout.startswith(f"{size:,} reports on {today()}: ")
+    if isinstance(params, DiscoveryParams):  # found strings come from the search
+        assert stdout.startswith(f"{size:,} discovery reports, ")
+        found = json.loads((out / "summary.json").read_text())["discovery"]["candidates"]
+        assert (out / "prefixes.csv").exists() and found >= 0
+        candidates = [row["string"] for row in check_outputs(out, params, size, None)]
     check_outputs(out, params, size, candidates)
 
 
@@ -222,7 +238,7 @@ def test_no_reports_is_refused_cleanly(
     extra = [] if empty == "nothing stored" else ["--start", "2001-01-01", "--end", "2001-01-31"]
     code, _, err = run_cli(decode_args(db, out, params, [*truth], *extra), capsys)
     assert code == 2
-    assert err.startswith("veil decode: error: ") and "no reports" in err
+    assert err.startswith(f"veil {args_command(params)}: error: ") and "no reports" in err
     assert not (out / "results.csv").exists()
 
 

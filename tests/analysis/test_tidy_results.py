@@ -31,9 +31,16 @@ from veil.server.analysis import (
     simulate_string_counts,
 )
 from veil.server.analysis.cost import shown_up
+from veil.server.analysis.discovery import discover
 from veil.server.cli import main
 from veil.server.storage import open_storage
-from veil.shared.kinds import BooleanParams, MechanismParams, NumberParams, StringParams
+from veil.shared.kinds import (
+    BooleanParams,
+    DiscoveryParams,
+    MechanismParams,
+    NumberParams,
+    StringParams,
+)
 from veil.shared.registry import Registry
 from veil.shared.wire import make_batch, validate_batch
 
@@ -54,6 +61,15 @@ def test_every_kind_writes_the_same_columns(
     db = write_database(tmp_path / "veil.db", params, population(shares, 300, seed=1), seed=2)
     (tmp_path / "candidates.txt").write_text("\n".join(truth) + "\n", encoding="utf-8")
     out = tmp_path / "out"
+    if isinstance(params, DiscoveryParams):  # found strings, in the string decoder's table
+        assert main(["discover", "--db", str(db), "--metric", METRIC, "--force",
+                     "--out", str(out)]) == 0
+        with open(out / "results.csv", newline="", encoding="utf-8") as handle:
+            assert next(csv.reader(handle)) == list(STRING_COLUMNS)
+        with open_storage(db) as storage:
+            frame = discover(storage, METRIC, force=True).result.to_pandas()
+        assert list(frame.columns) == list(STRING_COLUMNS)
+        return
     assert main(["decode", "--db", str(db), "--metric", METRIC, "--force", "--candidates",
                  str(tmp_path / "candidates.txt"), "--out", str(out)]) == 0
     with open(out / "results.csv", newline="", encoding="utf-8") as handle:

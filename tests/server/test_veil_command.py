@@ -14,7 +14,7 @@ from veil.server.collector.cli import serve_config
 from veil.server.collector.config import DEFAULTS
 
 GROUPS = {
-    "analysis": ["decode", "map"],
+    "analysis": ["decode", "discover", "map"],
     "archive": ["archive", "aggregate"],
     "collector": ["metrics", "serve", "export", "rebuild-aggregates", "backup"],
     "init": ["init"],

@@ -15,6 +15,7 @@ from veil.shared.kinds import (
     MECHANISMS,
     BooleanParams,
     CategoryParams,
+    DiscoveryParams,
     GrrParams,
     HadamardParams,
     NumberParams,
@@ -63,6 +64,7 @@ INSTALLATIONS = 4000
 #: parameters of every mechanism (every kind, every category oracle, every number mechanism)
 EVERY_MECHANISM = [
     StringParams(k=16, h=2, m=2),
+    DiscoveryParams(segment=1, max_length=8, fingerprint_bits=4),
     CategoryParams(categories=("x", "y", "z")),
     *[cls(categories=("x", "y", "z"), epsilon=2.0)
       for cls in (GrrParams, OueParams, OlhParams, HadamardParams)],

@@ -1,0 +1,445 @@
+"""Discovery of frequent strings nobody listed: prefix extension over the discovery channel.
+
+Level ``L`` of a discovery channel (:mod:`veil.shared.kinds.discovery`) holds
+reports of ``(fp(P), z)``: the fingerprint of a value's first ``L`` segments and its
+segment ``L``. Its support counts for *every* such pair come from one Walsh-Hadamard
+transform (:func:`support_counts`), so a level costs the same however many prefixes
+are examined. :class:`PrefixSearch` walks the levels: the prefixes kept at level
+``L`` are extended by every possible segment, and an extension is kept when its
+estimated share passes a threshold set by the known noise of the level and the
+stated number of false prefixes per level (``false_prefixes``, a Bonferroni bound
+over every extension examined); extensions that hold the end marker are the
+discovered strings. Those then go to the string decoder over the string channel
+(:func:`discover`), which states estimates, standard errors, p-values and controls
+the false discovery rate: a false prefix that survives the search costs a candidate,
+not a false discovery.
+
+The share of an extension is corrected for the values of *other* prefixes with the
+same fingerprint: their mass at segment ``z`` is the mean over fingerprints that no
+kept prefix uses (unbiased: fingerprints are uniform over prefixes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy import integrate, special
+from scipy.stats import norm
+
+from veil.server.analysis.counts import CountsArrays
+from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
+from veil.server.analysis.results import DecodeResult
+from veil.shared.errors import ParameterError
+from veil.shared.kinds.discovery import END, DiscoveryParams, prefix_fingerprint
+
+if TYPE_CHECKING:
+    from veil.server.storage.base import Storage
+
+#: largest block of the transform done as one small dense matrix product
+_BLOCK_BITS = 4
+#: default expected number of false prefixes kept per level
+DEFAULT_FALSE_PREFIXES = 2.0
+#: default most prefixes kept per level (the highest estimated shares)
+DEFAULT_MAX_PREFIXES = 100
+#: default z-score above which an extension is kept if the next level confirms it
+DEFAULT_TENTATIVE_Z = 3.0
+#: default most extensions per level that wait for the next level's confirmation
+DEFAULT_MAX_TENTATIVE = 2000
+
+
+def payload_rows(params: DiscoveryParams, payloads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, buckets)`` of payloads held as ``(n, payload_size)`` uint8: the hash matrix
+    rows as ``(t, n)`` int64 and the buckets as ``(n,)`` int64."""
+    payloads = np.asarray(payloads, dtype=np.uint8)
+    t, width = params.bucket_bits or 0, params.row_bytes
+    if payloads.ndim != 2 or payloads.shape[1] != params.payload_size:
+        raise ParameterError("payloads", f"must be (n, {params.payload_size}) bytes; got "
+                                         f"shape {payloads.shape}")
+    rows = np.zeros((t, len(payloads)), dtype=np.int64)
+    for i in range(t):
+        for j in range(width):
+            rows[i] = (rows[i] << 8) | payloads[:, i * width + j]
+    return rows, payloads[:, -1].astype(np.int64)
+
+
+def walsh_hadamard(values: np.ndarray) -> np.ndarray:
+    """The (unnormalized) Walsh-Hadamard transform of a vector of length ``2**D`` (float32,
+    in blocks of :data:`_BLOCK_BITS` bits as small dense products)."""
+    size = values.size
+    bits = size.bit_length() - 1
+    if size != 1 << bits:
+        raise ParameterError("values", f"length must be a power of two; got {size}")
+    shape, left = [], bits
+    while left > 0:
+        block = min(_BLOCK_BITS, left)
+        shape.append(1 << block)
+        left -= block
+    x = np.asarray(values, dtype=np.float32).reshape(shape or [1])
+    for axis, width in enumerate(shape):
+        x = np.moveaxis(np.tensordot(_hadamard(width), x, axes=([1], [axis])), 0, axis)
+    return np.ascontiguousarray(x).reshape(-1)
+
+
+def _hadamard(size: int) -> np.ndarray:
+    matrix = np.ones((1, 1), dtype=np.float32)
+    while matrix.shape[0] < size:
+        matrix = np.block([[matrix, matrix], [matrix, -matrix]])
+    return matrix
+
+
+def support_counts(rows: np.ndarray, buckets: np.ndarray, domain_bits: int) -> np.ndarray:
+    """How many reports support each vector ``x`` of the domain: ``#{i : A_i x = y_i}``.
+
+    ``[A x = y] = 2**-t sum_u (-1)^(u . (A x + y))``, so the counts are the transform of
+    ``F(v) = sum_i sum_u (-1)^(u . y_i) [A_i^T u = v]`` divided by ``2**t``: ``n 2**t``
+    additions and one transform of ``2**D`` entries.
+    """
+    t, n = rows.shape
+    span = np.empty((1 << t, n), dtype=np.int64)
+    span[0] = 0
+    for u in range(1, 1 << t):
+        low = (u & -u).bit_length() - 1
+        np.bitwise_xor(span[u & (u - 1)], rows[low], out=span[u])
+    codes = np.arange(1 << t)
+    odd = (np.bitwise_count(codes[:, None] & codes[None, :]) & 1).astype(np.int64)
+    span <<= 1
+    span |= odd[:, buckets]
+    tally = np.bincount(span.ravel(), minlength=1 << (domain_bits + 1))
+    signed = (tally[0::2] - tally[1::2]).astype(np.float32)
+    return walsh_hadamard(signed) / np.float32(1 << t)
+
+
+def level_shares(params: DiscoveryParams, rows: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """Unbiased share of each ``(fingerprint, segment)`` pair among one level's reports,
+    shape ``(2**fingerprint_bits, 2**(8 * segment))``."""
+    n = len(buckets)
+    p, q = params.support_probs
+    if n == 0:
+        return np.zeros((1 << params.fingerprint_bits, 1 << params.segment_bits), np.float32)
+    counts = support_counts(rows, buckets, params.domain_bits)
+    shares = (counts / np.float32(n) - np.float32(q)) / np.float32(p - q)
+    return shares.reshape(1 << params.fingerprint_bits, 1 << params.segment_bits)
+
+
+@dataclasses.dataclass(frozen=True)
+class Level:
+    """What the search did at one level: its reports, noise and the prefixes it kept."""
+
+    level: int
+    reports: int
+    std_error: float
+    threshold: float
+    examined: int
+    kept: tuple[tuple[bytes, float], ...]
+    ended: tuple[tuple[bytes, float], ...]
+    #: extensions below the threshold that the next level confirmed
+    confirmed: int = 0
+
+
+@functools.lru_cache(maxsize=256)
+def pair_threshold(low: float, width: int, tested: int, false_rate: float) -> float:
+    """The ``z`` for which ``tested`` absent extensions, each with its level's z-score ``a``
+    above ``low``, pass ``a + M > z`` with ``M`` the largest of ``width`` z-scores of its
+    own absent extensions at the next level, ``false_rate`` times in expectation (the
+    integral over ``a`` on a grid of 4,001 points, ``z`` by bisection)."""
+    grid = np.linspace(low, low + 12.0, 4001)
+    weight = np.exp(-0.5 * grid**2) / math.sqrt(2 * math.pi) / float(special.ndtr(-low))
+
+    def passing(z: float) -> float:
+        tail = -np.expm1(width * special.log_ndtr(z - grid))
+        return tested * float(integrate.trapezoid(weight * tail, grid))
+
+    lower, upper = low, low + 40.0
+    for _ in range(60):
+        middle = (lower + upper) / 2
+        if passing(middle) > false_rate:
+            lower = middle
+        else:
+            upper = middle
+    return upper
+
+
+@dataclasses.dataclass
+class PrefixSearch:
+    """Walk the levels of a discovery channel (see the module docstring).
+
+    ``false_prefixes``: expected number of prefixes with no true mass kept per level
+    (sets the thresholds: half is spent on extensions kept on their level's estimate
+    alone, half on those confirmed by the next level); ``max_prefixes``: most prefixes
+    kept per level (the highest estimates); ``tentative_z``: extensions whose z-score
+    passes it but not the threshold are kept when the next level confirms them (their
+    own estimate plus the largest of their extensions' passes :func:`pair_threshold`;
+    only those whose next fingerprint no kept prefix or ended string shares, whose
+    extensions the next level sees alone).
+    After :meth:`fit`: ``levels_`` (one :class:`Level` each) and ``strings_``
+    (discovered value -> estimated share at the level where it ended). Strings that
+    are not valid UTF-8 (whatever noise spelled) are left out.
+    """
+
+    params: DiscoveryParams
+    false_prefixes: float = DEFAULT_FALSE_PREFIXES
+    max_prefixes: int = DEFAULT_MAX_PREFIXES
+    tentative_z: float = DEFAULT_TENTATIVE_Z
+    max_tentative: int = DEFAULT_MAX_TENTATIVE
+    progress: Any = None
+
+    def fit(self, levels: Iterable[tuple[np.ndarray, np.ndarray]]) -> PrefixSearch:
+        """Search over ``(rows, buckets)`` of each level in order (:func:`payload_rows`)."""
+        if not (isinstance(self.false_prefixes, int | float) and self.false_prefixes > 0):
+            raise ParameterError("false_prefixes", f"must be a number above 0; got "
+                                                   f"{self.false_prefixes!r}")
+        if isinstance(self.max_prefixes, bool) or not isinstance(self.max_prefixes, int) \
+                or self.max_prefixes < 1:
+            raise ParameterError("max_prefixes", f"must be an integer >= 1; got "
+                                                 f"{self.max_prefixes!r}")
+        params = self.params
+        started = time.perf_counter()
+        self.levels_: list[Level] = []
+        self.strings_: dict[str, float] = {}
+        stream = iter(levels)
+        current = self._shares(next(stream, None))
+        kept: list[bytes] = [b""]
+        ended: dict[bytes, float] = {}
+        for index in range(params.levels):
+            if current is None or not kept:
+                break
+            following = self._shares(next(stream, None)) if index + 1 < params.levels else None
+            level = self._extend(index, kept, ended, current, following)
+            self.levels_.append(level)
+            for prefix, share in level.ended:
+                ended[prefix] = share
+                value = _decode(prefix)
+                if value is not None:
+                    self.strings_[value] = max(share, self.strings_.get(value, -math.inf))
+            kept = [prefix for prefix, _ in level.kept]
+            current = following
+            if self.progress is not None:
+                self.progress(index + 1, params.levels)
+        self.seconds_ = time.perf_counter() - started
+        return self
+
+    def _shares(self, level: tuple[np.ndarray, np.ndarray] | None,
+                ) -> tuple[np.ndarray | None, int] | None:
+        if level is None:
+            return None
+        rows, buckets = level
+        return (level_shares(self.params, rows, buckets) if len(buckets) else None), len(buckets)
+
+    def _fingerprints(self, prefixes: Sequence[bytes]) -> set[int]:
+        """The fingerprints of ``prefixes``."""
+        return {prefix_fingerprint(p, self.params.fingerprint_bits) for p in prefixes}
+
+    def _ended_fingerprints(self, ended: dict[bytes, float], length: int) -> set[int]:
+        """Fingerprints of the ended strings' padded prefixes of ``length`` bytes."""
+        bits = self.params.fingerprint_bits
+        return {prefix_fingerprint(self.params.padded(p)[:length], bits) for p in ended}
+
+    def _own(self, shares: np.ndarray, live: Sequence[bytes], ended: dict[bytes, float],
+             length: int) -> tuple[np.ndarray, np.ndarray]:
+        """Fingerprints of ``live`` prefixes (``length`` bytes) and, per fingerprint row,
+        the shares less what other prefixes put there: the mean of unused fingerprints, and
+        the mass of ended strings (known from the level where they ended) at the padding."""
+        params = self.params
+        fingerprints = np.array([prefix_fingerprint(p, params.fingerprint_bits) for p in live],
+                                dtype=np.int64)
+        padded = {params.padded(p)[:length]: share for p, share in ended.items()}
+        ended_fps = np.array([prefix_fingerprint(p, params.fingerprint_bits) for p in padded],
+                             dtype=np.int64)
+        free = np.ones(shares.shape[0], dtype=np.bool_)
+        free[fingerprints] = False
+        free[ended_fps] = False
+        width = shares.shape[1]
+        background = shares[free].mean(axis=0) if free.any() else np.zeros(width, np.float32)
+        own = shares[fingerprints] - background
+        ended_mass = np.zeros(shares.shape[0])
+        np.add.at(ended_mass, ended_fps, list(padded.values()))
+        own[:, 0] -= ended_mass[fingerprints].astype(np.float32)
+        return fingerprints, own
+
+    def _extend(self, index: int, kept: Sequence[bytes], ended: dict[bytes, float],
+                current: tuple[np.ndarray | None, int],
+                following: tuple[np.ndarray | None, int] | None) -> Level:
+        params = self.params
+        shares, n = current
+        width = 1 << params.segment_bits
+        examined = len(kept) * width
+        std_error = math.sqrt(params.share_variance(0.0, n)) if n else math.inf
+        rate = self.false_prefixes / 2
+        z_high = float(norm.isf(rate / examined))
+        threshold = z_high * std_error
+        if shares is None:
+            return Level(index, n, std_error, threshold, examined, (), ())
+        _, own = self._own(shares, kept, ended, index * params.segment)
+        z = own / np.float32(std_error)
+        parents, segments = np.nonzero(z > z_high)
+        found = [(float(own[p, s]), kept[int(p)] + int(s).to_bytes(params.segment, "big"))
+                 for p, s in zip(parents, segments, strict=True)]
+        confirmed = 0
+        if following is not None and following[0] is not None and self.tentative_z < z_high:
+            low_p, low_s = np.nonzero((z > self.tentative_z) & (z <= z_high))
+            if len(low_p) > self.max_tentative:
+                best = np.argsort(z[low_p, low_s])[-self.max_tentative:]
+                low_p, low_s = low_p[best], low_s[best]
+            tentative = [kept[int(p)] + int(s).to_bytes(params.segment, "big")
+                         for p, s in zip(low_p, low_s, strict=True)]
+            next_shares, next_n = following
+            if tentative and next_shares is not None:
+                next_error = math.sqrt(params.share_variance(0.0, next_n))
+                length = (index + 1) * params.segment
+                strong = [c for _, c in found]
+                taken = self._fingerprints(strong) | self._ended_fingerprints(ended, length)
+                free = np.ones(next_shares.shape[0], dtype=np.bool_)
+                free[sorted(taken)] = False
+                background = next_shares[free].mean(axis=0)
+                fps = np.array(sorted(self._fingerprints(tentative)), dtype=np.int64)
+                rows = np.zeros((next_shares.shape[0], 2), dtype=np.float32)
+                own_rows = next_shares[fps] - background
+                rows[fps, 0], rows[fps, 1] = own_rows[:, 0], own_rows.max(axis=1)
+                bits = params.fingerprint_bits
+                tentative_fps = np.array([prefix_fingerprint(c, bits) for c in tentative])
+                alone = np.array([fp not in taken for fp in tentative_fps.tolist()])
+                ends = np.array([_ends(c, params.segment) for c in tentative])
+                best_next = np.where(ends, rows[tentative_fps, 0],
+                                     rows[tentative_fps, 1]) / next_error
+                pair = z[low_p, low_s] + best_next
+                open_cut = pair_threshold(self.tentative_z, width, len(tentative), rate / 2)
+                end_cut = pair_threshold(self.tentative_z, 1, len(tentative), rate / 2)
+                passed = alone & (pair > np.where(ends, end_cut, open_cut))
+                for i in np.flatnonzero(passed):
+                    found.append((float(own[low_p[i], low_s[i]]), tentative[i]))
+                confirmed = int(passed.sum())
+        found.sort(reverse=True)
+        found = found[: self.max_prefixes]
+        done = tuple((c, s) for s, c in found if _ends(c, params.segment))
+        going = tuple((c, s) for s, c in found
+                      if not _ends(c, params.segment) and END not in c[-params.segment:])
+        return Level(index, n, std_error, threshold, examined, going, done, confirmed)
+
+
+def _ends(prefix: bytes, segment: int) -> bool:
+    """Whether a prefix's last segment is the end marker followed by padding only (what a
+    value that ends there reports; an end marker followed by other bytes is impossible)."""
+    last = prefix[-segment:]
+    return END in last and not any(last[last.index(END):])
+
+
+def _decode(prefix: bytes) -> str | None:
+    """The value a prefix that holds the end marker stands for; ``None`` when its bytes are
+    not UTF-8 (no string reports them)."""
+    try:
+        return prefix.split(bytes([END]), 1)[0].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def reports_by_level(params: DiscoveryParams, chunks: Iterable[tuple[np.ndarray, np.ndarray]],
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Group ``(cohorts, payloads)`` chunks into ``(rows, buckets)`` per level."""
+    rows: list[list[np.ndarray]] = [[] for _ in range(params.levels)]
+    buckets: list[list[np.ndarray]] = [[] for _ in range(params.levels)]
+    for cohorts, payloads in chunks:
+        chunk_rows, chunk_buckets = payload_rows(params, payloads)
+        order = np.argsort(cohorts, kind="stable")
+        bounds = np.searchsorted(cohorts[order], np.arange(params.levels + 1))
+        for level in range(params.levels):
+            pick = order[bounds[level]: bounds[level + 1]]
+            if len(pick):
+                rows[level].append(chunk_rows[:, pick])
+                buckets[level].append(chunk_buckets[pick])
+    t = params.bucket_bits or 0
+    return [(np.concatenate(r, axis=1) if r else np.zeros((t, 0), np.int64),
+             np.concatenate(b) if b else np.zeros(0, np.int64))
+            for r, b in zip(rows, buckets, strict=True)]
+
+
+
+@dataclasses.dataclass
+class DiscoveryResult:
+    """What :func:`discover` found: the string decoder's table over the discovered strings
+    (``result``, the tidy schema of ``veil decode``) and the prefix search (``search``)."""
+
+    result: DecodeResult
+    search: PrefixSearch
+
+    def prefix_rows(self) -> list[dict[str, Any]]:
+        """Every prefix the search kept, level by level: ``level``, ``prefix`` (its bytes as
+        text, the end marker and padding left out), ``share``, ``ended``."""
+        rows = []
+        for level in self.search.levels_:
+            for ended, prefixes in ((False, level.kept), (True, level.ended)):
+                for prefix, share in prefixes:
+                    text = prefix.split(bytes([END]), 1)[0].decode("utf-8", errors="replace")
+                    rows.append({"level": level.level, "prefix": text, "share": share,
+                                 "ended": ended})
+        return rows
+
+
+def discover(storage: Storage, metric: str, *, start: str | None = None, end: str | None = None,
+             false_prefixes: float = DEFAULT_FALSE_PREFIXES, correction: str = "bh",
+             alpha: float = 0.05, force: bool = False, progress: Any = None) -> DiscoveryResult:
+    """Discover the frequent strings of string metric ``metric`` in a collector's store over
+    days ``start``..``end``: the prefix search over its discovery channel's raw reports, then
+    the string decoder over the string channel's counts with the strings found as
+    candidates (``correction``, default Benjamini-Hochberg, at ``alpha``). ``force`` reads
+    below the metric's ``min_reports``."""
+    from veil.server.analysis.decode import decode_counts
+    from veil.server.storage.base import day_range
+
+    registry = storage.registry
+    if registry is None or metric not in registry:
+        raise ParameterError("metric", f"{storage.location} has no metric {metric!r}")
+    channels = registry.channels(metric)
+    if not channels:
+        raise ParameterError(
+            "metric", f"metric {metric!r} has no discovery channel: add a "
+                      f"[metrics.{metric}.discovery] table to the registry (docs/discovery.md)")
+    channel = channels[0]
+    params = channel.params
+    assert isinstance(params, DiscoveryParams)
+    chunks = ((chunk.cohorts, chunk.payloads)
+              for chunk in storage.iter_reports(channel.name, start, end))
+    search = PrefixSearch(params, false_prefixes=false_prefixes, progress=progress).fit(
+        reports_by_level(params, chunks))
+    document = storage.counts(metric, start, end, min_reports=0 if force else None)
+    first, last = day_range(start, end)
+    document["days"] = [day for day in storage.days(metric)
+                        if (not first or day >= first) and (not last or day <= last)]
+    candidates = sorted(search.strings_)
+    result = decode_counts(document, candidates or [""], correction=correction, alpha=alpha,
+                           source=f"{storage.location} metric {metric}")
+    if not candidates:
+        result.rows.clear()
+    result.summary["discovery"] = {
+        "channel": channel.name,
+        "reports": sum(level.reports for level in search.levels_),
+        "levels": params.levels,
+        "levels_searched": len(search.levels_),
+        "candidates": len(candidates),
+        "false_prefixes_per_level": false_prefixes,
+        "epsilon_inf": params.epsilon_inf,
+        "seconds": round(search.seconds_, 3),
+    }
+    cost = max(params.epsilon_inf, result.summary["privacy"].get("epsilon_per_value") or 0.0)
+    result.summary["privacy"]["statement"] += (
+        f" Discovery channel: epsilon_inf = {params.epsilon_inf:.4g} per prefix for the "
+        f"installations on it; each installation reports through one channel only, so the "
+        f"metric costs at most {cost:.4g} per value.")
+    return DiscoveryResult(result, search)
+
+
+@decodes(DiscoveryParams)
+def decode_discovery(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
+    """A discovery channel's counts (buckets per level) hold no strings: its reports are
+    searched with :func:`discover` (``veil discover``), which reads them raw. Raises a
+    :class:`ParameterError` saying so."""
+    raise ParameterError(
+        "metric",
+        f"{counts.metric or 'this metric'} is a discovery channel: its strings are found from "
+        "the raw reports with veil discover --db ... --metric <its string metric> (or "
+        "veil.server.analysis.discovery.discover), not decoded from counts")

@@ -1,0 +1,205 @@
+"""The discovery decoder: support counts by transform, unbiased level shares, the prefix
+search's false-prefix rate, and ``veil discover`` against a real ``veil serve``.
+
+Randomness is seeded. Tolerances: a share estimate lies within 4 of its standard
+errors, ``sqrt(DiscoveryParams.share_variance(share, n))`` (the OLH variance
+``(s p(1-p) + (1-s) q(1-q)) / (n (p-q)^2)``); a rate averaged over runs lies within 4
+Poisson standard errors of its bound.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import scipy.linalg
+
+from veil.server.analysis.discovery import (
+    PrefixSearch,
+    level_shares,
+    pair_threshold,
+    payload_rows,
+    reports_by_level,
+    support_counts,
+    walsh_hadamard,
+)
+from veil.shared.errors import ParameterError
+from veil.shared.kinds import DiscoveryParams, StringParams
+from veil.shared.registry import Metric, Registry
+from veil.shared.wire import make_batch, make_report
+from veil.simulations.discovery import encode_discovery, parity, payload_hex, value_vectors
+from veil.simulations.encoders import SIMULATORS
+
+SMALL = DiscoveryParams(share=0.5, segment=1, max_length=6, fingerprint_bits=10)
+
+
+def test_the_transform_is_the_hadamard_matrix_product() -> None:
+    values = np.random.default_rng(1).integers(-9, 9, size=64).astype(np.float32)
+    assert np.array_equal(walsh_hadamard(values), scipy.linalg.hadamard(64) @ values)
+    with pytest.raises(ParameterError):
+        walsh_hadamard(np.zeros(48, np.float32))
+
+
+def test_support_counts_equal_counting_report_by_report() -> None:
+    rng = np.random.default_rng(2)
+    bits, t, n = 10, 3, 300
+    rows = rng.integers(0, 1 << bits, size=(t, n), dtype=np.int64)
+    buckets = rng.integers(0, 1 << t, size=n)
+    every = np.arange(1 << bits, dtype=np.int64)
+    hashed = np.zeros((n, 1 << bits), dtype=np.int64)
+    for i in range(t):
+        hashed |= parity(rows[i][:, None] & every[None, :]) << i
+    brute = (hashed == buckets[:, None]).sum(axis=0)
+    assert np.array_equal(support_counts(rows, buckets, bits), brute)
+
+
+def test_payload_rows_read_back_the_wire_payloads() -> None:
+    rng = np.random.default_rng(3)
+    rows, buckets = encode_discovery(SMALL, rng.integers(0, 1 << SMALL.domain_bits, 50), rng)
+    payloads = np.array([list(bytes.fromhex(p)) for p in payload_hex(SMALL, rows, buckets)],
+                        dtype=np.uint8)
+    back_rows, back_buckets = payload_rows(SMALL, payloads)
+    assert np.array_equal(back_rows, rows) and np.array_equal(back_buckets, buckets)
+    for payload in payload_hex(SMALL, rows, buckets):
+        SMALL.parse_payload(payload)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 4.0])
+def test_level_shares_are_unbiased_within_their_standard_errors(epsilon: float) -> None:
+    params = DiscoveryParams(segment=1, max_length=6, fingerprint_bits=6, epsilon=epsilon)
+    rng = np.random.default_rng(4)
+    n = 60_000
+    truth = {0x0141: 0.5, 0x0262: 0.2, 0x3fff: 0.05}  # (fingerprint, segment) vectors
+    vectors = rng.choice([*truth, 0x0001], size=n, p=[*truth.values(), 0.25])
+    rows, buckets = encode_discovery(params, vectors, rng)
+    shares = level_shares(params, rows, buckets).ravel()
+    for vector, share in {**truth, 0x0001: 0.25, 0x1234: 0.0}.items():
+        error = params.share_variance(share, n) ** 0.5
+        assert abs(shares[vector] - share) <= 4 * error, (hex(vector), shares[vector], share)
+
+
+def test_the_pair_threshold_grows_with_the_extensions_tested() -> None:
+    few, many = pair_threshold(3.0, 256, 10, 0.5), pair_threshold(3.0, 256, 1000, 0.5)
+    assert 3.0 < few < many
+
+
+def levels_for(params: DiscoveryParams, population: dict[str, float], n: int, seed: int,
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each level's ``(rows, buckets)`` for ``n`` installations, uniform over levels."""
+    rng = np.random.default_rng(seed)
+    values = list(population)
+    per_level = rng.multinomial(n, np.full(params.levels, 1 / params.levels))
+    out = []
+    for level, size in enumerate(per_level):
+        held = rng.multinomial(int(size), list(population.values()))
+        vectors = np.repeat(value_vectors(params, values, level), held)
+        out.append(encode_discovery(params, vectors, rng))
+    return out
+
+
+def test_the_search_finds_the_frequent_strings_and_keeps_few_false_prefixes() -> None:
+    """Over 12 seeded runs the prefixes kept that no value has stay within the stated
+    ``false_prefixes`` per level (4 Poisson standard errors over all levels and runs), and
+    every string of share >= 5% is found each time."""
+    population = {"home": 0.4, "hose": 0.2, "mail.x": 0.15, "map": 0.1,
+                  **{f"r{i:03d}": 0.15 / 300 for i in range(300)}}
+    true_prefixes = {SMALL.padded(v.encode())[:cut] for v in population
+                     for cut in range(1, SMALL.levels + 1)}
+    false, level_count = 0, 0
+    for seed in range(12):
+        search = PrefixSearch(SMALL, false_prefixes=1.0).fit(
+            levels_for(SMALL, population, 150_000, seed))
+        assert {"home", "hose", "mail.x", "map"} <= set(search.strings_)
+        for level in search.levels_:
+            kept = [p for p, _ in level.kept + level.ended]
+            false += sum(p not in true_prefixes for p in kept)
+            level_count += 1
+    bound = 1.0 * level_count
+    assert false <= bound + 4 * bound**0.5, (false, level_count)
+
+
+def test_search_arguments_are_checked() -> None:
+    with pytest.raises(ParameterError) as info:
+        PrefixSearch(SMALL, false_prefixes=0).fit([])
+    assert info.value.field == "false_prefixes"
+    with pytest.raises(ParameterError) as info:
+        PrefixSearch(SMALL, max_prefixes=0).fit([])
+    assert info.value.field == "max_prefixes"
+
+
+def test_reports_by_level_groups_chunks_by_cohort() -> None:
+    rng = np.random.default_rng(5)
+    simulated = SIMULATORS["discovery"](SMALL, ["ab"] * 200 + ["c"] * 100, rng)
+    payloads = np.array([list(bytes.fromhex(p)) for p in simulated.payloads], dtype=np.uint8)
+    cohorts = np.asarray(simulated.cohorts)
+    levels = reports_by_level(SMALL, [(cohorts[:120], payloads[:120]),
+                                      (cohorts[120:], payloads[120:])])
+    assert [len(b) for _, b in levels] == np.bincount(cohorts, minlength=SMALL.levels).tolist()
+
+
+# --- veil discover against a real collector ----------------------------------------------
+
+REGISTRY = Registry([
+    Metric("home", StringParams(k=32, h=1, m=4, p=0.0, q=1.0, f=0.2), min_reports=10),
+    Metric("home.discovery", DiscoveryParams(share=0.6, segment=1, max_length=8,
+                                             fingerprint_bits=6), min_reports=10, of="home"),
+])
+POPULATION = {"news.org": 0.45, "mail.io": 0.3, "maps": 0.15,
+              **{f"tail{i:03d}": 0.1 / 200 for i in range(200)}}
+
+
+def wire_reports(metric: str, values: list[str], seed: int) -> list[dict]:
+    params = REGISTRY[metric].params
+    simulated = SIMULATORS[params.mechanism_name](params, values, np.random.default_rng(seed))
+    return [make_report(f"{seed:08x}{i:024x}", metric, int(cohort), payload, params.fingerprint)
+            for i, (cohort, payload) in enumerate(zip(simulated.cohorts, simulated.payloads,
+                                                      strict=True))]
+
+
+def test_veil_discover_finds_the_strings_a_real_collector_stored(collector_factory,
+                                                                 tmp_path: Path) -> None:
+    collector = collector_factory(REGISTRY)
+    rng = np.random.default_rng(6)
+    values = list(rng.choice(list(POPULATION), size=60_000, p=list(POPULATION.values())))
+    split = int(0.6 * len(values))
+    reports = (wire_reports("home.discovery", values[:split], 7)
+               + wire_reports("home", values[split:], 8))
+    for start in range(0, len(reports), 1000):
+        response = requests.post(collector.url + "/v1/reports", timeout=30,
+                                 json=make_batch(f"{start:032x}", reports[start:start + 1000]))
+        assert response.status_code == 200, response.text
+    out = tmp_path / "found"
+    done = subprocess.run([sys.executable, "-m", "veil.server.cli", "discover", "--db",
+                           collector.db, "--metric", "home", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with open(out / "results.csv", newline="", encoding="utf-8") as handle:
+        rows = {row["string"]: row for row in csv.DictReader(handle)}
+    assert {"news.org", "mail.io", "maps"} <= set(rows)
+    for value in ("news.org", "mail.io", "maps"):
+        row = rows[value]
+        share, error = float(row["proportion"]), float(row["prop_std_error"])
+        assert abs(share - POPULATION[value]) <= 4 * error, (value, row)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["discovery"]["channel"] == "home.discovery"
+    assert summary["discovery"]["reports"] == split
+    assert (out / "prefixes.csv").stat().st_size > 0 and (out / "prefixes.png").exists()
+    assert "Discovery channel" in done.stdout  # the privacy statement names both channels
+
+
+def test_veil_discover_explains_a_metric_without_a_channel(tmp_path: Path) -> None:
+    from veil.server.storage import open_storage
+
+    db = tmp_path / "plain.db"
+    open_storage(str(db), Registry([Metric("home", StringParams())]), create=True).close()
+    done = subprocess.run([sys.executable, "-m", "veil.server.cli", "discover", "--db", str(db),
+                           "--metric", "home", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "no discovery channel" in done.stderr and "Traceback" not in done.stderr
