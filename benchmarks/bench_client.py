@@ -5,6 +5,7 @@ the production CSPRNG (``os.urandom``). Run it on an otherwise idle machine::
 
     python benchmarks/bench_client.py --repeat 5
     python benchmarks/bench_client.py --oracles     # only the category oracles
+    python benchmarks/bench_client.py --discovery   # a string metric with discovery on
 
 The last figure is ``Client()`` against a collector that never answers: the
 constructor must not wait for the network.
@@ -149,6 +150,44 @@ def bench_client_report(count: int, repeat: int) -> None:
         print(f"{label:<26} {best:>12,.0f} reports/s")
 
 
+def bench_discovery(count: int, repeat: int) -> None:
+    """A string report against a discovery-channel report (defaults of both), encoding and
+    ``Client.report()``; the ratio is what turning discovery on costs an installation."""
+    print("\nDiscovery channel (defaults: 2-byte segments, epsilon 4) against a string report "
+          "(k=128, h=2)")
+    plain = Registry([Metric("homepage", StringParams())])
+    # a share just below 1 puts (practically) every installation on the discovery channel
+    found = Registry.from_dict({"metrics": {"homepage": {
+        "kind": "string", "discovery": {"share": 0.999999}}}})
+    values = [f"https://site{i}.example/path/{i}" for i in range(count)]
+    print(f"{'':<34} {'string/s':>12} {'discovery/s':>12} {'ratio':>7}")
+    for label, pick in (("encode, one value repeated", lambda i: values[0]),
+                        ("encode, a new value each time", lambda i: values[i])):
+        rates = []
+        for metric in (plain["homepage"], found["homepage.discovery"]):
+            def run(n: int, metric: Metric = metric, pick: Callable[[int], str] = pick) -> None:
+                encode = make_encoder(metric, os.urandom(32), 7).encode
+                for i in range(n):
+                    encode(pick(i))
+            rates.append(rate(run, count, repeat))
+        print(f"{label:<34} {rates[0]:>12,.0f} {rates[1]:>12,.0f} {rates[0] / rates[1]:>7.2f}")
+    for label, pick in (("Client.report, one value repeated", lambda i: values[0]),
+                        ("Client.report, new values", lambda i: values[i])):
+        rates = []
+        for registry in (plain, found):
+            best = 0.0
+            for _ in range(repeat):
+                with tempfile.TemporaryDirectory() as state:
+                    client = Client(offline_url(), state, registry=registry)
+                    started = time.perf_counter()
+                    for i in range(count // 2):
+                        client.report("homepage", pick(i))
+                    best = max(best, count // 2 / (time.perf_counter() - started))
+                    client.close(timeout=1)
+            rates.append(best)
+        print(f"{label:<34} {rates[0]:>12,.0f} {rates[1]:>12,.0f} {rates[0] / rates[1]:>7.2f}")
+
+
 def bench_construction(repeat: int) -> None:
     """``Client()`` and ``close()`` against a collector that accepts connections and never
     answers, with no cached registry: neither may wait for the network."""
@@ -176,12 +215,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best is kept)")
     parser.add_argument("--oracles", action="store_true",
                         help="only the category oracles (GRR, OUE, OLH, Hadamard) at d=1024")
+    parser.add_argument("--discovery", action="store_true",
+                        help="only a string metric with its discovery channel on")
     args = parser.parse_args(argv)
     logging.getLogger("veil.client").setLevel(logging.ERROR)  # the refused final uploads
     print(f"Python {platform.python_version()} on {platform.machine()}, "
           f"{args.reports:,} reports per run, best of {args.repeat}")
     if args.oracles:
         bench_oracles(args.reports, args.repeat)
+        return 0
+    if args.discovery:
+        bench_discovery(args.reports, args.repeat)
         return 0
     bench_string_encoding(args.reports, args.repeat)
     bench_other_kinds(args.reports // 3, args.repeat)

@@ -19,11 +19,21 @@ EXPERIMENT_NAMES = ("regression", "detection", "rr-vs-laplace", "laplace-mean", 
 
 def configure_experiment(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil experiment``."""
-    parser.add_argument("name", choices=(*EXPERIMENT_NAMES, "all"), help="which experiment ('all' runs each)")
+    parser.add_argument("name", choices=(*EXPERIMENT_NAMES, "discovery", "all"),
+                        help="which experiment ('all' runs each but discovery)")
     parser.add_argument("--out", required=True, type=Path,
                         help="results directory (metrics.csv, PNG plots, report.html)")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds), for tests")
     parser.add_argument("--seed", type=int, default=1, help="seed of the simulation generator")
+    discovery = parser.add_argument_group("discovery")
+    discovery.add_argument("--population", type=Path,
+                           help="CSV of value,count (default: 100,000 URL-like strings of 8-64 "
+                                "bytes under Zipf(1.1))")
+    discovery.add_argument("--reports", type=int, default=1_000_000,
+                           help="installations, one report each (default: 1000000)")
+    discovery.add_argument("--epsilon", type=float, default=4.0,
+                           help="epsilon per installation for the whole metric (default: 4)")
+    discovery.add_argument("--no-pem", action="store_true", help="skip the PEM baseline")
 
 
 def run_experiment_command(args: argparse.Namespace) -> int:
@@ -31,6 +41,8 @@ def run_experiment_command(args: argparse.Namespace) -> int:
     from veil.simulations.experiments import run_experiment
     from veil.simulations.report import write_results
 
+    if args.name == "discovery":
+        return _run_discovery(args)
     names = EXPERIMENT_NAMES if args.name == "all" else (args.name,)
     for name in names:
         results = run_experiment(name, quick=args.quick, seed=args.seed)
@@ -38,6 +50,30 @@ def run_experiment_command(args: argparse.Namespace) -> int:
         directory = write_results(results, out)
         print(f"{results.title}: {len(results.rows)} rows in {results.elapsed:.1f} s -> "
               f"{directory}/report.html")
+    return 0
+
+
+def _run_discovery(args: argparse.Namespace) -> int:
+    """``veil experiment discovery``: Veil's discovery and PEM on one population."""
+    from veil.simulations.discovery_experiment import discovery_experiment, write_discovered
+    from veil.simulations.populations import Population
+    from veil.simulations.report import write_results
+
+    if args.reports < 1:
+        raise ParameterError("reports", f"--reports must be at least 1; got {args.reports}")
+    if not 0 < args.epsilon <= 20:
+        raise ParameterError("epsilon", f"--epsilon must be in (0, 20]; got {args.epsilon}")
+    population = Population.from_csv(args.population) if args.population else None
+    results, table = discovery_experiment(population, args.reports, args.epsilon, args.seed,
+                                          pem=not args.no_pem, quick=args.quick)
+    directory = write_results(results, args.out)
+    write_discovered(directory / "discovered.csv", table)
+    for row in results.rows:
+        print(f"{row['method']}: {row['discovered']} strings reported, recall "
+              f"{row['recall_0.01']:.2f} (share >= 1%), {row['recall_0.003']:.2f} (>= 0.3%), "
+              f"precision {row['precision']:.2f}, F1 of the top 32 {row['f1_top32']:.2f}")
+    print(f"{results.title}: {results.elapsed:.1f} s -> {directory}/report.html, "
+          f"{directory}/discovered.csv")
     return 0
 
 
