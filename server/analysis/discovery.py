@@ -169,9 +169,13 @@ def pair_threshold(low: float, width: int, tested: int, false_rate: float) -> fl
 class PrefixSearch:
     """Walk the levels of a discovery channel (see the module docstring).
 
-    ``false_prefixes``: expected number of prefixes with no true mass kept per level
-    (sets the thresholds: half is spent on extensions kept on their level's estimate
-    alone, half on those confirmed by the next level); ``max_prefixes``: most prefixes
+    ``false_prefixes``: expected number of prefixes kept per level that only noise put
+    above the threshold (sets the thresholds: half is spent on extensions kept on their
+    level's estimate alone, half on those confirmed by the next level). Fingerprint
+    twins come on top: when two kept prefixes share a fingerprint, each one's
+    extensions also appear under the other, about ``kept**2 / 2**(fingerprint_bits + 1)``
+    pairs a level; a twin holds no value, so the next level drops it, or the string
+    decoder does if it ended. ``max_prefixes``: most prefixes
     kept per level (the highest estimates); ``tentative_z``: extensions whose z-score
     passes it but not the threshold are kept when the next level confirms them (their
     own estimate plus the largest of their extensions' passes :func:`pair_threshold`;
@@ -427,7 +431,7 @@ def discover(storage: Storage, metric: str, *, start: str | None = None, end: st
     }
     cost = max(params.epsilon_inf, result.summary["privacy"].get("epsilon_per_value") or 0.0)
     result.summary["privacy"]["statement"] += (
-        f" Discovery channel: epsilon_inf = {params.epsilon_inf:.4g} per prefix for the "
+        f" (string channel). Discovery channel: epsilon_inf = {params.epsilon_inf:.4g} per prefix for the "
         f"installations on it; each installation reports through one channel only, so the "
         f"metric costs at most {cost:.4g} per value.")
     return DiscoveryResult(result, search)

@@ -227,9 +227,10 @@ class DiscoveryParams(MechanismParams):
         try:
             data = bytes.fromhex(payload)
         except ValueError:
-            raise WireFormatError(field, "must be lowercase hex digits", "not_hex") from None
+            raise WireFormatError(field, "must contain only lowercase hex digits 0-9a-f",
+                                  "bad_hex") from None
         if payload != data.hex():
-            raise WireFormatError(field, "must be lowercase hex digits", "not_hex")
+            raise WireFormatError(field, "must contain only lowercase hex digits 0-9a-f", "bad_hex")
         limit = 1 << self.domain_bits
         rows = self.row_bytes
         for i in range(size // rows):

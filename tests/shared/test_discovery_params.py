@@ -161,9 +161,9 @@ def test_a_valid_payload_parses_to_its_bytes() -> None:
         ("00" * 6, "wrong_length"),
         ("00" * 8, "wrong_length"),
         ("0" * 13, "wrong_length"),
-        ("zz" + "00" * 6, "not_hex"),
-        (" 0" + "00" * 6, "not_hex"),
-        ("0F" + "00" * 6, "not_hex"),  # uppercase
+        ("zz" + "00" * 6, "bad_hex"),
+        (" 0" + "00" * 6, "bad_hex"),
+        ("0F" + "00" * 6, "bad_hex"),  # uppercase
         ("1000" + "00" * 5, "out_of_range"),  # row 0 sets bit 12 of a 12-bit domain
         ("0000" "0000" "8000" "00", "out_of_range"),  # the last row
         ("00" * 6 + "08", "out_of_range"),  # bucket 8 of 8
