@@ -192,10 +192,12 @@ def run_map(args: argparse.Namespace) -> int:
 
 def configure_discover(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil discover``."""
-    add_db_option(parser, required=False,
-                  help_text="the collector's database (discovery reads its raw reports): a file "
-                            "path, sqlite:///path or postgresql://...")
-    parser.set_defaults(db=None)
+    source = parser.add_argument_group("collected data (one of)")
+    add_server_options(source)
+    add_db_option(source, required=False,
+                  help_text="the collector's database: a file path, sqlite:///path or "
+                            "postgresql://...")
+    parser.set_defaults(server=None, db=None)
     parser.add_argument("--metric", required=True,
                         help="the string metric whose discovery channel to search")
     parser.add_argument("--start", help="first day, YYYY-MM-DD (UTC, inclusive)")
@@ -223,22 +225,27 @@ def run_discover(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise ParameterError("top", f"--top must be at least 1; got {args.top}")
-    db = args.db or env_value(ENVIRONMENT["db"])
-    if not db:
-        raise ParameterError(
-            "db", "give the collector's database: --db PATH or URL (discovery reads the raw "
-                  "reports of the discovery channel, which a collector's API does not serve)")
+    try:
+        name, where = _collected_source(args, False) or ("", "")
+    except ParameterError:
+        raise ParameterError("source", "give exactly one source: --server URL (with a read "
+                                       "token) or --db PATH") from None
     from tqdm import tqdm
 
     quiet = not sys.stderr.isatty() or bool(os.environ.get("CI"))
-    with open_storage(db) as storage, tqdm(desc="levels", disable=quiet, leave=False) as bar:
+    with tqdm(desc="levels", disable=quiet, leave=False) as bar:
         def progress(done: int, total: int) -> None:
             bar.total, bar.n = total, done
             bar.refresh()
 
-        found = discover(storage, args.metric, start=args.start, end=args.end,
-                         false_prefixes=args.false_prefixes, correction=args.correction,
-                         alpha=args.alpha, force=args.force, progress=progress)
+        options = {"start": args.start, "end": args.end, "false_prefixes": args.false_prefixes,
+                   "correction": args.correction, "alpha": args.alpha, "force": args.force,
+                   "progress": progress}
+        if name == "server":
+            found = discover(where, args.metric, token=args.token, **options)
+        else:
+            with open_storage(where) as storage:
+                found = discover(storage, args.metric, **options)
     paths = write_discovery(found, args.out, args.top)
     summary = found.result.summary
     print(f"{summary['discovery']['reports']:,} discovery reports, "

@@ -384,20 +384,35 @@ class DiscoveryResult:
         return rows
 
 
-def discover(storage: Storage, metric: str, *, start: str | None = None, end: str | None = None,
+def discover(source: Storage | str, metric: str, *, token: str | None = None,
+             start: str | None = None, end: str | None = None,
              false_prefixes: float = DEFAULT_FALSE_PREFIXES, correction: str = "bh",
              alpha: float = 0.05, force: bool = False, progress: Any = None) -> DiscoveryResult:
-    """Discover the frequent strings of string metric ``metric`` in a collector's store over
-    days ``start``..``end``: the prefix search over its discovery channel's raw reports, then
-    the string decoder over the string channel's counts with the strings found as
-    candidates (``correction``, default Benjamini-Hochberg, at ``alpha``). ``force`` reads
-    below the metric's ``min_reports``."""
-    from veil.server.analysis.decode import decode_counts
-    from veil.server.storage.base import day_range
+    """Discover the frequent strings of string metric ``metric`` over days ``start``..``end``:
+    the prefix search over its discovery channel's raw reports, then the string decoder
+    over the string channel's counts with the strings found as candidates (``correction``,
+    default Benjamini-Hochberg, at ``alpha``).
 
-    registry = storage.registry
+    ``source`` is an open :class:`~veil.server.storage.base.Storage` (a collector's store;
+    ``force`` then reads below the metric's ``min_reports``) or a collector's URL (with a
+    read ``token``: it serves the raw reports at ``GET /v1/metrics/<name>/reports``).
+    """
+    from veil.server.analysis.decode import decode_counts
+    from veil.server.analysis.sources import fetch_counts, fetch_days, fetch_reports, get_json
+    from veil.server.storage.base import day_range
+    from veil.shared.registry import Registry
+
+    if isinstance(source, str):
+        if force:
+            raise ParameterError("force", "force applies to a database; a collector always "
+                                          "honours its metrics' min_reports")
+        where = source
+        registry = Registry.from_dict(get_json(source, "/v1/metrics", None, {}), lenient=True)
+    else:
+        where = source.location
+        registry = source.registry
     if registry is None or metric not in registry:
-        raise ParameterError("metric", f"{storage.location} has no metric {metric!r}")
+        raise ParameterError("metric", f"{where} has no metric {metric!r}")
     channels = registry.channels(metric)
     if not channels:
         raise ParameterError(
@@ -406,17 +421,27 @@ def discover(storage: Storage, metric: str, *, start: str | None = None, end: st
     channel = channels[0]
     params = channel.params
     assert isinstance(params, DiscoveryParams)
-    chunks = ((chunk.cohorts, chunk.payloads)
-              for chunk in storage.iter_reports(channel.name, start, end))
+    if isinstance(source, str):
+        chunks: Iterable[tuple[np.ndarray, np.ndarray]] = fetch_reports(
+            source, token, channel.name, params.payload_size, start, end)
+    else:
+        chunks = ((chunk.cohorts, chunk.payloads)
+                  for chunk in source.iter_reports(channel.name, start, end))
     search = PrefixSearch(params, false_prefixes=false_prefixes, progress=progress).fit(
         reports_by_level(params, chunks))
-    document = storage.counts(metric, start, end, min_reports=0 if force else None)
-    first, last = day_range(start, end)
-    document["days"] = [day for day in storage.days(metric)
-                        if (not first or day >= first) and (not last or day <= last)]
+    if isinstance(source, str):
+        document = fetch_counts(source, token, metric, start, end)
+        days = fetch_days(source, token, metric, start, end)
+    else:
+        document = source.counts(metric, start, end, min_reports=0 if force else None)
+        first, last = day_range(start, end)
+        days = [day for day in source.days(metric)
+                if (not first or day >= first) and (not last or day <= last)]
+    if days is not None:
+        document["days"] = days
     candidates = sorted(search.strings_)
     result = decode_counts(document, candidates or [""], correction=correction, alpha=alpha,
-                           source=f"{storage.location} metric {metric}")
+                           source=f"{where} metric {metric}")
     if not candidates:
         result.rows.clear()
     result.summary["discovery"] = {
@@ -431,9 +456,9 @@ def discover(storage: Storage, metric: str, *, start: str | None = None, end: st
     }
     cost = max(params.epsilon_inf, result.summary["privacy"].get("epsilon_per_value") or 0.0)
     result.summary["privacy"]["statement"] += (
-        f" (string channel). Discovery channel: epsilon_inf = {params.epsilon_inf:.4g} per prefix for the "
-        f"installations on it; each installation reports through one channel only, so the "
-        f"metric costs at most {cost:.4g} per value.")
+        f" (string channel). Discovery channel: epsilon_inf = {params.epsilon_inf:.4g} per "
+        f"prefix for the installations on it; each installation reports through one channel "
+        f"only, so the metric costs at most {cost:.4g} per value.")
     return DiscoveryResult(result, search)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from veil.shared.errors import ParameterError, VeilError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from veil.server.storage import Storage
 
 TIMEOUT_SECONDS = 60.0
@@ -261,3 +264,60 @@ def _calendar_days(start: str | None, end: str | None) -> list[str]:
         raise ParameterError("end", f"give an end on or after start, at most {MAX_DAYS} days "
                                     f"later; got {start} to {end}")
     return [(first + dt.timedelta(days=offset)).strftime(DAY_FORMAT) for offset in range(count)]
+
+
+def fetch_reports(
+    server: str,
+    token: str | None,
+    metric: str,
+    payload_size: int,
+    start: str | None = None,
+    end: str | None = None,
+    timeout: float = TIMEOUT_SECONDS,
+    chunk_reports: int = 262_144,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(cohorts, payloads)`` chunks of a metric's stored reports from the collector's
+    ``GET /v1/metrics/<metric>/reports`` (records of a 2-byte big-endian cohort and
+    ``payload_size`` bytes), streamed; errors as :func:`get_json` raises them."""
+    import requests
+
+    url = f"{server.rstrip('/')}/v1/metrics/{metric}/reports"
+    query = {key: value for key, value in {"start": start, "end": end}.items() if value}
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = requests.get(url, params=query, headers=headers, timeout=timeout, stream=True)
+    except requests.RequestException as exc:
+        raise SourceError(f"cannot reach the collector at {server}: {exc}") from None
+    with response:
+        if response.status_code != 200:
+            get_json(server, f"/v1/metrics/{metric}/reports", token,
+                     {"start": start, "end": end}, timeout)  # raises with the error's words
+            raise SourceError(f"GET {url} answered {response.status_code}")
+        width = 2 + payload_size
+        stated = response.headers.get("X-Veil-Record-Bytes")
+        if stated not in (None, str(width)):
+            raise SourceError(f"GET {url} sends records of {stated} bytes; this registry's "
+                              f"parameters make them {width}")
+        pending = b""
+        try:
+            for block in response.iter_content(chunk_size=width * chunk_reports):
+                pending += block
+                whole = len(pending) - len(pending) % width
+                if whole >= width * chunk_reports:
+                    yield _records(pending[:whole], width)
+                    pending = pending[whole:]
+        except requests.RequestException as exc:
+            raise SourceError(f"reading {url} failed: {exc}") from None
+        if len(pending) % width:
+            raise SourceError(f"GET {url} ended inside a record")
+        if pending:
+            yield _records(pending, width)
+
+
+def _records(data: bytes, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cohorts and payloads of whole records."""
+    import numpy as np
+
+    rows = np.frombuffer(data, dtype=np.uint8).reshape(-1, width)
+    cohorts = (rows[:, 0].astype(np.int64) << 8) | rows[:, 1]
+    return cohorts, rows[:, 2:]

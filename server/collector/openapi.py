@@ -224,6 +224,29 @@ def openapi_document(max_body: int, max_reports: int) -> dict[str, Any]:
                     "503": _error("database unavailable; retry after Retry-After seconds"),
                 },
             }},
+            "/v1/metrics/{name}/reports": {"get": {
+                "summary": "Stored reports of a metric whose analysis reads them raw (a "
+                           "discovery channel), over UTC days of receipt",
+                "security": [{"bearer": []}],
+                "parameters": [
+                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {"name": "start", "in": "query", "schema": {"type": "string", "format": "date"}},
+                    {"name": "end", "in": "query", "schema": {"type": "string", "format": "date"}},
+                ],
+                "responses": {
+                    "200": {"description": "records of X-Veil-Record-Bytes bytes each: the "
+                                           "cohort (2 bytes, big-endian), then the payload's bytes",
+                            "content": {"application/octet-stream": {
+                                "schema": {"type": "string", "format": "binary"}}}},
+                    "400": _error("bad date, unknown query parameter, or a metric analysed "
+                                  "from its counts (counts_suffice)"),
+                    "401": _error("missing or wrong bearer token"),
+                    "403": _error("no read token configured on the collector"),
+                    "404": _error("unknown metric"),
+                    "409": _error("fewer reports than the metric's min_reports (too_few_reports)"),
+                    "503": _error("database unavailable; retry after Retry-After seconds"),
+                },
+            }},
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

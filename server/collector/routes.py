@@ -19,6 +19,7 @@ import math
 import time
 from typing import Any
 
+import numpy as np
 from flask import Blueprint, Response, current_app, request
 
 from veil.server.analysis.rappor_files import write_counts_document
@@ -147,6 +148,46 @@ def counts(name: str) -> Response:
         write_counts_document(document, text)
         return Response(text.getvalue(), mimetype="text/csv")
     return json_response(document)
+
+
+#: bytes of a raw report's cohort in ``GET /v1/metrics/<name>/reports``
+RECORD_COHORT_BYTES = 2
+
+
+@api.get("/v1/metrics/<name>/reports")
+def raw_reports(name: str) -> Response:
+    """A metric's stored reports over a range of days, for analyses that read them raw
+    (discovery channels): fixed-size records of the cohort (2 bytes, big-endian) and the
+    payload's bytes, streamed (bearer token and ``min_reports``, as counts)."""
+    state = _require_read("reports")
+    if name not in state.storage.registry:
+        raise ApiError(404, "unknown_metric", "name",
+                       f"unknown metric {name[:64]!r}; GET /v1/metrics lists the metrics")
+    metric = state.storage.registry[name]
+    _only_parameters("start", "end")
+    if not metric.params.reads_raw_reports:
+        raise ApiError(400, "counts_suffice", "name",
+                       f"{name!r} is analysed from its counts: GET /v1/metrics/{name}/counts")
+    start, end = _day_args()
+    storage = state.storage
+    held = sum(day.reports for day in storage.daily_reports(name, start, end))
+    if held < metric.min_reports:
+        raise ApiError(409, "too_few_reports", None,
+                       f"{held} reports of {name!r} in range, fewer than its min_reports "
+                       f"{metric.min_reports}")
+    chunks = storage.iter_reports(name, start, end)
+    first = next(chunks, None)  # fails here, before the 200, if the store does
+
+    def records() -> Any:
+        chunk = first
+        while chunk is not None:
+            cohorts = chunk.cohorts.astype(">u2").view(np.uint8).reshape(-1, RECORD_COHORT_BYTES)
+            yield np.hstack([cohorts, chunk.payloads]).tobytes()
+            chunk = next(chunks, None)
+
+    width = RECORD_COHORT_BYTES + (first.payloads.shape[1] if first is not None else 0)
+    return Response(records(), mimetype="application/octet-stream",
+                    headers={"X-Veil-Record-Bytes": str(width)})
 
 
 @api.get("/v1/stats")

@@ -36,6 +36,9 @@ class MechanismParams:
     min_wire_version: ClassVar[int] = 1
     #: whether reports carry a cohort number
     has_cohorts: ClassVar[bool] = False
+    #: whether the analysis reads the raw reports (the counts cannot answer it): the
+    #: collector then serves them to readers (``GET /v1/metrics/<name>/reports``)
+    reads_raw_reports: ClassVar[bool] = False
     #: fields that :meth:`to_dict` (and so the :attr:`fingerprint`) leaves out while they
     #: hold their default: fields added later, so that existing parameters keep their names
     omitted_when_default: ClassVar[frozenset[str]] = frozenset()

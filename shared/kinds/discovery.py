@@ -27,6 +27,9 @@ bucket through generalized randomized response over ``2**t`` buckets at
 
 Payload: ``t`` rows of ``A`` (row ``i`` gives bit ``i`` of the bucket, each row
 ``ceil(D / 8)`` bytes big-endian), then the bucket as one byte; hex on the wire.
+
+The collector keeps per level only how many reports fell in each bucket; the
+search reads the raw reports (:attr:`DiscoveryParams.reads_raw_reports`).
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ class DiscoveryParams(MechanismParams):
 
     kind: ClassVar[str] = "discovery"
     has_cohorts: ClassVar[bool] = True
+    reads_raw_reports: ClassVar[bool] = True
     min_wire_version: ClassVar[int] = 2
 
     share: float = 0.9

@@ -192,6 +192,34 @@ def test_veil_discover_finds_the_strings_a_real_collector_stored(collector_facto
     assert (out / "prefixes.csv").stat().st_size > 0 and (out / "prefixes.png").exists()
     assert "Discovery channel" in done.stdout  # the privacy statement names both channels
 
+    # the collector serves the channel's raw reports to readers, and only those
+    raw = f"{collector.url}/v1/metrics/home.discovery/reports"
+    bearer = {"Authorization": f"Bearer {collector.token}"}
+    assert requests.get(raw, timeout=30).status_code == 401
+    refused = requests.get(f"{collector.url}/v1/metrics/home/reports", headers=bearer, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "counts_suffice"
+    assert requests.get(f"{collector.url}/v1/metrics/nope/reports", headers=bearer,
+                        timeout=30).status_code == 404
+    empty = requests.get(raw, headers=bearer, params={"start": "2001-01-01", "end": "2001-01-02"},
+                         timeout=30)  # min_reports holds here as for counts
+    assert empty.status_code == 409 and empty.json()["error"]["code"] == "too_few_reports"
+    served = requests.get(raw, headers=bearer, timeout=30)
+    width = 2 + REGISTRY["home.discovery"].params.payload_size
+    assert served.headers["X-Veil-Record-Bytes"] == str(width)
+    assert len(served.content) == split * width
+    sent = {bytes.fromhex(r["payload"]) for r in reports if r["metric"] == "home.discovery"}
+    got = {served.content[i + 2:i + width] for i in range(0, len(served.content), width)}
+    assert got == sent
+
+    # and veil discover --server finds exactly what --db found
+    remote = tmp_path / "remote"
+    done = subprocess.run([sys.executable, "-m", "veil.server.cli", "discover", "--server",
+                           collector.url, "--token", collector.token, "--metric", "home",
+                           "--out", str(remote)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (remote / "results.csv").read_text() == (out / "results.csv").read_text()
+    assert (remote / "prefixes.csv").read_text() == (out / "prefixes.csv").read_text()
+
 
 def test_veil_discover_explains_a_metric_without_a_channel(tmp_path: Path) -> None:
     from veil.server.storage import open_storage

@@ -59,7 +59,7 @@ def test_openapi_document_lists_every_route(client):
     assert document["openapi"].startswith("3.")
     assert set(document["paths"]) == {"/healthz", "/readyz", "/metrics", "/v1/openapi.json",
                                       "/v1/metrics", "/v1/reports", "/v1/stats",
-                                      "/v1/metrics/{name}/counts"}
+                                      "/v1/metrics/{name}/counts", "/v1/metrics/{name}/reports"}
     batch = document["components"]["schemas"]["Batch"]
     assert batch["properties"]["reports"]["maxItems"] == 5000
 
