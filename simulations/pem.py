@@ -11,8 +11,8 @@ top ``k``; after the last group the top-``k`` full values are the output.
 Byte-aligned variant (the framing of :mod:`veil.shared.kinds.discovery`, so that
 the two are compared side by side): a value is its UTF-8 bytes cut at
 ``max_length``, followed by ``0x00`` and padded with ``0x00`` to
-``groups * segment`` bytes, ``groups = ceil((max_length + 1) / segment)`` (``eta =
-8 * segment`` bits; 33 groups by default). Group ``i`` (0-based) reports the first
+``groups * segment`` bytes, ``groups = ceil(max_length / segment)`` (``eta =
+8 * segment`` bits; 32 groups by default, as Veil's levels). Group ``i`` (0-based) reports the first
 ``(i + 1) * segment`` bytes of the padded value. Round ``i`` extends every kept
 prefix (round 0: the empty prefix) by every ``segment``-byte suffix, ``2**eta`` per
 kept prefix, and keeps the ``k`` of highest estimate. The output is the final
@@ -134,8 +134,9 @@ def prefix_fingerprint(prefix: bytes, segment: int = 2, bits: int = FINGERPRINT_
 
 
 def group_count(max_length: int, segment: int) -> int:
-    """``ceil((max_length + 1) / segment)``: segments of a cut value plus its end marker."""
-    return -(-(max_length + 1) // segment)
+    """``ceil(max_length / segment)``: the segments of a cut value (one of ``max_length``
+    bytes has no end marker, nor needs one), as Veil's discovery levels."""
+    return -(-max_length // segment)
 
 
 def padded_values(values: Sequence[str], max_length: int, segment: int) -> np.ndarray:

@@ -8,11 +8,11 @@ are examined. :class:`PrefixSearch` walks the levels: the prefixes kept at level
 ``L`` are extended by every possible segment, and an extension is kept when its
 estimated share passes a threshold set by the known noise of the level and the
 stated number of false prefixes per level (``false_prefixes``, a Bonferroni bound
-over every extension examined); extensions that hold the end marker are the
-discovered strings. Those then go to the string decoder over the string channel
-(:func:`discover`), which states estimates, standard errors, p-values and controls
-the false discovery rate: a false prefix that survives the search costs a candidate,
-not a false discovery.
+over every extension examined); extensions that hold the end marker (or fill
+``max_length``) are the discovered strings. Those then go to the string decoder over
+the string channel (:func:`discover`), which states estimates, standard errors,
+p-values and controls the false discovery rate: a false prefix that survives the
+search is one more candidate under that control.
 
 The share of an extension is corrected for the values of *other* prefixes with the
 same fingerprint: their mass at segment ``z`` is the mean over fingerprints that no
@@ -36,7 +36,7 @@ from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
 from veil.server.analysis.results import DecodeResult
 from veil.shared.errors import ParameterError
-from veil.shared.kinds.discovery import END, DiscoveryParams, prefix_fingerprint
+from veil.shared.kinds.discovery import END, PAD, DiscoveryParams, prefix_fingerprint
 
 if TYPE_CHECKING:
     from veil.server.storage.base import Storage
@@ -175,12 +175,15 @@ class PrefixSearch:
     twins come on top: when two kept prefixes share a fingerprint, each one's
     extensions also appear under the other, about ``kept**2 / 2**(fingerprint_bits + 1)``
     pairs a level; a twin holds no value, so the next level drops it, or the string
-    decoder does if it ended. ``max_prefixes``: most prefixes
-    kept per level (the highest estimates); ``tentative_z``: extensions whose z-score
-    passes it but not the threshold are kept when the next level confirms them (their
-    own estimate plus the largest of their extensions' passes :func:`pair_threshold`;
-    only those whose next fingerprint no kept prefix or ended string shares, whose
-    extensions the next level sees alone).
+    decoder does if it ended.
+
+    ``max_prefixes``: most prefixes kept per level (the highest estimates);
+    ``tentative_z``: extensions whose z-score passes it but not the threshold are kept
+    when the next level confirms them (their own z-score plus the largest of their
+    extensions' passes :func:`pair_threshold`; only those whose next fingerprint no kept
+    prefix or ended string shares, whose extensions the next level sees alone), at most
+    ``max_tentative`` a level.
+
     After :meth:`fit`: ``levels_`` (one :class:`Level` each) and ``strings_``
     (discovered value -> estimated share at the level where it ended). Strings that
     are not valid UTF-8 (whatever noise spelled) are left out.
@@ -242,29 +245,39 @@ class PrefixSearch:
     def _ended_fingerprints(self, ended: dict[bytes, float], length: int) -> set[int]:
         """Fingerprints of the ended strings' padded prefixes of ``length`` bytes."""
         bits = self.params.fingerprint_bits
-        return {prefix_fingerprint(self.params.padded(p)[:length], bits) for p in ended}
+        return {prefix_fingerprint(p.ljust(length, bytes([PAD]))[:length], bits) for p in ended}
 
     def _own(self, shares: np.ndarray, live: Sequence[bytes], ended: dict[bytes, float],
-             length: int) -> tuple[np.ndarray, np.ndarray]:
-        """Fingerprints of ``live`` prefixes (``length`` bytes) and, per fingerprint row,
-        the shares less what other prefixes put there: the mean of unused fingerprints, and
-        the mass of ended strings (known from the level where they ended) at the padding."""
+             length: int, std_error: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Fingerprints of ``live`` prefixes (``length`` bytes); per fingerprint row, the shares
+        less what other prefixes put there (the mean of unused fingerprints; the padding
+        segment, where values that ended earlier report, is ruled out: a live prefix does
+        not continue with it); and per segment the standard error of that: the level's
+        ``std_error``, or the spread over unused fingerprints where other prefixes' values
+        make it larger (common segments)."""
         params = self.params
         fingerprints = np.array([prefix_fingerprint(p, params.fingerprint_bits) for p in live],
                                 dtype=np.int64)
-        padded = {params.padded(p)[:length]: share for p, share in ended.items()}
-        ended_fps = np.array([prefix_fingerprint(p, params.fingerprint_bits) for p in padded],
-                             dtype=np.int64)
+        ended_fps = np.array(sorted(self._ended_fingerprints(ended, length)), dtype=np.int64)
         free = np.ones(shares.shape[0], dtype=np.bool_)
         free[fingerprints] = False
         free[ended_fps] = False
-        width = shares.shape[1]
-        background = shares[free].mean(axis=0) if free.any() else np.zeros(width, np.float32)
+        background, scale = self._background(shares, free, std_error)
         own = shares[fingerprints] - background
-        ended_mass = np.zeros(shares.shape[0])
-        np.add.at(ended_mass, ended_fps, list(padded.values()))
-        own[:, 0] -= ended_mass[fingerprints].astype(np.float32)
-        return fingerprints, own
+        own[:, params.padding_segment] = -np.inf
+        return fingerprints, own, scale
+
+    @staticmethod
+    def _background(shares: np.ndarray, free: np.ndarray, std_error: float,
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per segment, the mean share over the ``free`` fingerprints and the standard error of
+        a row less that mean (see :meth:`_own`)."""
+        floor = np.float32(std_error)
+        if free.sum() < 2:
+            width = shares.shape[1]
+            return np.zeros(width, np.float32), np.full(width, floor, np.float32)
+        unused = shares[free]
+        return unused.mean(axis=0), np.maximum(unused.std(axis=0), floor)
 
     def _extend(self, index: int, kept: Sequence[bytes], ended: dict[bytes, float],
                 current: tuple[np.ndarray | None, int],
@@ -279,8 +292,8 @@ class PrefixSearch:
         threshold = z_high * std_error
         if shares is None:
             return Level(index, n, std_error, threshold, examined, (), ())
-        _, own = self._own(shares, kept, ended, index * params.segment)
-        z = own / np.float32(std_error)
+        _, own, scale = self._own(shares, kept, ended, index * params.segment, std_error)
+        z = own / scale
         parents, segments = np.nonzero(z > z_high)
         found = [(float(own[p, s]), kept[int(p)] + int(s).to_bytes(params.segment, "big"))
                  for p, s in zip(parents, segments, strict=True)]
@@ -300,17 +313,17 @@ class PrefixSearch:
                 taken = self._fingerprints(strong) | self._ended_fingerprints(ended, length)
                 free = np.ones(next_shares.shape[0], dtype=np.bool_)
                 free[sorted(taken)] = False
-                background = next_shares[free].mean(axis=0)
+                background, next_scale = self._background(next_shares, free, next_error)
                 fps = np.array(sorted(self._fingerprints(tentative)), dtype=np.int64)
                 rows = np.zeros((next_shares.shape[0], 2), dtype=np.float32)
-                own_rows = next_shares[fps] - background
-                rows[fps, 0], rows[fps, 1] = own_rows[:, 0], own_rows.max(axis=1)
+                next_z = (next_shares[fps] - background) / next_scale
+                padding = params.padding_segment
+                rows[fps, 0], rows[fps, 1] = next_z[:, padding], next_z.max(axis=1)
                 bits = params.fingerprint_bits
                 tentative_fps = np.array([prefix_fingerprint(c, bits) for c in tentative])
                 alone = np.array([fp not in taken for fp in tentative_fps.tolist()])
                 ends = np.array([_ends(c, params.segment) for c in tentative])
-                best_next = np.where(ends, rows[tentative_fps, 0],
-                                     rows[tentative_fps, 1]) / next_error
+                best_next = np.where(ends, rows[tentative_fps, 0], rows[tentative_fps, 1])
                 pair = z[low_p, low_s] + best_next
                 open_cut = pair_threshold(self.tentative_z, width, len(tentative), rate / 2)
                 end_cut = pair_threshold(self.tentative_z, 1, len(tentative), rate / 2)
@@ -320,9 +333,11 @@ class PrefixSearch:
                 confirmed = int(passed.sum())
         found.sort(reverse=True)
         found = found[: self.max_prefixes]
-        done = tuple((c, s) for s, c in found if _ends(c, params.segment))
+        last = index == params.levels - 1  # a prefix of max_length bytes is complete
+        done = tuple((c, s) for s, c in found
+                     if _ends(c, params.segment) or (last and END not in c[-params.segment:]))
         going = tuple((c, s) for s, c in found
-                      if not _ends(c, params.segment) and END not in c[-params.segment:])
+                      if not last and END not in c[-params.segment:])
         return Level(index, n, std_error, threshold, examined, going, done, confirmed)
 
 
@@ -330,7 +345,7 @@ def _ends(prefix: bytes, segment: int) -> bool:
     """Whether a prefix's last segment is the end marker followed by padding only (what a
     value that ends there reports; an end marker followed by other bytes is impossible)."""
     last = prefix[-segment:]
-    return END in last and not any(last[last.index(END):])
+    return END in last and all(byte == PAD for byte in last[last.index(END) + 1:])
 
 
 def _decode(prefix: bytes) -> str | None:

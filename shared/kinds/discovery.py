@@ -8,8 +8,11 @@ through that channel only, so its privacy cost is the larger of the two
 channels' epsilons, never their sum.
 
 A value is read as its UTF-8 bytes, cut at :attr:`DiscoveryParams.max_length`,
-followed by the end marker ``0x00`` and padded with ``0x00`` to
-``levels * segment`` bytes. Level ``L`` (the report's cohort, ``0 .. levels-1``)
+followed by the end marker ``0x00`` (unless it fills ``max_length``: a prefix that
+long is complete) and padded with ``0x01`` to ``levels * segment`` bytes, where
+``levels = ceil(max_length / segment)``. The padding differs from the end marker so
+that values which ended at earlier levels (padding only) never land where a value
+that ends at this level does (its end marker). Level ``L`` (the report's cohort, ``0 .. levels-1``)
 reports the pair ``(fp(P), z)`` of the first ``L`` segments ``P`` (their
 fingerprint, :func:`prefix_fingerprint`) and segment ``L`` itself (``z``, the next
 ``segment`` bytes), as one vector ``x`` of :attr:`~DiscoveryParams.domain_bits`
@@ -49,8 +52,10 @@ from veil.shared.validation import Interval, check_fields
 
 #: the ``person`` of the BLAKE2b prefix fingerprint (public: the collector recomputes it)
 FINGERPRINT_PERSON = b"veil-discovery"
-#: the byte that ends a value and pads it
+#: the byte that ends a value
 END = 0x00
+#: the byte that pads a value after its end
+PAD = 0x01
 #: largest domain (fingerprint plus segment bits) whose transform the decoder affords
 MAX_DOMAIN_BITS = 26
 #: the name suffix of a string metric's discovery channel
@@ -143,8 +148,10 @@ class DiscoveryParams(MechanismParams):
 
     @property
     def levels(self) -> int:
-        """Number of levels: segments of a value cut at ``max_length`` plus its end marker."""
-        return -(-(self.max_length + 1) // self.segment)
+        """Number of levels: the segments of ``max_length`` bytes (32 by default, which
+        divides the 64 cohorts of string metrics: an installation's level, its cohort seed
+        modulo the levels, then says nothing its cohort there does not)."""
+        return -(-self.max_length // self.segment)
 
     @property
     def cohorts(self) -> int:
@@ -178,8 +185,17 @@ class DiscoveryParams(MechanismParams):
         return self.bucket_bits * self.row_bytes + 1
 
     def padded(self, value: bytes) -> bytes:
-        """``value`` cut at ``max_length``, ended and padded with ``0x00``."""
-        return value[: self.max_length].ljust(self.levels * self.segment, bytes([END]))
+        """``value`` cut at ``max_length``, ended with ``0x00`` and padded with ``0x01`` (a
+        value of ``max_length`` bytes or more has no room for the end marker, nor needs it)."""
+        cut = value[: self.max_length]
+        if len(cut) == self.max_length:
+            return cut.ljust(self.levels * self.segment, bytes([PAD]))
+        return (cut + bytes([END])).ljust(self.levels * self.segment, bytes([PAD]))
+
+    @property
+    def padding_segment(self) -> int:
+        """The segment of padding only, as an integer: where values that ended earlier report."""
+        return int.from_bytes(bytes([PAD]) * self.segment, "big")
 
     def vector(self, padded: bytes, level: int) -> int:
         """``x`` of a padded value at ``level``: ``fp(first level segments) << 8*segment | z``."""

@@ -134,7 +134,7 @@ def test_a_metric_without_a_channel_is_its_own() -> None:
 
 def test_levels_are_uniform_on_the_channel() -> None:
     levels = PARAMS.levels
-    assert levels == 17
+    assert levels == 16
     counts: Counter[int] = Counter()
     for secret in secrets(3, 40000):
         if reporting_channel(REGISTRY, "homepage", secret) is CHANNEL:

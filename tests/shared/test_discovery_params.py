@@ -96,12 +96,12 @@ def test_report_epsilon_defaults_to_epsilon_and_bucket_bits_are_chosen() -> None
     ("segment", "max_length", "fingerprint_bits", "bucket_bits", "levels", "domain_bits",
      "row_bytes"),
     [
-        (2, 64, 8, 6, 33, 24, 3),  # 65 bytes (value and end marker) in 2-byte segments
-        (1, 64, 8, 6, 65, 16, 2),
+        (2, 64, 8, 6, 32, 24, 3),  # 64 bytes in 2-byte segments: 32 levels, dividing m = 64
+        (1, 64, 8, 6, 64, 16, 2),
         (2, 1, 0, 1, 1, 16, 2),  # a 1-byte value and its end marker: one segment
-        (2, 2, 4, 3, 2, 20, 3),
-        (1, 10, 16, 8, 11, 24, 3),
-        (2, 1024, 10, 2, 513, 26, 4),  # the largest domain
+        (2, 2, 4, 3, 1, 20, 3),  # a 2-byte value fills the one segment: complete unended
+        (1, 10, 16, 8, 10, 24, 3),
+        (2, 1024, 10, 2, 512, 26, 4),  # the largest domain
     ],
 )
 def test_layout(segment: int, max_length: int, fingerprint_bits: int, bucket_bits: int,
@@ -109,7 +109,7 @@ def test_layout(segment: int, max_length: int, fingerprint_bits: int, bucket_bit
     params = DiscoveryParams(segment=segment, max_length=max_length,
                              fingerprint_bits=fingerprint_bits, bucket_bits=bucket_bits)
     assert params.levels == params.cohorts == levels
-    assert params.levels * segment >= max_length + 1 > (params.levels - 1) * segment
+    assert params.levels * segment >= max_length > (params.levels - 1) * segment
     assert params.segment_bits == 8 * segment
     assert params.domain_bits == domain_bits
     assert params.buckets == 2 ** bucket_bits
@@ -120,9 +120,12 @@ def test_layout(segment: int, max_length: int, fingerprint_bits: int, bucket_bit
 def test_padding_and_the_vector_of_each_level() -> None:
     params = DiscoveryParams(segment=2, max_length=5, fingerprint_bits=8)
     assert params.levels == 3
-    assert params.padded(b"abc") == b"abc\0\0\0"
-    assert params.padded(b"abcdefgh") == b"abcde\0"  # cut at max_length, then the end marker
-    assert params.padded(b"") == b"\0" * 6
+    assert params.padded(b"abc") == b"abc\0\1\1"  # the end marker, then padding
+    assert params.padded(b"abcdefgh") == b"abcde\1"  # cut at max_length: complete, no marker
+    assert params.padded(b"") == b"\0" + b"\1" * 5
+    assert params.padding_segment == 0x0101
+    full = DiscoveryParams(segment=2, max_length=4)
+    assert full.levels == 2 and full.padded(b"abcdefgh") == b"abcd"  # no room, no need
 
     def fingerprint(prefix: bytes) -> int:
         digest = hashlib.blake2b(prefix, digest_size=8, person=b"veil-discovery").digest()
@@ -131,7 +134,7 @@ def test_padding_and_the_vector_of_each_level() -> None:
     padded = params.padded(b"abc")
     assert params.vector(padded, 0) == fingerprint(b"") << 16 | int.from_bytes(b"ab", "big")
     assert params.vector(padded, 1) == fingerprint(b"ab") << 16 | int.from_bytes(b"c\0", "big")
-    assert params.vector(padded, 2) == fingerprint(b"abc\0") << 16
+    assert params.vector(padded, 2) == fingerprint(b"abc\0") << 16 | 0x0101
     assert prefix_fingerprint(b"ab", 0) == 0
     assert prefix_fingerprint(b"ab", 16) == int.from_bytes(
         hashlib.blake2b(b"ab", digest_size=8, person=b"veil-discovery").digest()[:2], "big")
