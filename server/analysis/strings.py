@@ -398,6 +398,7 @@ class StringDecoder:
         )
         noise_sd = float(np.median(1.0 / system.weight[system.weight > 0]))
         bit_mass = self._bit_mass(reports, candidate_map, solution)
+        shown_allocated = float(np.clip(allocated, 0.0, 1.0))
         summary: dict[str, Any] = {
             "kind": "string",
             "reports": total,
@@ -414,10 +415,12 @@ class StringDecoder:
             "correction": settings.correction,
             "alpha": settings.alpha,
             "confidence": settings.confidence,
-            "allocated_proportion": float(np.clip(allocated, 0.0, 1.0)),
+            "allocated_proportion": shown_allocated,
             "allocated_proportion_unbiased": allocated,
-            "allocated_reports": float(np.clip(allocated, 0.0, 1.0) * total),
-            "missing_proportion": None if missing is None else float(np.clip(missing, 0.0, 1.0)),
+            "allocated_reports": shown_allocated * total,
+            # shown within what the detected strings leave, so the two never add past 1
+            "missing_proportion": (None if missing is None
+                                   else float(np.clip(missing, 0.0, 1.0 - shown_allocated))),
             "missing_proportion_unbiased": None if missing is None else float(missing),
             "missing_proportion_std_error": None if missing_se is None else float(missing_se),
             "signal_explained_by_detected": _ratio(bit_mass["detected"], bit_mass["total"]),
@@ -450,10 +453,11 @@ class StringDecoder:
                 "sampling noise; allocated_proportion shows it clipped, "
                 "allocated_proportion_unbiased keeps it"
             )
-        if missing is not None and not 0.0 <= missing <= 1.0:
+        if missing is not None and not 0.0 <= missing <= 1.0 - shown_allocated:
             notes.append(
                 f"the unbiased missing share {missing:.3g} (std error {missing_se:.2g}) lies "
-                "outside [0, 1] by sampling noise; missing_proportion shows it clipped, "
+                f"outside [0, {1.0 - shown_allocated:.3g}] (1 less the allocated share) by "
+                "sampling noise; missing_proportion shows it clipped there, "
                 "missing_proportion_unbiased keeps it for averaging"
             )
         if notes:

@@ -81,8 +81,9 @@ def test_95_percent_intervals_cover_the_truth_93_to_97_percent(fits: dict[str, n
 
 def test_an_impossible_missing_share_is_shown_clipped_with_a_note() -> None:
     """At 300 reports the missing share's standard error is about 0.5: it often leaves [0, 1]
-    (and the detected strings' unbiased shares can add up past 1); every stated share is
-    shown in [0, 1], with a note whenever the unbiased one is not."""
+    (and the detected strings' unbiased shares can add up past 1, or past 1 with the
+    missing share); every stated share is shown in [0, 1], the missing one within 1 less
+    the allocated one, with a note whenever the unbiased one is not."""
     true_map = build_map(PARAMS, LISTED[:2] + UNLISTED)
     candidate_map = build_map(PARAMS, LISTED)
     rng = np.random.default_rng(17)
@@ -92,11 +93,15 @@ def test_an_impossible_missing_share_is_shown_clipped_with_a_note() -> None:
         summary = StringDecoder(PARAMS).fit(*counts, LISTED, candidate_map).summary_
         unbiased = summary["missing_proportion_unbiased"]
         allocated = summary["allocated_proportion_unbiased"]
-        assert summary["missing_proportion"] == np.clip(unbiased, 0.0, 1.0)
-        assert summary["allocated_proportion"] == np.clip(allocated, 0.0, 1.0)
+        shown = summary["allocated_proportion"]
+        assert shown == np.clip(allocated, 0.0, 1.0)
+        # the missing share is shown within what the detected strings leave: the two shares
+        # a user reads never add up past 1
+        assert summary["missing_proportion"] == np.clip(unbiased, 0.0, 1.0 - shown)
+        assert shown + summary["missing_proportion"] <= 1.0
         for fraction in ("signal_explained_by_detected", "signal_attributed_to_missing"):
             assert summary[fraction] is None or 0.0 <= summary[fraction] <= 1.0
-        impossible = not 0.0 <= unbiased <= 1.0 or allocated > 1.0
+        impossible = not 0.0 <= unbiased <= 1.0 - shown or allocated > 1.0
         assert ("note" in summary) == impossible
         notes += "note" in summary
     assert notes > 0

@@ -171,7 +171,7 @@ def test_values_missing_from_the_list_go_to_the_background_not_to_decoys(
         decoder = StringDecoder(PARAMS).fit(reports, ones, candidates, candidate_map)
         assert decoder.summary_["fit"] == strict.summary_["fit"] == fit
         false_share[run] = decoder.detected_[5:].sum() / max(decoder.detected_.sum(), 1)
-        missing[run] = decoder.summary_["missing_proportion"]
+        missing[run] = decoder.summary_["missing_proportion_unbiased"]  # the estimator
         missing_se[run] = decoder.summary_["missing_proportion_std_error"]
         errors[run] = decoder.proportions_[:5] - shares[:5]
     # mean of 100 runs within 4 of its standard errors (sd / sqrt(runs))
