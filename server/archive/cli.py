@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from veil.server.cli.options import add_config_option, add_db_option, print_log
+from veil.server.cli.options import (
+    add_config_option,
+    add_db_option,
+    add_range_options,
+    print_log,
+)
 
 
 def _positive(text: str) -> int:
@@ -23,19 +28,13 @@ def _positive(text: str) -> int:
     return value
 
 
-def _add_range_options(parser: argparse.ArgumentParser, end_help: str) -> None:
-    parser.add_argument("--metric", help="only this metric (default: every metric)")
-    parser.add_argument("--start", help="first UTC day, YYYY-MM-DD (inclusive)")
-    parser.add_argument("--end", help=end_help)
-
-
 def configure_archive(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil archive``."""
     add_db_option(parser)
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="the archive directory (created if missing)")
-    _add_range_options(parser, "last UTC day, YYYY-MM-DD (inclusive; default: yesterday, the "
-                               "last day that is over)")
+    add_range_options(parser, end_help="last UTC day, YYYY-MM-DD (inclusive; default: "
+                                       "yesterday, the last day that is over)")
     parser.add_argument("--buckets", type=_positive, metavar="N",
                         help="files per (metric, day), by report id, 1 to 256 (default: the "
                              "archive's, 16 for a new one)")
@@ -70,7 +69,7 @@ def configure_aggregate(parser: argparse.ArgumentParser) -> None:
                              "default) for worker processes on this machine")
     parser.add_argument("--workers", type=_positive, metavar="N",
                         help="worker processes of the local cluster (default: one per core)")
-    _add_range_options(parser, "last UTC day, YYYY-MM-DD (inclusive)")
+    add_range_options(parser)
 
 
 def run_aggregate(args: argparse.Namespace) -> int:

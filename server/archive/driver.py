@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from veil.server.archive.bucket import BucketAggregate, aggregate_bucket
 from veil.server.archive.layout import ArchiveError, BucketTask, Manifest, metrics_of
-from veil.server.storage.base import Storage, day_range, today
+from veil.server.storage.base import Storage, day_range, today, yesterday
 from veil.shared.errors import ParameterError
 from veil.shared.registry import Metric
 
@@ -97,7 +97,7 @@ def aggregate(archive_dir: str | Path, storage: Storage, *, scheduler: str | Cli
             f"the archive holds reports of {open_days[0]}, a UTC day that is not over: its "
             f"aggregates in {storage.location} would be replaced by the archive's and lose the "
             "reports that arrived after it was written. Aggregate the days that are over "
-            f"(--end {(dt.date.fromisoformat(today()) - dt.timedelta(days=1)).isoformat()}), "
+            f"(--end {yesterday()}), "
             "and archive that day again once it is over")
     for task in tasks:
         for path in task.paths:

@@ -290,7 +290,7 @@ class Manifest:
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, self.path)
-        sync_directory(self.root)
+        fsync_path(self.root)
 
     def days(self) -> set[tuple[str, str]]:
         """The (metric, day) pairs with files."""
@@ -318,8 +318,9 @@ class Manifest:
                 for (name, day, bucket), entries in sorted(grouped.items())]
 
 
-def sync_directory(path: Path) -> None:
-    """fsync a directory, so the renames into it survive a power cut."""
+def fsync_path(path: Path) -> None:
+    """fsync a file, so its contents survive a power cut, or a directory, so the renames
+    into it do."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)

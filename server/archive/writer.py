@@ -42,15 +42,15 @@ from veil.server.archive.layout import (
     check_buckets,
     check_source,
     file_name,
-    sync_directory,
+    fsync_path,
     to_table,
 )
 from veil.server.storage.base import (
-    DAY_FORMAT,
     Storage,
     StoredReports,
     day_range,
     merge_registry,
+    yesterday,
 )
 from veil.shared.errors import ParameterError
 from veil.shared.statistics import statistic_for
@@ -173,13 +173,9 @@ class _BucketFile:
                     waiting, count = [whole.slice(size)], count - size
             if count:
                 writer.write_table(pa.concat_tables(waiting), row_group_size=self.row_group)
-        descriptor = os.open(self.temporary, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        fsync_path(self.temporary)
         os.replace(self.temporary, self.final)
-        sync_directory(self.final.parent)
+        fsync_path(self.final.parent)
         self.discard_parts()
 
     def discard_parts(self) -> None:
@@ -192,11 +188,6 @@ class _BucketFile:
         """Remove the temporary file and parts."""
         self.discard_parts()
         self.temporary.unlink(missing_ok=True)
-
-
-def yesterday() -> str:
-    """Yesterday's UTC day: the last day that is over."""
-    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).strftime(DAY_FORMAT)
 
 
 def archive(storage: Storage, out_dir: str | Path, *, metric: str | None = None,

@@ -8,9 +8,10 @@ option                  variable                commands
 ======================  ======================  ==================================================
 ``--config``            ``VEIL_CONFIG``         serve, metrics, export, aggregate
 ``--db``                ``VEIL_DB``             serve, export, rebuild-aggregates, backup, check,
-                                                migrate, stats, decode, archive, aggregate
-``--server``            ``VEIL_URL``            stats, decode, populate
-``--token``             ``VEIL_READ_TOKEN``     stats, decode
+                                                migrate, retention, stats, decode, discover,
+                                                archive, aggregate
+``--server``            ``VEIL_URL``            stats, decode, discover, populate
+``--token``             ``VEIL_READ_TOKEN``     stats, decode, discover
 ``--read-token``        ``VEIL_READ_TOKEN``     serve
 ``--upload-token``      ``VEIL_UPLOAD_TOKEN``   serve, populate
 ``--metrics-token``     ``VEIL_METRICS_TOKEN``  serve
@@ -40,6 +41,7 @@ __all__ = [
     "ENVIRONMENT",
     "add_config_option",
     "add_db_option",
+    "add_range_options",
     "add_server_options",
     "env_value",
     "token_list",
@@ -77,7 +79,8 @@ def _add(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: str, n
 
 def add_db_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
                   required: bool = True,
-                  help_text: str = "the collector's database: a file path or sqlite:///path") -> None:
+                  help_text: str = "the collector's database: a file path, sqlite:///path or "
+                                   "postgresql://...") -> None:
     """``--db``, defaulting to ``$VEIL_DB``; required when neither is given and ``required``."""
     _add(parser, "--db", "db", help_text, required)
 
@@ -94,6 +97,18 @@ def add_server_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
     _add(parser, "--server", "server", "collector base URL, e.g. https://telemetry.example.org",
          False)
     _add(parser, "--token", "token", "read token for --server", False)
+
+
+def add_range_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
+                      metric: bool = True,
+                      end_help: str = "last UTC day, YYYY-MM-DD (inclusive)") -> None:
+    """``--metric`` (optional: every metric by default; left out without ``metric``, for a
+    command that adds its own), ``--start`` and ``--end``: which metric and UTC days a
+    command reads."""
+    if metric:
+        parser.add_argument("--metric", help="only this metric (default: every metric)")
+    parser.add_argument("--start", help="first UTC day, YYYY-MM-DD (inclusive)")
+    parser.add_argument("--end", help=end_help)
 
 
 def token_list(given: list[str] | None, variable: str, option: str) -> list[str]:

@@ -24,6 +24,7 @@ from veil.server.cli.options import (
     ENVIRONMENT,
     add_config_option,
     add_db_option,
+    add_range_options,
     env_value,
     token_list,
 )
@@ -37,7 +38,8 @@ logger = logging.getLogger(__name__)
 def configure_serve(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil serve``."""
     add_config_option(parser)
-    add_db_option(parser, help_text="the database: a file path or sqlite:///path (created if missing)")
+    add_db_option(parser, help_text="the database: a file path or sqlite:///path (created if "
+                                    "missing), or postgresql://... (an existing database)")
     parser.add_argument("--host", default=DEFAULTS["HOST"],
                         help=f"address to listen on (default {DEFAULTS['HOST']})")
     parser.add_argument("--port", type=int, default=DEFAULTS["PORT"],
@@ -240,8 +242,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
                         help="directory for params.csv and counts.csv (created if missing)")
     add_config_option(parser, required=False,
                       help_text="registry TOML, else the registry stored in the database")
-    parser.add_argument("--start", default=None, help="first UTC day, YYYY-MM-DD (inclusive)")
-    parser.add_argument("--end", default=None, help="last UTC day, YYYY-MM-DD (inclusive)")
+    add_range_options(parser, metric=False)
     parser.add_argument("--force", action="store_true",
                         help="export even with fewer reports than the metric's min_reports")
 
@@ -292,7 +293,8 @@ def run_rebuild(args: argparse.Namespace) -> int:
 
 def configure_backup(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil backup``."""
-    configure_db(parser)
+    add_db_option(parser, help_text="the collector's SQLite database: a file path or "
+                                    "sqlite:///path (back up PostgreSQL with pg_dump)")
     parser.add_argument("--out", required=True, help="new file for the copy")
 
 

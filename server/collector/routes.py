@@ -14,9 +14,11 @@ from __future__ import annotations
 import datetime as dt
 import hmac
 import io
+import itertools
 import json
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ from veil.server.collector.responses import ANSWERED, ApiError, error_code, json
 from veil.server.collector.state import Collector, current_collector
 from veil.server.storage import StorageUnavailable, TooFewReportsError
 from veil.shared.errors import WireFormatError
+from veil.shared.registry import Metric
 from veil.shared.wire import BATCH_KEYS, REPORT_KEYS, validate_batch
 
 api = Blueprint("api", __name__)
@@ -124,10 +127,7 @@ def _store_batch(state: Collector) -> dict[str, Any]:
 def counts(name: str) -> Response:
     """Sufficient statistics for a metric over a range of days (bearer token)."""
     state = _require_read("counts")
-    if name not in state.storage.registry:
-        raise ApiError(404, "unknown_metric", "name",
-                       f"unknown metric {name[:64]!r}; GET /v1/metrics lists the metrics")
-    metric = state.storage.registry[name]
+    metric = _metric_or_404(state, name, "name")
     _only_parameters("start", "end", "format")
     fmt = request.args.get("format", "json")
     if fmt not in ("json", "csv"):
@@ -160,32 +160,24 @@ def raw_reports(name: str) -> Response:
     (discovery channels): fixed-size records of the cohort (2 bytes, big-endian) and the
     payload's bytes, streamed (bearer token and ``min_reports``, as counts)."""
     state = _require_read("reports")
-    if name not in state.storage.registry:
-        raise ApiError(404, "unknown_metric", "name",
-                       f"unknown metric {name[:64]!r}; GET /v1/metrics lists the metrics")
-    metric = state.storage.registry[name]
+    metric = _metric_or_404(state, name, "name")
     _only_parameters("start", "end")
     if not metric.params.reads_raw_reports:
         raise ApiError(400, "counts_suffice", "name",
                        f"{name!r} is analysed from its counts: GET /v1/metrics/{name}/counts")
     start, end = _day_args()
-    storage = state.storage
-    held = sum(day.reports for day in storage.daily_reports(name, start, end))
-    if held < metric.min_reports:
-        raise ApiError(409, "too_few_reports", None,
-                       f"{held} reports of {name!r} in range, fewer than its min_reports "
-                       f"{metric.min_reports}")
-    chunks = storage.iter_reports(name, start, end)
-    first = next(chunks, None)  # fails here, before the 200, if the store does
+    try:  # min_reports >= 1, so at least one chunk, read before the 200
+        chunks = state.storage.raw_reports(name, start, end)
+    except TooFewReportsError as exc:
+        raise ApiError(409, "too_few_reports", None, str(exc)) from None
+    first = next(chunks)
 
-    def records() -> Any:
-        chunk = first
-        while chunk is not None:
+    def records() -> Iterator[bytes]:
+        for chunk in itertools.chain([first], chunks):
             cohorts = chunk.cohorts.astype(">u2").view(np.uint8).reshape(-1, RECORD_COHORT_BYTES)
             yield np.hstack([cohorts, chunk.payloads]).tobytes()
-            chunk = next(chunks, None)
 
-    width = RECORD_COHORT_BYTES + (first.payloads.shape[1] if first is not None else 0)
+    width = RECORD_COHORT_BYTES + first.payloads.shape[1]
     return Response(records(), mimetype="application/octet-stream",
                     headers={"X-Veil-Record-Bytes": str(width)})
 
@@ -196,9 +188,8 @@ def stats() -> Response:
     state = _require_read("stats")
     _only_parameters("metric", "start", "end")
     name = request.args.get("metric")
-    if name is not None and name not in state.storage.registry:
-        raise ApiError(404, "unknown_metric", "metric",
-                       f"unknown metric {name[:64]!r}; GET /v1/metrics lists the metrics")
+    if name is not None:
+        _metric_or_404(state, name, "metric")
     start, end = _day_args()
     return json_response(state.storage.stats(name, start, end))
 
@@ -212,6 +203,15 @@ def _require_read(what: str) -> Collector:
                        f"this collector has no read token configured; set one to read {what}")
     _check_bearer(state.read_tokens)
     return state
+
+
+def _metric_or_404(state: Collector, name: str, field: str) -> Metric:
+    """The metric called ``name``; 404 ``unknown_metric`` naming ``field`` if there is none."""
+    metric: Metric | None = state.storage.registry.get(name)
+    if metric is None:
+        raise ApiError(404, "unknown_metric", field,
+                       f"unknown metric {name[:64]!r}; GET /v1/metrics lists the metrics")
+    return metric
 
 
 def _only_parameters(*allowed: str) -> None:

@@ -2,11 +2,11 @@
 
 :class:`Storage` (in :mod:`~veil.server.storage.base`) is everything the
 collector, the command line and the analysis use; :func:`open_storage` picks a
-backend from a URL or a path. Backends live in subpackages (``sqlite``) and
-register in :data:`BACKENDS` (:mod:`~veil.server.storage.backends`) by their URL
-schemes. Policies that are the same for every backend (registry compatibility,
-``min_reports``, day ranges) live in :mod:`~veil.server.storage.base`, above the
-backends.
+backend from a URL or a path. The backends, SQLite and PostgreSQL, live in
+subpackages (``sqlite``, ``postgres``) and register in :data:`BACKENDS`
+(:mod:`~veil.server.storage.backends`) by their URL schemes. Policies that are
+the same for every backend (registry compatibility, ``min_reports``, day
+ranges) live in :mod:`~veil.server.storage.base`, above the backends.
 
 The public names load lazily (:mod:`veil.server.lazy`), so importing this
 package (as the ``veil`` command does to list ``veil check``) does not pull in NumPy.

@@ -9,13 +9,25 @@ from typing import Any
 from veil.server.storage.base import CheckResult, Migration, Storage, StorageError
 from veil.shared.registry import Registry
 
+#: each backend class (``module:Class``), the extra that installs its driver, and its URL
+#: schemes: the one list of them (a backend's ``schemes`` attribute is read from here, by
+#: :func:`schemes_of`, so the table needs no backend imported)
+_REGISTERED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("veil.server.storage.sqlite:SQLiteStorage", "server", ("sqlite",)),
+    ("veil.server.storage.postgres:PostgresStorage", "postgres", ("postgresql", "postgres")),
+)
+
 #: the backend class of each URL scheme (``module:Class``), imported on first use so a
 #: backend's driver is needed only by those who use it, and the extra that installs it
 BACKENDS: dict[str, tuple[str, str]] = {
-    "sqlite": ("veil.server.storage.sqlite:SQLiteStorage", "server"),
-    "postgresql": ("veil.server.storage.postgres:PostgresStorage", "postgres"),
-    "postgres": ("veil.server.storage.postgres:PostgresStorage", "postgres"),
+    scheme: (target, extra) for target, extra, schemes in _REGISTERED for scheme in schemes
 }
+
+
+def schemes_of(target: str) -> tuple[str, ...]:
+    """The URL schemes of the backend class ``target`` (``module:Class``), as
+    :data:`BACKENDS` maps them: what the class gives as its ``schemes``."""
+    return tuple(scheme for scheme, (named, _) in BACKENDS.items() if named == target)
 
 
 def open_storage(url: str | Path, registry: Registry | None = None, *, create: bool = False,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import datetime as dt
+import itertools
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,8 @@ class TooFewReportsError(VeilError):
         self.min_reports = min_reports
         super().__init__(
             f"metric {metric!r} has {reports} reports in the requested range; at least "
-            f"{min_reports} (its min_reports) are needed before counts are released. "
-            "Widen the date range or wait for more reports."
+            f"{min_reports} (its min_reports) are needed before counts or reports are "
+            "released. Widen the date range or wait for more reports."
         )
 
 
@@ -250,6 +251,11 @@ def today() -> str:
     return dt.datetime.now(dt.UTC).strftime(DAY_FORMAT)
 
 
+def yesterday() -> str:
+    """Yesterday's UTC day: the last day that is over."""
+    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).strftime(DAY_FORMAT)
+
+
 def merge_registry(stored: Registry | None, given: Registry, with_data: Collection[str],
                    where: str) -> Registry:
     """The registry to record when ``given`` replaces ``stored`` in a store at ``where``.
@@ -287,7 +293,8 @@ class Storage(abc.ABC):
     store with a :class:`StorageError` that names the recovery.
     """
 
-    #: URL schemes this backend opens (``open_storage`` picks a backend by them)
+    #: URL schemes this backend opens, as :data:`~veil.server.storage.backends.BACKENDS`
+    #: lists them (``open_storage`` picks a backend from that table)
     schemes: tuple[str, ...] = ()
 
     #: the schema steps the open that made this object applied, oldest first
@@ -458,6 +465,24 @@ class Storage(abc.ABC):
         ]
         return {"start": start_text, "end": end_text,
                 "reports": sum(entry["reports"] for entry in entries), "metrics": entries}
+
+    def raw_reports(self, metric: str, start: dt.date | str | None = None,
+                    end: dt.date | str | None = None, *, min_reports: int | None = None,
+                    ) -> Iterator[StoredReports]:
+        """:meth:`iter_reports` of ``metric`` for an analysis that reads reports one by one
+        (a discovery channel), under the rule :meth:`counts` applies: raises
+        :class:`TooFewReportsError` unless the range holds at least ``min_reports`` raw
+        reports (default: the metric's own; 0 overrides). Counts the raw reports still
+        kept, not the aggregates: retention may have dropped some."""
+        threshold = self.metric(metric).min_reports if min_reports is None else min_reports
+        chunks = self.iter_reports(metric, *day_range(start, end))
+        held: list[StoredReports] = []
+        while sum(len(chunk) for chunk in held) < threshold:
+            chunk = next(chunks, None)
+            if chunk is None:
+                raise TooFewReportsError(metric, sum(len(c) for c in held), threshold)
+            held.append(chunk)
+        return itertools.chain(held, chunks)
 
     def counts(
         self,

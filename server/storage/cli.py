@@ -1,4 +1,5 @@
-"""``veil check``, ``veil migrate`` and ``veil stats``: the database seen by its operator.
+"""``veil check``, ``veil migrate``, ``veil stats`` and ``veil retention``: the database
+seen by its operator.
 
 Registered under the ``veil.commands`` entry points. The storage package loads
 inside the ``run`` functions so that ``veil --help`` stays light.
@@ -13,7 +14,13 @@ import sys
 import time
 from typing import Any
 
-from veil.server.cli.options import ENVIRONMENT, add_db_option, add_server_options, print_log
+from veil.server.cli.options import (
+    ENVIRONMENT,
+    add_db_option,
+    add_range_options,
+    add_server_options,
+    print_log,
+)
 from veil.shared.errors import ParameterError, VeilError
 
 #: problems listed of each kind; the rest are counted
@@ -149,9 +156,7 @@ def configure_stats(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("source (one of)")
     add_db_option(source, required=False)
     add_server_options(source)
-    parser.add_argument("--metric", help="only this metric (default: every metric)")
-    parser.add_argument("--start", help="first UTC day, YYYY-MM-DD (inclusive)")
-    parser.add_argument("--end", help="last UTC day, YYYY-MM-DD (inclusive)")
+    add_range_options(parser)
     parser.add_argument("--format", choices=STATS_FORMATS, default="table",
                         help="table (with totals, the default), csv (metric,day,reports: one "
                         "row per day with reports) or json (the GET /v1/stats document)")

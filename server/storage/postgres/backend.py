@@ -41,6 +41,7 @@ from psycopg import sql as psql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from veil.server.storage.backends import schemes_of
 from veil.server.storage.base import (
     LAST_DAY,
     REAL_TOLERANCE,
@@ -54,6 +55,7 @@ from veil.server.storage.base import (
     StoredReports,
     aggregate_columns,
     parse_day,
+    payload_array,
     registry_to_record,
     sum_aggregate_rows,
 )
@@ -111,8 +113,7 @@ def encode_payload(payload_type: str, stored: Any) -> bytes:
 def decode_payloads(payload_type: str, blobs: Sequence[bytes]) -> np.ndarray:
     """``payload`` column values as the array :class:`StoredReports` holds."""
     if payload_type == "bytes":
-        width = len(blobs[0]) if blobs else 0
-        return np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), width)
+        return payload_array(payload_type, blobs)
     return np.frombuffer(b"".join(blobs), dtype=_PAYLOAD_DTYPES[payload_type]).astype(
         np.int64 if payload_type == "int" else np.float64)
 
@@ -125,7 +126,7 @@ class PostgresStorage(Storage):
     store is created), ``pool_size``.
     """
 
-    schemes = ("postgresql", "postgres")
+    schemes = schemes_of("veil.server.storage.postgres:PostgresStorage")
     current_schema = schema.SCHEMA_VERSION
 
     @classmethod

@@ -36,6 +36,8 @@ LOCK_GIVEN_DAY = (
 )
 
 _SQL_TYPES = {"counts": "bigint[]", "count": "bigint", "real": "double precision"}
+#: the statistic columns of the aggregate table and of its staging table, with their types
+_AGGREGATE_COLUMNS = ", ".join(f"{column} {_SQL_TYPES[COLUMN_TYPES[column]]}" for column in COLUMNS)
 
 META = "CREATE TABLE IF NOT EXISTS veil_meta (key text PRIMARY KEY, value text NOT NULL)"
 REPORTS = """CREATE TABLE IF NOT EXISTS veil_reports (
@@ -49,7 +51,7 @@ REPORTS = """CREATE TABLE IF NOT EXISTS veil_reports (
 AGGREGATES = (
     "CREATE TABLE IF NOT EXISTS veil_aggregates (metric text NOT NULL, day date NOT NULL, "
     "cohort integer NOT NULL, shard smallint NOT NULL, reports bigint NOT NULL, "
-    + ", ".join(f"{column} {_SQL_TYPES[COLUMN_TYPES[column]]}" for column in COLUMNS)
+    + _AGGREGATE_COLUMNS
     + ", PRIMARY KEY (metric, day, cohort, shard))"
 )
 #: element-wise sum of two counter arrays (NULL is "no counters"); a PL/pgSQL loop, which
@@ -95,7 +97,7 @@ STAGING = ("CREATE TEMP TABLE IF NOT EXISTS veil_staging (id bytea NOT NULL, met
 AGGREGATE_STAGING = (
     "CREATE TEMP TABLE IF NOT EXISTS veil_aggregate_staging (metric text NOT NULL, "
     "day date NOT NULL, cohort integer NOT NULL, shard smallint NOT NULL, reports bigint NOT NULL, "
-    + ", ".join(f"{column} {_SQL_TYPES[COLUMN_TYPES[column]]}" for column in COLUMNS)
+    + _AGGREGATE_COLUMNS
     + ") ON COMMIT DELETE ROWS"
 )
 COPY_AGGREGATES = (f"COPY veil_aggregate_staging (metric, day, cohort, shard, reports, "

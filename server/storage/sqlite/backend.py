@@ -40,6 +40,7 @@ try:
 except ImportError:  # not POSIX: processes serialize on SQLite's busy timeout alone
     fcntl = None  # type: ignore[assignment]
 
+from veil.server.storage.backends import schemes_of
 from veil.server.storage.base import (
     LAST_DAY,
     CheckResult,
@@ -143,7 +144,7 @@ class SQLiteStorage(Storage):
     the group commit's lock and queue.
     """
 
-    schemes = ("sqlite",)
+    schemes = schemes_of("veil.server.storage.sqlite:SQLiteStorage")
     current_schema = SCHEMA_VERSION
 
     def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False,
