@@ -29,9 +29,9 @@ from veil.server.analysis.discovery import PrefixSearch
 from veil.server.analysis.strings import StringDecoder
 from veil.server.analysis.synthetic import string_counts_from_values
 from veil.shared.kinds.discovery import DiscoveryParams
-from veil.simulations.discovery import encode_discovery, value_vectors
 from veil.simulations.discovery_experiment import (
     figures_of_merit,
+    simulate_levels,
     string_channel_params,
     url_zipf_population,
 )
@@ -55,13 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     on_discovery = int(rng.binomial(args.reports, params.share))
     per_level = rng.multinomial(on_discovery, np.full(params.levels, 1 / params.levels))
     started = time.perf_counter()
-    levels = []
-    for level, n in enumerate(per_level):
-        held = rng.multinomial(int(n), population.probs)
-        present = np.flatnonzero(held)
-        vectors = value_vectors(params, [population.values[i] for i in present], level)
-        rows, buckets = encode_discovery(params, np.repeat(vectors, held[present]), rng)
-        levels.append((rows.astype(np.int32), buckets.astype(np.uint8)))
+    # held compactly, so that the timed search starts with every report in memory
+    levels = [(rows.astype(np.int32), buckets.astype(np.uint8))
+              for rows, buckets in simulate_levels(params, population, per_level, rng)]
     cohort_values = population.cohort_histogram(args.reports - on_discovery, strings.m, rng)
     reports, ones = string_counts_from_values(
         strings, build_map(strings, list(population.values)), cohort_values, rng)
@@ -78,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     decoder = StringDecoder(strings, correction="bh").fit(reports, ones, candidates)
     decoded = time.perf_counter() - started
     found = [row["string"] for row in decoder.result_.rows]
-    merit = figures_of_merit(found, dict(zip(population.values, population.probs, strict=True)))
+    merit = figures_of_merit(found, population.shares)
     print(f"prefix search {searched:.1f} s ({searched / params.levels:.2f} s a level), "
           f"{len(candidates)} candidates; string decode {decoded:.1f} s; "
           f"total {searched + decoded:.1f} s; peak {peak_mb():,.0f} MB")

@@ -104,19 +104,18 @@ _CAUSES: tuple[tuple[type[BaseException], str], ...] = (
 
 def reporting_channel(registry: Registry, metric: str, secret: bytes) -> Metric:
     """The metric an installation with ``secret`` reports the string metric ``metric`` as:
-    ``registry[metric]`` itself, or its discovery channel (:meth:`Registry.channels
-    <veil.shared.registry.Registry.channels>`) for the installations whose ``u < N``, where
+    ``registry[metric]`` itself, or its discovery channel (:meth:`Registry.channel
+    <veil.shared.registry.Registry.channel>`) for the installations whose ``u < N``, where
     ``u`` is the first word (:meth:`~veil.client.randomness.RandomStream.u32`) of the
     :class:`~veil.client.randomness.HmacStream` with purpose ``channel``, the metric's name
     and an empty context, and ``N / 2**32`` the channel's realized ``share``. The choice is
     made once for all: every value of ``metric`` goes out through the same channel."""
-    spec = registry[metric]
-    channels = registry.channels(metric)
-    if channels:
+    channel = registry.channel(metric)
+    if channel is not None:
         u = HmacStream(secret, b"channel", metric, b"").u32()
-        if u < realize(channels[0].params.share):  # type: ignore[attr-defined]
-            return channels[0]
-    return spec
+        if u < realize(channel.params.channel_share):
+            return channel
+    return registry[metric]
 
 
 class _ChannelReportError(UnknownMetricError):
@@ -709,7 +708,7 @@ class Client:
         try:
             key = encoder.memo_key(value)
         except ParameterError as problem:
-            raise ParameterError("value", f"metric {spec.name!r}: value {problem.message}") from None
+            raise ParameterError("value", f"metric {metric!r}: value {problem.message}") from None
         wire = make_report(secrets.token_hex(16), spec.name, encoder.cohort,
                            encoder.finish(encoder.memoized(key)), spec.params.fingerprint)
         validate_report(wire, metrics.registry)

@@ -96,6 +96,14 @@ class PrivacyLimits:
                 f"{pin}; its reports are never encoded. Review the new parameters and update "
                 "pinned"
             )
+        if pin is None and metric.of and metric.of in self.pinned:
+            return (
+                f"metric {metric.name!r} is refused: it is the discovery channel of "
+                f"{metric.of!r}, which this application pinned, and its parameters "
+                f"(fingerprint {params.fingerprint}) are not pinned; the reports of "
+                f"{metric.of!r} this installation would send through it are never encoded. "
+                f"Review them and pin {metric.name!r} too"
+            )
         for quantity, value, limit, name in (
             ("epsilon_inf", params.epsilon_inf, self.max_epsilon_per_value,
              "max_epsilon_per_value"),
@@ -113,13 +121,4 @@ class PrivacyLimits:
     def refusals(self, registry: Registry) -> dict[str, str]:
         """Every metric of ``registry`` these limits refuse, with why."""
         found = {metric.name: self.refusal(metric) for metric in registry.values()}
-        for metric in registry.values():
-            if metric.of in self.pinned and metric.name not in self.pinned:
-                found[metric.name] = found[metric.name] or (
-                    f"metric {metric.name!r} is refused: it is the discovery channel of "
-                    f"{metric.of!r}, which this application pinned, and its parameters "
-                    f"(fingerprint {metric.params.fingerprint}) are not pinned; the reports of "
-                    f"{metric.of!r} this installation would send through it are never encoded. "
-                    f"Review them and pin {metric.name!r} too"
-                )
         return {name: why for name, why in found.items() if why is not None}

@@ -43,16 +43,17 @@ channels by the largest of their epsilons.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from veil.shared.errors import ParameterError
-from veil.shared.kinds import KINDS, DiscoveryParams, MechanismParams, StringParams, parse_params
+from veil.shared.kinds import KINDS, DiscoveryParams, MechanismParams, parse_params
 from veil.shared.kinds.discovery import CHANNEL_SUFFIX
 from veil.shared.privacy import parallel, sequential
 
@@ -164,10 +165,8 @@ class Registry(Mapping[str, Metric]):
         for problem in _channel_problems(by_name).values():
             raise problem
         self._metrics = MappingProxyType(by_name)
-        self._channels: dict[str, list[Metric]] = {}
-        for metric in by_name.values():
-            if metric.of:
-                self._channels.setdefault(metric.of, []).append(metric)
+        #: the channel of each metric that has one (at most one: _channel_problems)
+        self._channels = {metric.of: metric for metric in by_name.values() if metric.of}
         self.version = version
 
     def __getitem__(self, name: str) -> Metric:
@@ -202,11 +201,10 @@ class Registry(Mapping[str, Metric]):
     def __repr__(self) -> str:
         return f"Registry(version={self.version}, metrics={sorted(self._metrics)})"
 
-    def channels(self, name: str) -> list[Metric]:
-        """The channels of the string metric ``name`` besides itself: its discovery channel, if
-        it has one (``[]`` for every other metric). An installation reports ``name`` through
-        exactly one of the metric and its channels."""
-        return list(self._channels.get(name, ()))
+    def channel(self, name: str) -> Metric | None:
+        """The channel of the metric ``name`` (a string metric's discovery channel), or
+        ``None``. An installation reports ``name`` through exactly one of the two."""
+        return self._channels.get(name)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document served at ``GET /v1/metrics``."""
@@ -233,24 +231,23 @@ class Registry(Mapping[str, Metric]):
             raise ParameterError("metrics", "the registry needs at least one [metrics.NAME] table")
         parsed: list[Metric] = []
         skipped: dict[str, str] = {}
+        def add(name: str, build: Callable[[], Metric]) -> None:
+            try:
+                parsed.append(build())
+            except ParameterError as exc:
+                if not lenient:
+                    raise
+                skipped[name] = str(exc)
+
         for name, table in metrics.items():
             channel = None
             if isinstance(table, Mapping) and CHANNEL_KEY in table:
                 table = dict(table)
                 channel = table.pop(CHANNEL_KEY)
-            try:
-                parsed.append(Metric.from_dict(name, table))
-            except ParameterError as exc:
-                if not lenient:
-                    raise
-                skipped[str(name)] = str(exc)
+            add(str(name), functools.partial(Metric.from_dict, name, table))
             if channel is not None:
-                try:
-                    parsed.append(_nested_channel(name, table.get("kind"), channel))
-                except ParameterError as exc:
-                    if not lenient:
-                        raise
-                    skipped[f"{name}{CHANNEL_SUFFIX}"] = str(exc)
+                add(f"{name}{CHANNEL_SUFFIX}",
+                    functools.partial(_nested_channel, name, table.get("kind"), channel))
         if lenient:
             parsed = _usable(parsed, skipped)
         return cls(parsed, version=data.get("version", 1), skipped=skipped)
@@ -314,7 +311,8 @@ def _channel_problems(metrics: Mapping[str, Metric]) -> dict[str, ParameterError
     owners: dict[str, str] = {}
     for name, metric in metrics.items():
         of = metric.of
-        if metric.kind != DiscoveryParams.kind:
+        owner_kind = metric.params.channel_of
+        if not owner_kind:
             if of:
                 problems[name] = ParameterError(
                     f"metrics.{name}.of",
@@ -327,9 +325,9 @@ def _channel_problems(metrics: Mapping[str, Metric]) -> dict[str, ParameterError
                    "as the table [metrics.NAME.discovery] of string metric NAME")
         elif owner is None:
             why = f"of = {of!r} names no metric of this registry"
-        elif owner.kind != StringParams.kind:
-            why = (f"of = {of!r} names a {owner.kind} metric; a discovery channel belongs to a "
-                   "string metric")
+        elif owner.kind != owner_kind:
+            why = (f"of = {of!r} names a {owner.kind} metric; a {metric.kind} channel belongs "
+                   f"to a {owner_kind} metric")
         elif of in owners:
             why = (f"string metric {of!r} has a discovery channel already, {owners[of]!r}; "
                    "it may have one")
@@ -345,7 +343,7 @@ def _nested_channel(name: str, kind: Any, table: Any) -> Metric:
     the metric ``NAME.discovery`` of kind ``discovery`` and ``of = NAME``."""
     channel = f"{name}{CHANNEL_SUFFIX}"
     where = f"metrics.{channel}"
-    if kind != StringParams.kind:
+    if kind != DiscoveryParams.channel_of:
         raise ParameterError(
             where, f"metrics.{name}: only a string metric may have a discovery channel; this one "
                    f"is of kind {kind!r}. Remove its [{where}] table")

@@ -17,7 +17,7 @@ import numpy as np
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.discovery import DiscoveryParams
 from veil.simulations.encoding import memo_rows
-from veil.simulations.oracle_encoding import bernoulli
+from veil.simulations.oracle_encoding import bernoulli, parity
 
 _WORDS = ("news", "shop", "mail", "cloud", "video", "play", "maps", "data", "home", "blog",
           "store", "music", "photo", "travel", "game", "book", "food", "health", "bank",
@@ -59,12 +59,6 @@ def value_vectors(params: DiscoveryParams, values: Sequence[str], level: int) ->
             x = cache[value] = params.vector(params.padded(value.encode()), level)
         out[i] = x
     return out
-
-
-def parity(words: np.ndarray) -> np.ndarray:
-    """Parity of the set bits of each non-negative integer."""
-    odd: np.ndarray = (np.bitwise_count(words) & 1).astype(np.int64)
-    return odd
 
 
 def encode_discovery(params: DiscoveryParams, vectors: np.ndarray, rng: np.random.Generator,

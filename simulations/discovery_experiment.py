@@ -24,6 +24,7 @@ import numpy as np
 
 from veil.server.analysis.candidate_map import build_map
 from veil.server.analysis.discovery import PrefixSearch
+from veil.server.analysis.report import draw_prefix_search
 from veil.server.analysis.results import STRING_COLUMNS, write_rows
 from veil.server.analysis.strings import StringDecoder
 from veil.server.analysis.synthetic import string_counts_from_values
@@ -72,9 +73,10 @@ class DiscoveryRun:
     metrics: dict[str, Any]
 
 
-def _levels(params: DiscoveryParams, population: Population, reports: np.ndarray,
-            rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Each level's ``(rows, buckets)``, encoded when the search reaches it."""
+def simulate_levels(params: DiscoveryParams, population: Population, reports: np.ndarray,
+                    rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Each level's ``(rows, buckets)`` for ``reports[L]`` installations at level ``L``
+    holding values of ``population``, encoded when asked for (a search reaches it)."""
     for level, n in enumerate(reports):
         held = rng.multinomial(int(n), population.probs)
         present = np.flatnonzero(held)
@@ -94,7 +96,7 @@ def run_discovery(population: Population, reports: int, epsilon: float, seed: in
     on_discovery = int(rng.binomial(reports, params.share))
     per_level = rng.multinomial(on_discovery, np.full(params.levels, 1 / params.levels))
     search = PrefixSearch(params, progress=progress).fit(
-        _levels(params, population, per_level, rng))
+        simulate_levels(params, population, per_level, rng))
     on_strings = reports - on_discovery
     cohort_values = population.cohort_histogram(on_strings, string_params.m, rng)
     truth = build_map(string_params, list(population.values))
@@ -105,12 +107,11 @@ def run_discovery(population: Population, reports: int, epsilon: float, seed: in
         decoder = StringDecoder(string_params, correction="bh", alpha=alpha).fit(
             cohort_reports, ones, candidates, metric="discovery")
         rows = [{"method": "veil", **row} for row in decoder.result_.rows]
-    shares = dict(zip(population.values, population.probs, strict=True))
     found = [row["string"] for row in rows]
     metrics = {
         "method": "veil", "reports": reports, "epsilon": epsilon,
         "candidates": len(candidates), "discovered": len(found),
-        **figures_of_merit(found, shares),
+        **figures_of_merit(found, population.shares),
         "seconds": search.seconds_,
     }
     return DiscoveryRun(params, string_params, search, rows, metrics)
@@ -147,7 +148,7 @@ def discovery_experiment(population: Population | None, reports: int, epsilon: f
         population = url_zipf_population(2_000 if quick else 100_000, rng, high=length)
     params = DiscoveryParams(epsilon=epsilon, max_length=length)
     run = run_discovery(population, reports, epsilon, seed, params=params)
-    shares = dict(zip(population.values, population.probs, strict=True))
+    shares = population.shares
     table = list(run.rows)
     metrics = [run.metrics]
     if pem:
@@ -193,13 +194,7 @@ def _figure(run: DiscoveryRun, table: list[dict[str, Any]], shares: dict[str, fl
     left.set(yscale="log", xlabel="rank of the string", ylabel="share",
              title="the 40 most frequent strings and who found them")
     left.legend(fontsize=7)
-    levels = run.search.levels_
-    right.plot([lv.level for lv in levels], [len(lv.kept) for lv in levels], "o-", ms=3,
-               label="prefixes kept")
-    right.plot([lv.level for lv in levels], np.cumsum([len(lv.ended) for lv in levels]), "s-",
-               ms=3, label="strings ended (candidates)")
-    right.set(xlabel="level", title="the prefix search")
-    right.legend(fontsize=7)
+    draw_prefix_search(right, run.search.levels_)
     for axis in (left, right):
         axis.title.set_fontsize(9)
     return figure

@@ -8,11 +8,13 @@ server extends each of the current top-``k`` prefixes by every possible ``eta``-
 suffix, estimates each candidate's share from that group's reports and keeps the
 top ``k``; after the last group the top-``k`` full values are the output.
 
-Byte-aligned variant (the framing of :mod:`veil.shared.kinds.discovery`, so that
-the two are compared side by side): a value is its UTF-8 bytes cut at
+Byte-aligned variant (the segments and levels of :mod:`veil.shared.kinds.discovery`,
+so that the two are compared side by side): a value is its UTF-8 bytes cut at
 ``max_length``, followed by ``0x00`` and padded with ``0x00`` to
 ``groups * segment`` bytes, ``groups = ceil(max_length / segment)`` (``eta =
-8 * segment`` bits; 32 groups by default, as Veil's levels). Group ``i`` (0-based) reports the first
+8 * segment`` bits; 32 groups by default, as Veil's levels). PEM fingerprints whole
+prefixes, so its padding need not differ from its end marker (Veil's must: its
+reports pair a prefix's fingerprint with the next segment). Group ``i`` (0-based) reports the first
 ``(i + 1) * segment`` bytes of the padded value. Round ``i`` extends every kept
 prefix (round 0: the empty prefix) by every ``segment``-byte suffix, ``2**eta`` per
 kept prefix, and keeps the ``k`` of highest estimate. The output is the final
@@ -65,6 +67,7 @@ import numpy as np
 from veil.server.analysis.discovery import support_counts
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.discovery import best_bucket_bits
+from veil.simulations.oracle_encoding import parity
 
 #: the ``person`` of the BLAKE2b parent hash
 FINGERPRINT_PERSON = b"veil-pem"
@@ -74,9 +77,6 @@ FINGERPRINT_BITS = 24
 MAX_FINGERPRINT_BITS = 26
 #: the byte that ends a value and pads it
 END = 0x00
-#: most entries of the span that one :func:`support_counts` call builds (``2**t`` per
-#: report, int64): larger groups are counted in chunks, which keeps memory bounded
-SPAN_BUDGET = 1 << 25
 
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
@@ -184,25 +184,10 @@ def olh_reports(fingerprints: np.ndarray, epsilon: float, bucket_bits: int,
     rows = rng.integers(0, 1 << bits, size=(t, n), dtype=np.int64)
     buckets = np.zeros(n, dtype=np.int64)
     for r in range(t):
-        buckets |= (np.bitwise_count(rows[r] & x) & 1).astype(np.int64) << r
+        buckets |= parity(rows[r] & x) << r
     other = (buckets + rng.integers(1, g, size=n)) % g
     kept = rng.random(n) < keep_probability(epsilon, bucket_bits)
     return rows, np.where(kept, buckets, other)
-
-
-def fingerprint_support(rows: np.ndarray, buckets: np.ndarray, bits: int = FINGERPRINT_BITS,
-                        ) -> np.ndarray:
-    """How many reports support each of the ``2**bits`` fingerprints (float32), counted in
-    chunks of at most :data:`SPAN_BUDGET` span entries."""
-    t, n = rows.shape
-    chunk = max(1, SPAN_BUDGET >> t)
-    if n <= chunk:
-        return support_counts(rows, buckets, bits)
-    total = np.zeros(1 << bits, dtype=np.float32)
-    for start in range(0, n, chunk):
-        total += support_counts(rows[:, start: start + chunk], buckets[start: start + chunk],
-                                bits)
-    return total
 
 
 def share_estimates(counts: np.ndarray, reports: int, epsilon: float, bucket_bits: int,
@@ -288,7 +273,7 @@ def run_pem(values: Sequence[str], weights: np.ndarray, reports: int, epsilon: f
         fingerprints = value_fingerprints(padded[distinct], length, segment, fingerprint_bits)
         rows, buckets = olh_reports(np.repeat(fingerprints, held[distinct]), epsilon, t, rng,
                                     fingerprint_bits)
-        counts = fingerprint_support(rows, buckets, fingerprint_bits)
+        counts = support_counts(rows, buckets, fingerprint_bits)
         del rows, buckets
         # the server: every kept prefix times every segment, the top k kept
         hashes = np.array([parent_hash(prefix) for prefix, _ in kept], dtype=np.uint64)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import math
 from pathlib import Path
 
@@ -113,6 +114,11 @@ class Population:
 
     def __len__(self) -> int:
         return len(self.values)
+
+    @functools.cached_property
+    def shares(self) -> dict[str, float]:
+        """Each value's probability, by value."""
+        return dict(zip(self.values, self.probs.tolist(), strict=True))
 
     def sample(self, n_clients: int, rng: np.random.Generator) -> np.ndarray:
         """Value indices (into :attr:`values`) of ``n_clients`` independent clients."""

@@ -9,14 +9,18 @@ population, and the simulation encoder's reports have the SDK encoder's mean
 statistic in every cohort (the whole law of one report where the statistic counts
 each payload value, GRR, OLH and Hadamard, or the payload is one bit, booleans and
 1bitmean; each bit's law for bit vectors; the first two moments for laplace and
-gaussian numbers). A kind that lacks a face (encoder, statistic, decoder,
-simulation encoder) or an example here fails this file.
+gaussian numbers; for discovery, whose bucket counts are uniform whatever is hashed,
+also whether each report's bucket is ``A x`` of its own value). A kind that lacks a
+face (encoder, statistic, decoder, simulation encoder) or an example here fails this
+file.
 
 Randomness is seeded. Tolerances: the decoder's estimate lies within 4 of its
-stated standard errors of the truth; SDK and simulated reports agree, field by
-field, within 5 standard errors of a difference of two means, each standard error
+stated standard errors of the truth (for discovery, of the share realized among the
+reports of the level where the string ended); SDK and simulated reports agree, field
+by field, within 5 standard errors of a difference of two means, each standard error
 estimated from its own sample (``sqrt(var_sdk / n + var_sim / n)``; 5 because
-every bit of every example is checked).
+every bit of every example is checked); a share of reports of stated probability
+``p`` lies within 4 binomial standard errors ``sqrt(p (1 - p) / n)`` of it.
 """
 
 from __future__ import annotations
@@ -241,13 +245,57 @@ def test_simulation_encoder_has_the_sdk_law(params, shares, truth) -> None:
         gap = np.abs(a.mean(axis=0) - b.mean(axis=0))
         # where both samples are constant (a bit never set) the means must agree exactly
         assert np.all(gap <= 5 * se + 1e-12), f"{name}: max gap {gap.max()} (se {se.max()})"
+    if isinstance(params, DiscoveryParams):
+        check_discovery_law(params, values, sdk, simulated)
+
+
+def own_bucket(params: DiscoveryParams, values: list[str], cohorts: Any, payloads: list[str],
+               ) -> np.ndarray:
+    """Per discovery report, 1.0 where its bucket is ``A x`` (``A``: the ``t`` rows of the
+    payload; ``x``: the vector of its value at its level, the cohort; bit ``i`` of ``A x`` the
+    parity of ``popcount(row_i & x)``), else 0.0. Read from the hex payloads, independently
+    of the encoders and of the decoder's ``payload_rows``."""
+    t, width = params.bucket_bits or 0, params.row_bytes
+    out = np.empty(len(payloads))
+    for i, (value, level, payload) in enumerate(zip(values, cohorts, payloads, strict=True)):
+        data = bytes.fromhex(payload)
+        x = params.vector(params.padded(value.encode()), int(level))
+        rows = [int.from_bytes(data[r * width:(r + 1) * width], "big") for r in range(t)]
+        hashed = sum(((row & x).bit_count() & 1) << r for r, row in enumerate(rows))
+        out[i] = float(data[-1] == hashed)
+    return out
+
+
+def check_discovery_law(params: DiscoveryParams, values: list[str], sdk: list[dict[str, Any]],
+                        simulated: Any) -> None:
+    """The law of a discovery report that carries its value: whether its bucket is ``A x``.
+
+    The bucket counts per level compared above cannot tell a simulator that hashes a wrong
+    vector from the SDK: ``A`` is uniform, so ``A x`` is uniform over the ``2**t`` buckets
+    for every ``x != 0``, whichever ``x`` it is. Whether a report's bucket equals ``A x`` of its
+    own value at its level is a Bernoulli(``p``) draw, ``p = support_probs[0]`` (the
+    randomized responses keep ``A x``, or name it again, with probability ``p`` in all),
+    while a report of another vector matches with probability ``1/g`` only.
+    """
+    p = params.support_probs[0]
+    a = own_bucket(params, values, [r["cohort"] for r in sdk], [r["payload"] for r in sdk])
+    b = own_bucket(params, values, simulated.cohorts.tolist(), simulated.payloads)
+    # SDK and simulator agree within 5 standard errors of a difference of two means,
+    # sqrt(var_sdk / n + var_sim / n), as every field above
+    se = np.sqrt(a.var() / len(a) + b.var() / len(b))
+    assert abs(a.mean() - b.mean()) <= 5 * se, ("A x kept: sdk", a.mean(), "sim", b.mean(), se)
+    # and each matches the stated p within 4 binomial standard errors sqrt(p (1 - p) / n)
+    for source, share in (("sdk", a), ("simulation", b)):
+        error = np.sqrt(p * (1 - p) / len(share))
+        assert abs(share.mean() - p) <= 4 * error, (source, share.mean(), p, error)
 
 
 def check_discovery(params: DiscoveryParams, cohorts: np.ndarray, stored: list[bytes],
-                    truth: dict[str, float]) -> None:
+                    truth: dict[str, float], values: list[str]) -> None:
     """The prefix search finds every true string, with its share within 4 standard errors
-    (:meth:`DiscoveryParams.share_variance` at the level where the string ended), and nothing
-    else; counts alone are refused with a message naming ``veil discover``."""
+    of the share it holds among the reports of the level where it ended (``values[i]`` is
+    the value of report ``i``, ``cohorts[i]`` its level), and nothing else; counts alone
+    are refused with a message naming ``veil discover``."""
     payloads = payload_array("bytes", stored)
     levels = reports_by_level(params, [(np.asarray(cohorts), payloads)])
     # at most 0.01 prefixes kept per level by noise: over the example's 4 levels, a false
@@ -256,10 +304,22 @@ def check_discovery(params: DiscoveryParams, cohorts: np.ndarray, stored: list[b
     assert set(search.strings_) == set(truth)
     ended = {value: level for level in search.levels_ for prefix, _ in level.ended
              for value in [prefix.split(b"\0")[0].decode()]}
-    for value, share in truth.items():
+    held = np.asarray(values, dtype=object)
+    for value in truth:
         level = ended[value]
+        at_level = np.asarray(cohorts) == level.level
+        assert level.reports == np.count_nonzero(at_level)
+        # The estimate is unbiased for the share s the value holds among the level's n
+        # reports (reports of other vectors support it with probability exactly q = 1/g),
+        # with variance (s p (1 - p) + (1 - s) q (1 - q)) / (n (p - q)^2), the OLH variance
+        # at a fixed s (DiscoveryParams.share_variance). Compared with the population share
+        # instead, the sampling of the values would add s (1 - s) / n. (The search also
+        # subtracts the mean over the ~60 unused fingerprints, adding about 1/60 of the
+        # zero-share variance: left out.)
+        share = float(np.mean(held[at_level] == value))
         error = params.share_variance(share, level.reports) ** 0.5
-        assert abs(search.strings_[value] - share) <= 4 * error, (value, search.strings_[value])
+        assert abs(search.strings_[value] - share) <= 4 * error, (value, search.strings_[value],
+                                                                   share)
     assert payload_rows(params, payloads)[0].shape == (params.bucket_bits, len(stored))
     statistic = statistic_for(params)
     states = [statistic.zero(params) for _ in range(params.cohorts)]
@@ -276,7 +336,7 @@ def test_decoder_recovers_a_known_population(params, shares, truth) -> None:
     statistic = statistic_for(params)
     stored = stored_payloads(params, simulated.payloads)
     if isinstance(params, DiscoveryParams):  # its decoder is the search over raw reports
-        return check_discovery(params, simulated.cohorts, stored, truth)
+        return check_discovery(params, simulated.cohorts, stored, truth, values)
     states = [statistic.zero(params) for _ in range(params.cohorts)]
     sizes = np.bincount(simulated.cohorts, minlength=params.cohorts)
     for cohort, _, state in statistic.accumulate(params, simulated.cohorts, stored):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from veil.client.encoders.base import Encoder
+from veil.client.encoders.oracles import keep_or_fresh, keep_or_other
 from veil.client.randomness import HmacStream
 from veil.shared.hashing import value_bytes
 from veil.shared.kinds import DiscoveryParams
@@ -62,20 +63,13 @@ class DiscoveryEncoder(Encoder[DiscoveryParams]):
         x = params.vector(key, self.level)
         stream = self.prr_stream(key)
         rows = [stream.randbelow(self._domain) for _ in range(self._rows)]
-        bucket = 0
-        for i, row in enumerate(rows):
-            bucket |= ((row & x).bit_count() & 1) << i
-        if stream.u32() >= self._prr:
-            other = stream.randbelow(self._g - 1)
-            bucket = other + (other >= bucket)
+        hashed = sum(((row & x).bit_count() & 1) << i for i, row in enumerate(rows))
+        bucket = keep_or_other(stream, hashed, self._g, self._prr)
         return b"".join(row.to_bytes(self._row_bytes, "big") for row in rows), bucket
 
     def finish(self, permanent: tuple[bytes, int]) -> str:
         rows, bucket = permanent
-        fresh = self.fresh
-        if fresh.u32() >= self._irr:
-            bucket = fresh.randbelow(self._g)
-        return (rows + bytes((bucket,))).hex()
+        return (rows + bytes((keep_or_fresh(self.fresh, bucket, self._g, self._irr),))).hex()
 
 
 __all__ = ["DiscoveryEncoder"]

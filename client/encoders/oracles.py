@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from veil.client.encoders.base import Encoder
 from veil.client.encoders.rappor import IRR_MORE_WORDS, lowest_digit
-from veil.client.randomness import HmacStream
+from veil.client.randomness import HmacStream, RandomStream
 from veil.shared.bits import (
     PROB_BITS,
     PROB_ONE,
@@ -64,6 +64,24 @@ class OracleEncoder(Encoder[Q]):
         return HmacStream(self.secret, b"prr", self.metric, context)
 
 
+def keep_or_other(stream: RandomStream, x: int, size: int, keep: int) -> int:
+    """Randomized response over ``size`` values: ``x`` if a word ``u = u32()`` is below
+    ``keep``, otherwise ``r + (r >= x)`` for ``r = randbelow(size - 1)`` read next (uniform
+    among the other ``size - 1``)."""
+    if stream.u32() < keep:
+        return x
+    other = stream.randbelow(size - 1)
+    return other + (other >= x)
+
+
+def keep_or_fresh(stream: RandomStream, x: int, size: int, keep: int) -> int:
+    """The instantaneous response: ``x`` if a word ``u = u32()`` is below ``keep``,
+    otherwise ``randbelow(size)`` read next (uniform over all ``size``)."""
+    if stream.u32() < keep:
+        return x
+    return stream.randbelow(size)
+
+
 class GrrEncoder(OracleEncoder[GrrParams]):
     """Generalized randomized response; payload: the reported category's index.
 
@@ -81,18 +99,11 @@ class GrrEncoder(OracleEncoder[GrrParams]):
         self._d = params.d
 
     def derive(self, key: bytes) -> int:
-        x = self.params.index(key.decode())
-        stream = self.prr_stream(key)
-        if stream.u32() < self._prr:
-            return x
-        other = stream.randbelow(self._d - 1)
-        return other + (other >= x)
+        return keep_or_other(self.prr_stream(key), self.params.index(key.decode()), self._d,
+                             self._prr)
 
     def finish(self, permanent: int) -> int:
-        fresh = self.fresh
-        if fresh.u32() < self._irr:
-            return permanent
-        return fresh.randbelow(self._d)
+        return keep_or_fresh(self.fresh, permanent, self._d, self._irr)
 
 
 class OueEncoder(OracleEncoder[OueParams]):
@@ -196,18 +207,12 @@ class OlhEncoder(OracleEncoder[OlhParams]):
         x = self.params.index(key.decode())
         stream = self.prr_stream(key)
         function = stream.randbelow(self._functions)
-        bucket = self.params.hash(function, x)
-        if stream.u32() >= self._prr:
-            other = stream.randbelow(self._g - 1)
-            bucket = other + (other >= bucket)
+        bucket = keep_or_other(stream, self.params.hash(function, x), self._g, self._prr)
         return function, bucket
 
     def finish(self, permanent: tuple[int, int]) -> int:
         function, bucket = permanent
-        fresh = self.fresh
-        if fresh.u32() >= self._irr:
-            bucket = fresh.randbelow(self._g)
-        return function * self._g + bucket
+        return function * self._g + keep_or_fresh(self.fresh, bucket, self._g, self._irr)
 
 
 class HadamardEncoder(OracleEncoder[HadamardParams]):

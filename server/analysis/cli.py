@@ -29,7 +29,8 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
     live = parser.add_argument_group("collected data")
     add_server_options(live)
     add_db_option(live, required=False,
-                  help_text="a collector's database: a file path or sqlite:///path")
+                  help_text="a collector's database: a file path, sqlite:///path or "
+                            "postgresql://...")
     # their variables apply only when neither option is given (_collected_source)
     parser.set_defaults(server=None, db=None)
     live.add_argument("--metric", help="metric name (with --server or --db)")
@@ -221,7 +222,6 @@ def run_discover(args: argparse.Namespace) -> int:
     """Discover a string metric's frequent strings from its discovery channel, and write them."""
     from veil.server.analysis.discovery import discover
     from veil.server.analysis.report import write_discovery
-    from veil.server.storage import open_storage
 
     if args.top < 1:
         raise ParameterError("top", f"--top must be at least 1; got {args.top}")
@@ -238,14 +238,10 @@ def run_discover(args: argparse.Namespace) -> int:
             bar.total, bar.n = total, done
             bar.refresh()
 
-        options = {"start": args.start, "end": args.end, "false_prefixes": args.false_prefixes,
-                   "correction": args.correction, "alpha": args.alpha, "force": args.force,
-                   "progress": progress}
-        if name == "server":
-            found = discover(where, args.metric, token=args.token, **options)
-        else:
-            with open_storage(where) as storage:
-                found = discover(storage, args.metric, **options)
+        found = discover(args.metric, **{name: where}, token=args.token, start=args.start,
+                         end=args.end, false_prefixes=args.false_prefixes,
+                         correction=args.correction, alpha=args.alpha, force=args.force,
+                         progress=progress)
     paths = write_discovery(found, args.out, args.top)
     summary = found.result.summary
     print(f"{summary['discovery']['reports']:,} discovery reports, "

@@ -29,20 +29,22 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import integrate, special
-from scipy.stats import norm
+from scipy import special
 
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
 from veil.server.analysis.results import DecodeResult
+from veil.server.analysis.stats import normal_isf
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.discovery import END, PAD, DiscoveryParams, prefix_fingerprint
 
 if TYPE_CHECKING:
-    from veil.server.storage.base import Storage
+    from pathlib import Path
 
 #: largest block of the transform done as one small dense matrix product
 _BLOCK_BITS = 4
+#: most entries (``2**t`` per report, int64) of the span :func:`support_counts` builds at once
+SPAN_ENTRIES = 1 << 25
 #: default expected number of false prefixes kept per level
 DEFAULT_FALSE_PREFIXES = 2.0
 #: default most prefixes kept per level (the highest estimated shares)
@@ -98,21 +100,26 @@ def support_counts(rows: np.ndarray, buckets: np.ndarray, domain_bits: int) -> n
 
     ``[A x = y] = 2**-t sum_u (-1)^(u . (A x + y))``, so the counts are the transform of
     ``F(v) = sum_i sum_u (-1)^(u . y_i) [A_i^T u = v]`` divided by ``2**t``: ``n 2**t``
-    additions and one transform of ``2**D`` entries.
+    additions, in chunks of at most :data:`SPAN_ENTRIES` (memory stays bounded however
+    many reports), and one transform of ``2**D`` entries.
     """
     t, n = rows.shape
-    span = np.empty((1 << t, n), dtype=np.int64)
-    span[0] = 0
-    for u in range(1, 1 << t):
-        low = (u & -u).bit_length() - 1
-        np.bitwise_xor(span[u & (u - 1)], rows[low], out=span[u])
-    codes = np.arange(1 << t)
-    odd = (np.bitwise_count(codes[:, None] & codes[None, :]) & 1).astype(np.int64)
-    span <<= 1
-    span |= odd[:, buckets]
-    tally = np.bincount(span.ravel(), minlength=1 << (domain_bits + 1))
-    signed = (tally[0::2] - tally[1::2]).astype(np.float32)
-    return walsh_hadamard(signed) / np.float32(1 << t)
+    odd = np.array([[(u & y).bit_count() & 1 for y in range(1 << t)] for u in range(1 << t)],
+                   dtype=np.int64)
+    signed = np.zeros(1 << domain_bits, dtype=np.int64)
+    step = max(1, SPAN_ENTRIES >> t)
+    for start in range(0, n, step):
+        part = rows[:, start: start + step]
+        span = np.empty((1 << t, part.shape[1]), dtype=np.int64)
+        span[0] = 0
+        for u in range(1, 1 << t):
+            low = (u & -u).bit_length() - 1
+            np.bitwise_xor(span[u & (u - 1)], part[low], out=span[u])
+        span <<= 1
+        span |= odd[:, buckets[start: start + step]]
+        tally = np.bincount(span.ravel(), minlength=1 << (domain_bits + 1))
+        signed += tally[0::2] - tally[1::2]
+    return walsh_hadamard(signed.astype(np.float32)) / np.float32(1 << t)
 
 
 def level_shares(params: DiscoveryParams, rows: np.ndarray, buckets: np.ndarray) -> np.ndarray:
@@ -147,13 +154,15 @@ def pair_threshold(low: float, width: int, tested: int, false_rate: float) -> fl
     """The ``z`` for which ``tested`` absent extensions, each with its level's z-score ``a``
     above ``low``, pass ``a + M > z`` with ``M`` the largest of ``width`` z-scores of its
     own absent extensions at the next level, ``false_rate`` times in expectation (the
-    integral over ``a`` on a grid of 4,001 points, ``z`` by bisection)."""
+    integral over ``a`` by the trapezoid rule on 4,001 points, ``z`` by bisection)."""
     grid = np.linspace(low, low + 12.0, 4001)
     weight = np.exp(-0.5 * grid**2) / math.sqrt(2 * math.pi) / float(special.ndtr(-low))
 
+    step = grid[1] - grid[0]
+
     def passing(z: float) -> float:
-        tail = -np.expm1(width * special.log_ndtr(z - grid))
-        return tested * float(integrate.trapezoid(weight * tail, grid))
+        integrand = weight * -np.expm1(width * special.log_ndtr(z - grid))
+        return tested * float(step * (integrand.sum() - (integrand[0] + integrand[-1]) / 2))
 
     lower, upper = low, low + 40.0
     for _ in range(60):
@@ -212,7 +221,7 @@ class PrefixSearch:
         stream = iter(levels)
         current = self._shares(next(stream, None))
         kept: list[bytes] = [b""]
-        ended: dict[bytes, float] = {}
+        ended: set[bytes] = set()
         for index in range(params.levels):
             if current is None or not kept:
                 break
@@ -220,8 +229,8 @@ class PrefixSearch:
             level = self._extend(index, kept, ended, current, following)
             self.levels_.append(level)
             for prefix, share in level.ended:
-                ended[prefix] = share
-                value = _decode(prefix)
+                ended.add(prefix)
+                value = _text(params.value_of(prefix))
                 if value is not None:
                     self.strings_[value] = max(share, self.strings_.get(value, -math.inf))
             kept = [prefix for prefix, _ in level.kept]
@@ -242,12 +251,12 @@ class PrefixSearch:
         """The fingerprints of ``prefixes``."""
         return {prefix_fingerprint(p, self.params.fingerprint_bits) for p in prefixes}
 
-    def _ended_fingerprints(self, ended: dict[bytes, float], length: int) -> set[int]:
+    def _ended_fingerprints(self, ended: set[bytes], length: int) -> set[int]:
         """Fingerprints of the ended strings' padded prefixes of ``length`` bytes."""
         bits = self.params.fingerprint_bits
         return {prefix_fingerprint(p.ljust(length, bytes([PAD]))[:length], bits) for p in ended}
 
-    def _own(self, shares: np.ndarray, live: Sequence[bytes], ended: dict[bytes, float],
+    def _own(self, shares: np.ndarray, live: Sequence[bytes], ended: set[bytes],
              length: int, std_error: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Fingerprints of ``live`` prefixes (``length`` bytes); per fingerprint row, the shares
         less what other prefixes put there (the mean of unused fingerprints; the padding
@@ -279,7 +288,7 @@ class PrefixSearch:
         unused = shares[free]
         return unused.mean(axis=0), np.maximum(unused.std(axis=0), floor)
 
-    def _extend(self, index: int, kept: Sequence[bytes], ended: dict[bytes, float],
+    def _extend(self, index: int, kept: Sequence[bytes], ended: set[bytes],
                 current: tuple[np.ndarray | None, int],
                 following: tuple[np.ndarray | None, int] | None) -> Level:
         params = self.params
@@ -288,7 +297,7 @@ class PrefixSearch:
         examined = len(kept) * width
         std_error = math.sqrt(params.share_variance(0.0, n)) if n else math.inf
         rate = self.false_prefixes / 2
-        z_high = float(norm.isf(rate / examined))
+        z_high = normal_isf(rate / examined)
         threshold = z_high * std_error
         if shares is None:
             return Level(index, n, std_error, threshold, examined, (), ())
@@ -314,16 +323,14 @@ class PrefixSearch:
                 free = np.ones(next_shares.shape[0], dtype=np.bool_)
                 free[sorted(taken)] = False
                 background, next_scale = self._background(next_shares, free, next_error)
-                fps = np.array(sorted(self._fingerprints(tentative)), dtype=np.int64)
-                rows = np.zeros((next_shares.shape[0], 2), dtype=np.float32)
-                next_z = (next_shares[fps] - background) / next_scale
-                padding = params.padding_segment
-                rows[fps, 0], rows[fps, 1] = next_z[:, padding], next_z.max(axis=1)
                 bits = params.fingerprint_bits
                 tentative_fps = np.array([prefix_fingerprint(c, bits) for c in tentative])
-                alone = np.array([fp not in taken for fp in tentative_fps.tolist()])
+                fps, row_of = np.unique(tentative_fps, return_inverse=True)
+                next_z = (next_shares[fps] - background) / next_scale
                 ends = np.array([_ends(c, params.segment) for c in tentative])
-                best_next = np.where(ends, rows[tentative_fps, 0], rows[tentative_fps, 1])
+                best_next = np.where(ends, next_z[row_of, params.padding_segment],
+                                     next_z.max(axis=1)[row_of])
+                alone = np.array([fp not in taken for fp in tentative_fps.tolist()])
                 pair = z[low_p, low_s] + best_next
                 open_cut = pair_threshold(self.tentative_z, width, len(tentative), rate / 2)
                 end_cut = pair_threshold(self.tentative_z, 1, len(tentative), rate / 2)
@@ -348,11 +355,11 @@ def _ends(prefix: bytes, segment: int) -> bool:
     return END in last and all(byte == PAD for byte in last[last.index(END) + 1:])
 
 
-def _decode(prefix: bytes) -> str | None:
-    """The value a prefix that holds the end marker stands for; ``None`` when its bytes are
-    not UTF-8 (no string reports them)."""
+def _text(value: bytes) -> str | None:
+    """A found value's bytes as text; ``None`` when they are not UTF-8 (no string reports
+    them: noise spelled them)."""
     try:
-        return prefix.split(bytes([END]), 1)[0].decode("utf-8")
+        return value.decode("utf-8")
     except UnicodeDecodeError:
         return None
 
@@ -393,14 +400,15 @@ class DiscoveryResult:
         for level in self.search.levels_:
             for ended, prefixes in ((False, level.kept), (True, level.ended)):
                 for prefix, share in prefixes:
-                    text = prefix.split(bytes([END]), 1)[0].decode("utf-8", errors="replace")
+                    value = self.search.params.value_of(prefix)
+                    text = value.decode("utf-8", errors="replace")
                     rows.append({"level": level.level, "prefix": text, "share": share,
                                  "ended": ended})
         return rows
 
 
-def discover(source: Storage | str, metric: str, *, token: str | None = None,
-             start: str | None = None, end: str | None = None,
+def discover(metric: str, *, db: str | Path | None = None, server: str | None = None,
+             token: str | None = None, start: str | None = None, end: str | None = None,
              false_prefixes: float = DEFAULT_FALSE_PREFIXES, correction: str = "bh",
              alpha: float = 0.05, force: bool = False, progress: Any = None) -> DiscoveryResult:
     """Discover the frequent strings of string metric ``metric`` over days ``start``..``end``:
@@ -408,55 +416,29 @@ def discover(source: Storage | str, metric: str, *, token: str | None = None,
     over the string channel's counts with the strings found as candidates (``correction``,
     default Benjamini-Hochberg, at ``alpha``).
 
-    ``source`` is an open :class:`~veil.server.storage.base.Storage` (a collector's store;
-    ``force`` then reads below the metric's ``min_reports``) or a collector's URL (with a
-    read ``token``: it serves the raw reports at ``GET /v1/metrics/<name>/reports``).
+    The reports come from a collector's store (``db``, a path or URL; ``force`` reads below
+    the metrics' ``min_reports``) or from a running collector (``server``, with a read
+    ``token``: it serves the raw reports at ``GET /v1/metrics/<name>/reports``), as for
+    :func:`~veil.server.analysis.api.decode_metric`.
     """
     from veil.server.analysis.decode import decode_counts
-    from veil.server.analysis.sources import fetch_counts, fetch_days, fetch_reports, get_json
-    from veil.server.storage.base import day_range
-    from veil.shared.registry import Registry
+    from veil.server.analysis.sources import CountsSource
 
-    if isinstance(source, str):
-        if force:
-            raise ParameterError("force", "force applies to a database; a collector always "
-                                          "honours its metrics' min_reports")
-        where = source
-        registry = Registry.from_dict(get_json(source, "/v1/metrics", None, {}), lenient=True)
-    else:
-        where = source.location
-        registry = source.registry
-    if registry is None or metric not in registry:
-        raise ParameterError("metric", f"{where} has no metric {metric!r}")
-    channels = registry.channels(metric)
-    if not channels:
-        raise ParameterError(
-            "metric", f"metric {metric!r} has no discovery channel: add a "
-                      f"[metrics.{metric}.discovery] table to the registry (docs/discovery.md)")
-    channel = channels[0]
-    params = channel.params
-    assert isinstance(params, DiscoveryParams)
-    if isinstance(source, str):
-        chunks: Iterable[tuple[np.ndarray, np.ndarray]] = fetch_reports(
-            source, token, channel.name, params.payload_size, start, end)
-    else:
-        chunks = ((chunk.cohorts, chunk.payloads)
-                  for chunk in source.iter_reports(channel.name, start, end))
-    search = PrefixSearch(params, false_prefixes=false_prefixes, progress=progress).fit(
-        reports_by_level(params, chunks))
-    if isinstance(source, str):
-        document = fetch_counts(source, token, metric, start, end)
-        days = fetch_days(source, token, metric, start, end)
-    else:
-        document = source.counts(metric, start, end, min_reports=0 if force else None)
-        first, last = day_range(start, end)
-        days = [day for day in source.days(metric)
-                if (not first or day >= first) and (not last or day <= last)]
-    if days is not None:
-        document["days"] = days
+    with CountsSource(metric, db, server, token, start, end, force) as source:
+        channel = source.registry.channel(metric)
+        if channel is None:
+            raise ParameterError(
+                "metric", f"metric {metric!r} has no discovery channel: add a "
+                          f"[metrics.{metric}.discovery] table to the registry "
+                          "(docs/discovery.md)")
+        params = channel.params
+        assert isinstance(params, DiscoveryParams)
+        search = PrefixSearch(params, false_prefixes=false_prefixes, progress=progress).fit(
+            reports_by_level(params, source.reports(channel.name, params.payload_size)))
+        document = source.counts()
     candidates = sorted(search.strings_)
     result = decode_counts(document, candidates or [""], correction=correction, alpha=alpha,
-                           source=f"{where} metric {metric}")
+                           source=source.name)
     if not candidates:
         result.rows.clear()
     result.summary["discovery"] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from veil.server.analysis.daily import DailyResult
-    from veil.server.analysis.discovery import DiscoveryResult
+    from veil.server.analysis.discovery import DiscoveryResult, Level
 
 #: how many rows the chart shows at most
 TOP = 30
@@ -366,19 +367,26 @@ def write_discovery(found: DiscoveryResult, out_dir: str | Path, top: int = TOP,
     return paths
 
 
+def draw_prefix_search(ax: Axes, levels: Sequence[Level]) -> None:
+    """The prefixes each level of a search kept, and the strings that ended there."""
+    x = [level.level for level in levels]
+    ax.plot(x, [len(level.kept) for level in levels], "o-", ms=3, label="prefixes kept")
+    ax.plot(x, [len(level.ended) for level in levels], "s-", ms=3, label="strings ended")
+    ax.set(xlabel="level", ylabel="count", title="the prefix search")
+    ax.legend(fontsize=8)
+
+
 def plot_prefix_search(found: DiscoveryResult, path: str | Path) -> None:
-    """The search level by level: prefixes kept and strings ended, and the threshold a
-    prefix's share had to pass."""
+    """The search level by level (:func:`draw_prefix_search`), and the share a prefix had to
+    pass where other prefixes' values add no spread (the reports' noise alone; common
+    segments, and prefixes the next level confirms, have their own cut)."""
     levels = found.search.levels_
     figure = _figure(8.0, 3.4)
     counts, threshold = figure.subplots(1, 2)
-    x = [level.level for level in levels]
-    counts.plot(x, [len(level.kept) for level in levels], "o-", ms=3, label="prefixes kept")
-    counts.plot(x, [len(level.ended) for level in levels], "s-", ms=3, label="strings ended")
-    counts.set(xlabel="level", ylabel="count", title="the prefix search")
-    counts.legend(fontsize=8)
-    threshold.plot(x, [level.threshold for level in levels], "o-", ms=3, color=ESTIMATE_COLOUR)
-    threshold.set(xlabel="level", title="share a prefix had to pass")
+    draw_prefix_search(counts, levels)
+    threshold.plot([level.level for level in levels], [level.threshold for level in levels],
+                   "o-", ms=3, color=ESTIMATE_COLOUR)
+    threshold.set(xlabel="level", title="share a prefix had to pass (the reports' noise)")
     _percent_axis(threshold.yaxis)
     for axis in (counts, threshold):
         axis.title.set_fontsize(9)

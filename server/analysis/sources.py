@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from veil.shared.errors import ParameterError, VeilError
+from veil.shared.registry import Registry
 
 if TYPE_CHECKING:
     import numpy as np
@@ -185,6 +186,29 @@ class CountsSource:
         if self._storage is not None:
             self._storage.close()
             self._storage = None
+
+    @functools.cached_property
+    def registry(self) -> Registry:
+        """The metric registry of the database, or the one the collector serves."""
+        if self.server is not None:
+            return Registry.from_dict(get_json(self.server, "/v1/metrics", None, {}),
+                                      lenient=True)
+        registry = self._database().registry
+        assert registry is not None  # _open found the metric in it
+        return registry
+
+    def reports(self, metric: str, payload_size: int,
+                ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(cohorts, payloads)`` chunks of the raw reports of ``metric`` (a metric whose
+        analysis reads them, such as a discovery channel) over the range, refused below its
+        ``min_reports`` as counts are (unless ``force``, for a database)."""
+        if self.server is not None:
+            yield from fetch_reports(self.server, self.token, metric, payload_size,
+                                     self.start, self.end)
+            return
+        for chunk in self._database().raw_reports(metric, self.start, self.end,
+                                                  min_reports=0 if self.force else None):
+            yield chunk.cohorts, chunk.payloads
 
     def _database(self) -> Storage:
         """The database, opened at the first use."""

@@ -36,6 +36,9 @@ class MechanismParams:
     min_wire_version: ClassVar[int] = 1
     #: whether reports carry a cohort number
     has_cohorts: ClassVar[bool] = False
+    #: the kind of metric that a metric of this kind is a channel of (``""``: none): a
+    #: discovery channel belongs to a string metric, whose installations it splits
+    channel_of: ClassVar[str] = ""
     #: whether the analysis reads the raw reports (the counts cannot answer it): the
     #: collector then serves them to readers (``GET /v1/metrics/<name>/reports``)
     reads_raw_reports: ClassVar[bool] = False
@@ -52,6 +55,12 @@ class MechanismParams:
     def cohorts(self) -> int:
         """Number of cohorts (1 for kinds without cohorts)."""
         return 1
+
+    @property
+    def channel_share(self) -> float:
+        """For a channel (:attr:`channel_of`), the share of its metric's installations it
+        takes; 0 for every other metric."""
+        return 0.0
 
     @property
     def statistic(self) -> str:

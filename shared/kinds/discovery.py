@@ -45,8 +45,13 @@ from typing import Any, ClassVar
 
 from veil.shared.errors import ParameterError, WireFormatError
 from veil.shared.kinds.base import MechanismParams
-from veil.shared.kinds.oracles.base import MAX_ORACLE_EPSILON
-from veil.shared.kinds.oracles.olh import bucket_channel, bucket_prr_epsilon, numerators
+from veil.shared.kinds.oracles.base import MAX_ORACLE_EPSILON, support_share_variance
+from veil.shared.kinds.oracles.olh import (
+    bucket_channel,
+    bucket_prr_epsilon,
+    numerators,
+    zero_share_variance,
+)
 from veil.shared.privacy import round_up
 from veil.shared.validation import Interval, check_fields
 
@@ -70,17 +75,11 @@ def prefix_fingerprint(prefix: bytes, bits: int) -> int:
     return int.from_bytes(digest, "big") >> (64 - bits)
 
 
-def zero_share_variance(t: int, epsilon: float, report_epsilon: float) -> float:
-    """Variance per report of the share estimate of an absent prefix with ``2**t`` buckets."""
-    g = 1 << t
-    p, _ = bucket_channel(g, *numerators(g, epsilon, report_epsilon))
-    q = 1 / g
-    return q * (1 - q) / (p - q) ** 2 if p > q else math.inf
-
-
 def best_bucket_bits(epsilon: float, report_epsilon: float) -> int:
-    """The ``t`` in ``1..8`` of lowest variance (Wang et al.'s optimum is ``2**t = e^eps + 1``)."""
-    return min(range(1, 9), key=lambda t: zero_share_variance(t, epsilon, report_epsilon))
+    """The ``t`` in ``1..8`` of lowest variance (:func:`~veil.shared.kinds.oracles.olh.
+    zero_share_variance` with ``2**t`` buckets; Wang et al.'s optimum is
+    ``2**t = e^eps + 1``)."""
+    return min(range(1, 9), key=lambda t: zero_share_variance(1 << t, epsilon, report_epsilon))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +97,7 @@ class DiscoveryParams(MechanismParams):
     """
 
     kind: ClassVar[str] = "discovery"
+    channel_of: ClassVar[str] = "string"
     has_cohorts: ClassVar[bool] = True
     reads_raw_reports: ClassVar[bool] = True
     min_wire_version: ClassVar[int] = 2
@@ -158,6 +158,10 @@ class DiscoveryParams(MechanismParams):
         return self.levels
 
     @property
+    def channel_share(self) -> float:
+        return self.share
+
+    @property
     def segment_bits(self) -> int:
         """Bits of one segment (``8 * segment``)."""
         return 8 * self.segment
@@ -179,6 +183,11 @@ class DiscoveryParams(MechanismParams):
         return (self.domain_bits + 7) // 8
 
     @property
+    def report_bytes(self) -> int:
+        """Bytes of one report on a compact wire (:attr:`payload_size`), as the oracles state."""
+        return self.payload_size
+
+    @property
     def payload_size(self) -> int:
         """Bytes of a payload: the ``t`` rows, then the bucket."""
         assert self.bucket_bits is not None
@@ -191,6 +200,11 @@ class DiscoveryParams(MechanismParams):
         if len(cut) == self.max_length:
             return cut.ljust(self.levels * self.segment, bytes([PAD]))
         return (cut + bytes([END])).ljust(self.levels * self.segment, bytes([PAD]))
+
+    def value_of(self, prefix: bytes) -> bytes:
+        """The value a complete prefix stands for (the inverse of :meth:`padded`): its bytes
+        up to ``max_length`` and before the end marker."""
+        return prefix[: self.max_length].split(bytes([END]), 1)[0]
 
     @property
     def padding_segment(self) -> int:
@@ -216,9 +230,9 @@ class DiscoveryParams(MechanismParams):
         return bucket_channel(self.buckets, *self.numerators)[0], 1 / self.buckets
 
     def share_variance(self, share: float = 0.0, reports: int = 1) -> float:
-        """Variance of the estimated share of a vector whose true share is ``share``."""
-        p, q = self.support_probs
-        return (share * p * (1 - p) + (1 - share) * q * (1 - q)) / (reports * (p - q) ** 2)
+        """Variance of the estimated share of a vector whose true share is ``share``
+        (:func:`~veil.shared.kinds.oracles.base.support_share_variance`)."""
+        return support_share_variance(*self.support_probs, share, reports)
 
     @property
     def epsilon_inf(self) -> float:

@@ -66,8 +66,7 @@ def test_every_kind_writes_the_same_columns(
                      "--out", str(out)]) == 0
         with open(out / "results.csv", newline="", encoding="utf-8") as handle:
             assert next(csv.reader(handle)) == list(STRING_COLUMNS)
-        with open_storage(db) as storage:
-            frame = discover(storage, METRIC, force=True).result.to_pandas()
+        frame = discover(METRIC, db=str(db), force=True).result.to_pandas()
         assert list(frame.columns) == list(STRING_COLUMNS)
         return
     assert main(["decode", "--db", str(db), "--metric", METRIC, "--force", "--candidates",

@@ -316,30 +316,38 @@ def queued(client: Client) -> list[dict[str, Any]]:
 
 def test_a_client_on_the_channel_reports_through_it_and_is_charged_there(
         seeded_client: Callable[..., Client], tmp_path: Path, offline_url: str) -> None:
-    client = seeded_client(ON_CHANNEL)
+    # report_epsilon below epsilon: one report (epsilon_1) costs less than a repeated value
+    # (epsilon_inf), so the ledger's total tells which one each value was charged
+    registry = registry_with(report_epsilon=2.0)
+    channel = registry["homepage.discovery"]
+    params: DiscoveryParams = channel.params  # type: ignore[assignment]
+    assert params.epsilon_1 < params.epsilon_inf - 1.0
+    assert reporting_channel(registry, "homepage", ON_CHANNEL) == channel
+    client = seeded_client(ON_CHANNEL, registry=registry)
     for value in (VALUE, VALUE, VALUE, "other.org"):
         client.report("homepage", value)
     reports = queued(client)
-    level = derived_cohort_seed(ON_CHANNEL) % PARAMS.levels
+    level = derived_cohort_seed(ON_CHANNEL) % params.levels
     assert [r["metric"] for r in reports] == ["homepage.discovery"] * 4
-    assert {r["params"] for r in reports} == {PARAMS.fingerprint}
+    assert {r["params"] for r in reports} == {params.fingerprint}
     assert {r["cohort"] for r in reports} == {level}
     for report in reports:
-        validate_report(report, REGISTRY)
+        validate_report(report, registry)
     rows = {report["payload"][:-2] for report in reports[:3]}
     assert len(rows) == 1  # one value, one memoized A
-    encoder = make_encoder(CHANNEL, ON_CHANNEL, level)
+    encoder = make_encoder(channel, ON_CHANNEL, level)
     expected = encoder.memoized(encoder.memo_key(VALUE))[0]
     assert rows == {expected.hex()}
-    assert (encoder.memo_key("other.org") == encoder.memo_key(VALUE)) == (
-        reports[3]["payload"][:-2] == expected.hex())  # one response per reported prefix
+    # the memo key is the value's first level + 1 bytes: the two values differ in the first
+    assert encoder.memo_key("other.org") != encoder.memo_key(VALUE)
+    assert reports[3]["payload"][:-2] != expected.hex()  # one response per reported prefix
     spent = client.privacy_spent()
     assert set(spent.per_metric) == {"homepage.discovery"}
-    want = PARAMS.epsilon_inf + PARAMS.epsilon_1  # VALUE repeated, other.org once
+    want = params.epsilon_inf + params.epsilon_1  # VALUE repeated, other.org once
     assert spent.per_metric["homepage.discovery"] == pytest.approx(want, rel=1e-10)
     assert spent.per_metric["homepage.discovery"] >= want * (1 - 1e-15)
     client.close(timeout=0.5)
-    with Client(offline_url, tmp_path / "state", registry=REGISTRY, strict=True) as again:
+    with Client(offline_url, tmp_path / "state", registry=registry, strict=True) as again:
         again.report("homepage", VALUE)  # after a restart: the same channel and A
         last = queued(again)[-1]
         assert last["metric"] == "homepage.discovery" and last["payload"][:-2] == expected.hex()

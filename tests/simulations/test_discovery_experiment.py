@@ -13,8 +13,10 @@ from veil.server.cli import main
 from veil.simulations.discovery import url_population
 from veil.simulations.discovery_experiment import (
     DISCOVERED_COLUMNS,
+    QUICK_LENGTH,
     figures_of_merit,
     string_channel_params,
+    url_zipf_population,
 )
 
 
@@ -30,9 +32,18 @@ def test_the_quick_experiment_writes_its_table_report_and_plot(tmp_path: Path, c
     assert {row["method"] for row in rows} == {"veil", "pem"}
     with open(out / "metrics.csv", newline="", encoding="utf-8") as handle:
         metrics = {row["method"]: row for row in csv.DictReader(handle)}
-    # the two most frequent of 2,000 Zipf(1.1) strings hold about 19% and 9%: at 200,000
-    # reports both methods must find them, and Veil reports nothing false (its string
-    # decoder controls the false discovery rate; one false row in ten would be 0.9)
+    # the two most frequent of 2,000 Zipf(1.1) strings hold about 17% and 8%: at 200,000
+    # reports both methods must find them, by name. The population is the one
+    # discovery_experiment draws in quick mode, first from the generator of the seed.
+    population = url_zipf_population(2_000, np.random.default_rng(3), high=QUICK_LENGTH)
+    top = sorted(zip(population.probs, population.values, strict=True), reverse=True)[:2]
+    assert [float(share) for share, _ in top] == pytest.approx([0.169, 0.079], abs=5e-4)
+    for method in ("veil", "pem"):
+        found = {row["string"] for row in rows if row["method"] == method}
+        assert {value for _, value in top} <= found, method
+    # Veil reported nothing false in this seeded run (its string decoder controls the false
+    # discovery rate; one false row in ten would be 0.9): the seeded run's value, checked
+    # as a regression, not a guarantee
     assert float(metrics["veil"]["precision"]) == 1.0
     assert float(metrics["veil"]["recall_0.01"]) >= 0.5
     assert float(metrics["pem"]["recall_0.01"]) >= 0.5
@@ -63,8 +74,9 @@ def test_figures_of_merit() -> None:
 
 def test_the_string_channel_spends_the_stated_epsilon() -> None:
     params = string_channel_params(4.0)
-    assert params.epsilon_inf <= 4.0 and params.epsilon_inf == pytest.approx(4.0, abs=0.02)
-    assert params.epsilon_1 <= params.epsilon_inf  # no instantaneous response: p=0, q=1
+    assert params.epsilon_inf <= 4.0 and params.epsilon_inf == pytest.approx(4.0, rel=1e-8)
+    # no instantaneous response (p=0, q=1): one report reveals what all reports do
+    assert params.epsilon_1 == params.epsilon_inf
     assert (params.p, params.q, params.h) == (0.0, 1.0, 1)
 
 

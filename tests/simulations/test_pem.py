@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from veil.server.analysis.discovery import support_counts
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.discovery import best_bucket_bits
 from veil.simulations.pem import (
     child_fingerprints,
-    fingerprint_support,
     group_count,
     keep_probability,
     olh_reports,
@@ -86,23 +86,43 @@ def test_share_estimate_is_unbiased(share: float) -> None:
     holders = round(share * n)
     fingerprints = np.concatenate([np.full(holders, known), rng.choice(others, n - holders)])
     rows, buckets = olh_reports(fingerprints, epsilon, t, rng, bits=BITS)
-    counts = fingerprint_support(rows, buckets, bits=BITS)
+    counts = support_counts(rows, buckets, BITS)
     estimate = float(share_estimates(counts[[known]], n, epsilon, t)[0])
     variance = (share * p * (1 - p) + (1 - share) * q * (1 - q)) / (p - q) ** 2
     assert abs(estimate - share) <= 4 * math.sqrt(variance / n)
 
 
+class RecordingGenerator:
+    """A seeded generator that keeps what each ``multinomial`` call drew (run_pem draws the
+    group sizes, then each group's holders of each value, with it); the rest is delegated."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self.multinomials: list[np.ndarray] = []
+
+    def multinomial(self, *args: object, **kwargs: object) -> np.ndarray:
+        drawn = self._rng.multinomial(*args, **kwargs)  # type: ignore[arg-type]
+        self.multinomials.append(drawn)
+        return drawn
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._rng, name)
+
+
 def test_pem_recovers_the_top_strings() -> None:
     # 20 strings of 8-20 bytes (one not ASCII) with Zipf(1) weights; the three most
-    # frequent are in the output with estimates within 5 standard errors of the truth.
+    # frequent are in the output with estimates within 4 standard errors of the share
+    # each holds among the last group's users (the ones its estimate is drawn from).
     rng = np.random.default_rng(2024)
     letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789-_./", dtype=np.uint8)
     values = ["café-au-lait"] + [
         bytes(rng.choice(letters, rng.integers(8, 21))).decode() for _ in range(19)]
     weights = 1 / np.arange(1, 21)  # Zipf(1)
     seen: list[tuple[int, int]] = []
-    result = run_pem(values, weights, 200_000, 4.0, rng, k=8, max_length=24,
-                     fingerprint_bits=BITS, progress=lambda done, total: seen.append((done, total)))
+    recorded = RecordingGenerator(rng)
+    result = run_pem(values, weights, 200_000, 4.0, recorded,  # type: ignore[arg-type]
+                     k=8, max_length=24, fingerprint_bits=BITS,
+                     progress=lambda done, total: seen.append((done, total)))
     groups = group_count(24, 2)
     assert seen == [(i, groups) for i in range(1, groups + 1)]
     assert len(result.rounds) == groups
@@ -110,14 +130,24 @@ def test_pem_recovers_the_top_strings() -> None:
                for i, kept in enumerate(result.rounds))
     found = dict(result.strings)
     assert len(result.strings) <= 8 and result.seconds > 0
-    shares = weights / weights.sum()
+    # the draws: the group sizes, then how many of each group's users hold each value
+    sizes, *held = recorded.multinomials
+    assert sizes.sum() == 200_000 and len(held) == groups
+    assert [int(h.sum()) for h in held] == sizes.tolist()
+    # The strings' estimates come from the last round, over its n = sizes[-1] users: unbiased
+    # for the share s a value holds among them, with the OLH variance at that fixed s,
+    # V = (s p (1 - p) + (1 - s) q (1 - q)) / (n (p - q)^2), q = 1/g (a report of another
+    # fingerprint supports it with probability exactly q). Against the population share
+    # the draw of the users' values would add s (1 - s) / n.
     t = best_bucket_bits(4.0, 4.0)
     p, q = keep_probability(4.0, t), 1 / (1 << t)
-    per_group = 200_000 / groups
-    for value, share in zip(values[:3], shares[:3], strict=True):
+    n = int(sizes[-1])
+    for index, value in enumerate(values[:3]):
         assert value in found
+        share = held[-1][index] / n
         variance = (share * p * (1 - p) + (1 - share) * q * (1 - q)) / (p - q) ** 2
-        assert abs(found[value] - share) <= 5 * math.sqrt(variance / per_group)
+        assert abs(found[value] - share) <= 4 * math.sqrt(variance / n), (value, found[value],
+                                                                           share)
     estimates = [share for _, share in result.strings]
     assert estimates == sorted(estimates, reverse=True)
     # not asserted: that the first three outputs are exactly these. A candidate whose

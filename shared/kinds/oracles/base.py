@@ -63,6 +63,15 @@ def log_ratio(numerator: float, denominator: float) -> float:
     return math.log(numerator / denominator)
 
 
+def support_share_variance(p: float, q: float, share: float, reports: int) -> float:
+    """Variance of the share ``(support / N - q) / (p - q)`` of a value whose true share is
+    ``share`` among ``reports`` reports, when a report supports its own value with ``p`` and
+    any other with ``q``: ``(s p(1-p) + (1-s) q(1-q)) / (N (p-q)^2)`` (infinite if p <= q)."""
+    if not p > q:
+        return math.inf
+    return (share * p * (1 - p) + (1 - share) * q * (1 - q)) / (reports * (p - q) ** 2)
+
+
 def largest_numerator(epsilon_of: Any, target: float, low: int, high: int) -> int:
     """The largest ``N`` in ``[low, high]`` with ``epsilon_of(N) <= target``, for an
     ``epsilon_of`` non-decreasing in ``N`` with ``epsilon_of(low) <= target`` (bisection)."""
@@ -180,11 +189,8 @@ class OracleParams(CategoryList, MechanismParams):
 
     def share_variance(self, share: float = 0.0, reports: int = 1) -> float:
         """Variance of the estimated share of a category whose true share is ``share``
-        among ``reports`` reports: ``(s p(1-p) + (1-s) q(1-q)) / (N (p-q)^2)``."""
-        p, q = self.support_probs
-        if not p > q:
-            return math.inf
-        return (share * p * (1 - p) + (1 - share) * q * (1 - q)) / (reports * (p - q) ** 2)
+        among ``reports`` reports (:func:`support_share_variance`)."""
+        return support_share_variance(*self.support_probs, share, reports)
 
     # --- what the collector keeps and what a report costs ----------------------------
 
