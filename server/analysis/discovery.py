@@ -106,7 +106,7 @@ def support_counts(rows: np.ndarray, buckets: np.ndarray, domain_bits: int) -> n
     t, n = rows.shape
     odd = np.array([[(u & y).bit_count() & 1 for y in range(1 << t)] for u in range(1 << t)],
                    dtype=np.int64)
-    signed = np.zeros(1 << domain_bits, dtype=np.int64)
+    tally: np.ndarray | None = None
     step = max(1, SPAN_ENTRIES >> t)
     for start in range(0, n, step):
         part = rows[:, start: start + step]
@@ -117,9 +117,12 @@ def support_counts(rows: np.ndarray, buckets: np.ndarray, domain_bits: int) -> n
             np.bitwise_xor(span[u & (u - 1)], part[low], out=span[u])
         span <<= 1
         span |= odd[:, buckets[start: start + step]]
-        tally = np.bincount(span.ravel(), minlength=1 << (domain_bits + 1))
-        signed += tally[0::2] - tally[1::2]
-    return walsh_hadamard(signed.astype(np.float32)) / np.float32(1 << t)
+        counted = np.bincount(span.ravel(), minlength=1 << (domain_bits + 1))
+        tally = counted if tally is None else tally + counted
+    if tally is None:
+        return np.zeros(1 << domain_bits, dtype=np.float32)
+    signed = (tally[0::2] - tally[1::2]).astype(np.float32)
+    return walsh_hadamard(signed) / np.float32(1 << t)
 
 
 def level_shares(params: DiscoveryParams, rows: np.ndarray, buckets: np.ndarray) -> np.ndarray:
