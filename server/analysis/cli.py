@@ -155,8 +155,8 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     summary = result.summary
     written = ", ".join(path.name for name, path in paths.items() if name != "results")
     days = period(summary.get("start"), summary.get("end"))
-    print(f"{summary['reports']:,} reports{days}: {result.headline}; "
-          f"wrote {paths['results']}, {written}")
+    print(f"{summary['reports']:,} report{'s' * (summary['reports'] != 1)}{days}: "
+          f"{result.headline}; wrote {paths['results']}, {written}")
     print(f"privacy: {summary['privacy']['statement']}")
     if daily is not None:
         print(f"by day: {len(daily.days)} day(s) decoded"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from veil.server.analysis.cost import shown_up
 from veil.server.analysis.results import DecodeResult, period
@@ -34,6 +34,9 @@ TOP_SERIES = 5
 #: the colour of estimates, and of the share no listed value accounts for
 ESTIMATE_COLOUR = "tab:blue"
 MISSING_COLOUR = "tab:gray"
+#: the saved charts' resolution (drawn at it from the start: text measured for the layout
+#: is then not measured again at another resolution when the file is written)
+DPI = 110
 
 
 class ChartWorker:
@@ -118,7 +121,8 @@ def _title(result: DecodeResult) -> str:
     summary = result.summary
     name = summary.get("metric") or "decoded"
     title = (
-        f"{name}: {summary['reports']:,} reports{period(summary.get('start'), summary.get('end'))}"
+        f"{name}: {summary['reports']:,} report{'s' * (summary['reports'] != 1)}"
+        f"{period(summary.get('start'), summary.get('end'))}"
         "\nprivacy cost "
         f"\u03b5\u2081 = {shown_up(summary['epsilon_1'])} per report, "
         f"\u03b5\u221e = {shown_up(summary['epsilon_inf'])} per value"
@@ -132,14 +136,47 @@ def _title(result: DecodeResult) -> str:
     return title
 
 
-def _figure(width: float, height: float) -> Figure:
+def _figure(
+    width: float, height: float, layout: Literal["constrained"] | None = "constrained",
+) -> Figure:
     """A figure on a bare Agg canvas (no pyplot: it would add a fifth of a second)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(width, height), layout="constrained")
+    figure = Figure(figsize=(width, height), dpi=DPI, layout=layout)
     FigureCanvasAgg(figure)
     return figure
+
+
+def _fit_margins(figure: Figure, ax: Axes) -> None:
+    """Give a one-axes figure the margins its title, axis labels and tick labels need
+    (texts inside the axes, such as the shares written beside bars, must fit there).
+
+    It measures those few texts once, where the constrained layout measures every text
+    of the chart twice: 0.15 s against 0.3 s to draw a 30-row chart, a third of a short
+    ``veil decode``'s wall time.
+    """
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    points = figure.dpi / 72.0
+    border, tick = 6 * points, 8 * points  # the edge's gap; tick length plus its pad
+
+    def extent(text: Any) -> tuple[float, float]:
+        if not text.get_visible() or not text.get_text():
+            return 0.0, 0.0
+        box = text.get_window_extent(renderer)
+        return box.width, box.height
+
+    tick_font = ax.xaxis.get_major_ticks()[0].label1.get_fontproperties()
+    tick_width, tick_height, _ = renderer.get_text_width_height_descent("100%", tick_font, False)
+    left = max((extent(label)[0] for label in ax.get_yticklabels()), default=0.0)
+    left += tick + extent(ax.yaxis.label)[0] + (4 * points if ax.get_ylabel() else 0.0)
+    bottom = tick + tick_height + extent(ax.xaxis.label)[1] + 4 * points
+    top = extent(ax.title)[1] + 6 * points
+    width, height = figure.bbox.width, figure.bbox.height
+    figure.subplots_adjust(
+        left=(left + border) / width, right=1 - (tick_width / 2 + border) / width,
+        bottom=(bottom + border) / height, top=1 - (top + border) / height,
+    )
 
 
 def _axes(ax: Axes | None, width: float, height: float) -> Axes:
@@ -177,9 +214,12 @@ def plot_result(result: DecodeResult, ax: Axes | None = None, top: int = TOP) ->
 
 def plot_estimates(result: DecodeResult, path: str | Path, top: int = TOP) -> None:
     """Save :func:`plot_result`'s chart of ``result`` as a PNG at ``path``."""
-    figure = _figure(*chart_size(result, top))
-    plot_result(result, figure.subplots(), top)
-    figure.savefig(path, dpi=110)
+    shares = result.chart == "shares"  # the long chart; the others are a few texts
+    figure = _figure(*chart_size(result, top), layout=None if shares else "constrained")
+    ax = plot_result(result, figure.subplots(), top)
+    if shares:
+        _fit_margins(figure, ax)
+    figure.savefig(path)
 
 
 def _percent_axis(axis: Any) -> None:
@@ -271,7 +311,7 @@ def _draw_shares(ax: Axes, result: DecodeResult, top: int) -> None:
     ax.set_xlabel("share of reports (bar), with its 95% interval (line)")
     ax.grid(axis="x", alpha=0.3)
     if not rows:
-        ax.text(0.98, 0.5, "no string detected", ha="right", va="center",
+        ax.text(0.5, 0.96, "no string detected", ha="center", va="top",
                 transform=ax.transAxes)
 
 
@@ -344,7 +384,7 @@ def plot_days_file(daily: DailyResult, path: str | Path, top: int = TOP_SERIES) 
     """Save :func:`plot_days`'s chart of ``daily`` as a PNG at ``path``."""
     figure = _figure(9.0, 4.2)
     plot_days(daily, figure.subplots(), top)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path)
 
 
 def _short(label: str, width: int = 40) -> str:
@@ -390,4 +430,4 @@ def plot_prefix_search(found: DiscoveryResult, path: str | Path) -> None:
     _percent_axis(threshold.yaxis)
     for axis in (counts, threshold):
         axis.title.set_fontsize(9)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path)

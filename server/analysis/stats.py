@@ -1,14 +1,17 @@
 """Small statistical helpers shared by the estimators: tests, corrections, intervals.
 
 Normal and chi-square tails come from :mod:`scipy.special` (``ndtr``, ``log_ndtr``,
-``ndtri``, ``chdtrc``): the same functions ``scipy.stats`` evaluates, at a tenth of its import
-time, which is most of a short ``veil decode``'s.
+``chdtrc``): the same functions ``scipy.stats`` evaluates, at a tenth of its import time,
+imported at first use. The normal quantile comes from :class:`statistics.NormalDist`, so a
+chart's intervals need no SciPy at all.
 """
 
 from __future__ import annotations
 
+from statistics import NormalDist
+from typing import Any
+
 import numpy as np
-from scipy import special
 
 from veil.shared.errors import ParameterError
 
@@ -18,7 +21,18 @@ CORRECTIONS = ("storey", "bh", "bonferroni", "none")
 #: ``storey``'s tuning constant: the null share is estimated from the p-values above it
 #: (and no p-value above it is rejected), as in Storey, Taylor and Siegmund's Theorem 3
 STOREY_LAMBDA = 0.5
+#: the standard normal; its quantile (Wichura's AS 241) agrees with ``scipy.special.ndtri``
+#: to 1e-15 from p = 1e-300 up, without importing SciPy
+_NORMAL = NormalDist()
 _ALIASES = {"benjamini-hochberg": "bh", "fdr": "bh", "adaptive-bh": "storey", "bh-adaptive": "storey"}
+
+
+def _special() -> Any:
+    """:mod:`scipy.special`, imported at first use: ``veil decode`` starts its chart helper
+    before it (a fifth of a second), so the helper need not wait for it."""
+    from scipy import special
+
+    return special
 
 
 def check_correction(correction: str) -> str:
@@ -58,23 +72,25 @@ def one_sided_log10_p_values(estimates: np.ndarray, std_errors: np.ndarray) -> n
     std_errors = np.asarray(std_errors, dtype=float)
     out = np.zeros_like(estimates)
     ok = std_errors > 0
-    out[ok] = special.log_ndtr(-estimates[ok] / std_errors[ok]) / np.log(10.0)
+    out[ok] = _special().log_ndtr(-estimates[ok] / std_errors[ok]) / np.log(10.0)
     return out
 
 
 def normal_sf(z: np.ndarray | float) -> np.ndarray:
     """The standard normal upper tail ``P(Z > z)`` (accurate far into the tail)."""
-    return np.asarray(special.ndtr(-np.asarray(z, dtype=float)))
+    return np.asarray(_special().ndtr(-np.asarray(z, dtype=float)))
 
 
 def normal_isf(p: float) -> float:
     """The standard normal quantile with upper tail ``p``: ``normal_sf(normal_isf(p)) == p``."""
-    return float(-special.ndtri(p))
+    if not 0.0 < p < 1.0:
+        return float(-_special().ndtri(p))  # the infinities and NaN at and beyond the ends
+    return -_NORMAL.inv_cdf(p)
 
 
 def chi2_sf(x: float, dof: float) -> float:
     """The chi-square upper tail ``P(X > x)`` with ``dof`` degrees of freedom."""
-    return float(special.chdtrc(dof, x))
+    return float(_special().chdtrc(dof, x))
 
 
 def null_share(p_values: np.ndarray, n_tests: int) -> float:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from veil.server.analysis.stats import STOREY_LAMBDA, adjust_p_values, check_correction, null_share
+from veil.server.analysis.stats import (
+    STOREY_LAMBDA,
+    adjust_p_values,
+    check_correction,
+    normal_isf,
+    normal_sf,
+    null_share,
+)
 from veil.shared.errors import ParameterError
 
 P = np.array([0.001, 0.008, 0.039, 0.041, 0.042, 0.06, 0.074, 0.205, 0.212, 0.216, 0.6, 0.9])
@@ -50,3 +57,17 @@ def test_correction_names() -> None:
     assert check_correction("adaptive-bh") == "storey"
     with pytest.raises(ParameterError, match="correction"):
         check_correction("holm")
+
+
+def test_the_normal_quantile_inverts_the_normal_tail_far_into_it() -> None:
+    # normal_isf (the standard library's AS 241) against scipy's ndtri, from the tails
+    # Bonferroni reaches with 10^6 candidates down to p = 1e-300, and at the ends
+    from scipy.special import ndtri
+
+    p = np.concatenate([np.logspace(-300, -1, 300), np.linspace(0.01, 0.99, 99)])
+    ours = np.array([normal_isf(float(value)) for value in p])
+    assert np.allclose(ours, -ndtri(p), rtol=1e-13, atol=0)
+    assert np.allclose(normal_sf(ours), p, rtol=1e-12, atol=0)
+    assert normal_isf(0.025) == pytest.approx(1.959963984540054, rel=1e-15)
+    assert normal_isf(0.0) == np.inf and normal_isf(1.0) == -np.inf
+    assert np.isnan(normal_isf(1.5))
