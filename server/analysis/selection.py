@@ -72,6 +72,18 @@ class WhitenedSystem:
             weight.copy() if background else None,
         )
 
+    def without(self, rows: np.ndarray) -> WhitenedSystem:
+        """The same system with the equations ``rows`` (a boolean mask) left out: their
+        weight, whitened share and design entries become 0, as a cohort without reports."""
+        keep = np.where(rows, 0.0, 1.0)
+        design = self.design.copy()
+        design.data *= keep[design.indices]
+        weight = self.weight * keep
+        return WhitenedSystem(
+            design, self.y * keep, weight, _column_norms(design),
+            None if self.background is None else weight.copy(),
+        )
+
     @property
     def equations(self) -> int:
         """Equations that carry information (cohorts with reports)."""

@@ -27,7 +27,9 @@ The pipeline, with the variance of the mechanism known at every step:
 4. Estimates: non-negative least squares (SciPy) on the selection, standard
    errors from ``(X' W X)^-1``, one-sided z-tests, the chosen multiple-testing
    correction over all candidates, and refits until every reported string is
-   significant (:mod:`veil.server.analysis.selection`).
+   significant (:mod:`veil.server.analysis.selection`). Equations that read far
+   above the fit (the bits of a common value missing from the list) are left out
+   and the fit repeats (:meth:`StringDecoder._select`).
 
 :class:`StringDecoder` runs these steps as the stages of :meth:`~StringDecoder.fit`.
 """
@@ -71,6 +73,9 @@ from veil.shared.kinds import MechanismParams, StringParams
 
 #: power at which :attr:`StringDecoder.summary_` states the smallest detectable share
 DETECTION_POWER = 0.8
+#: the share of fits of a list that misses nothing in which noise alone would leave out
+#: an equation (:meth:`StringDecoder._select`)
+OUTLIER_RATE = 0.01
 
 
 def bit_estimates(
@@ -192,7 +197,9 @@ class StringDecoder:
     strings), ``summary_``, and per candidate ``estimates_``, ``std_errors_``,
     ``proportions_``, ``p_values_``, ``adjusted_p_values_``, ``detected_``;
     per cohort and bit ``bit_shares_`` and ``bit_variances_`` (shares of the
-    cohort's reports) and ``bit_counts_`` and ``bit_count_variances_`` (counts).
+    cohort's reports) and ``bit_counts_`` and ``bit_count_variances_`` (counts), and
+    ``excluded_`` (a flat mask, row ``cohort * k + bit``: the equations left out of the
+    fit because a value missing from the list made them read far above it).
     """
 
     def __init__(
@@ -239,9 +246,12 @@ class StringDecoder:
         reports, ones = _check_counts(self.params, reports, ones, source)
         names, matrix = self._check_candidates(candidates, candidate_map)
         system = self._unbiased_counts(reports, ones, matrix)
-        solution = self._select(system, settings, len(names))
+        solution, fitted_system = self._select(system, settings, len(names))
         rows = self._infer(names, solution, settings, int(reports.sum()), metric)
-        self.summary_ = self._summary(reports, matrix, system, solution, settings, started)
+        excess = self._excluded_excess(reports, system, solution)
+        self.summary_ = self._summary(
+            reports, matrix, fitted_system, solution, settings, started, excess
+        )
         self.result_ = DecodeResult(
             "string", STRING_COLUMNS, rows, self.summary_,
             f"{self.summary_['detected']:,} of {self.summary_['candidates']:,} candidates detected "
@@ -286,7 +296,56 @@ class StringDecoder:
         weights_variance = model_variances(self.params, reports, ones)
         return WhitenedSystem.build(share, weights_variance, candidate_map, self.background)
 
-    def _select(self, system: WhitenedSystem, settings: _Settings, n_candidates: int) -> LeastSquares:
+    def _select(
+        self, system: WhitenedSystem, settings: _Settings, n_candidates: int
+    ) -> tuple[LeastSquares, WhitenedSystem]:
+        """:meth:`_fit`, then again without the equations (cohort, bit) that read far above
+        the fit, until none is left; returns the fit and the equations it used.
+
+        A value missing from the candidate list that many reports carry sets its own bits
+        in every cohort; the background column spreads its share over all bits, so those
+        bits read far above the fit. Left in, they pass for signal of every listed string
+        that shares them: with the most common of 300 Zipf(1.5) values missing from a list
+        with 5,000 decoys, a quarter of Storey's detections were decoys, and three runs in
+        four reported a decoy under Bonferroni. An equation is left out when its residual
+        passes the z that a :data:`OUTLIER_RATE` share of fits would reach somewhere by
+        noise alone (one-sided, Bonferroni over the equations), so a list that misses
+        nothing almost never loses one.
+        """
+        self.excluded_ = np.zeros(system.y.size, dtype=bool)
+        solution = self._fit(system, settings, n_candidates)
+        fitted_system = system
+        z_outlier = normal_isf(OUTLIER_RATE / max(system.equations, 1))
+        for _ in range(MAX_REFITS):
+            residual = system.y - system.fitted(solution)
+            new = (system.weight > 0) & ~self.excluded_ & (residual > z_outlier)
+            if not new.any():
+                break
+            self.excluded_ |= new
+            fitted_system = system.without(self.excluded_)
+            solution = self._fit(fitted_system, settings, n_candidates)
+        return solution, fitted_system
+
+    def _excluded_excess(
+        self, reports: np.ndarray, system: WhitenedSystem, solution: LeastSquares
+    ) -> tuple[float, float]:
+        """The share of reports the left-out equations hold above the fit, with its
+        standard error: ``sum (N_j / N) r_ij`` over them (``r`` the residual bit share)
+        divided by the distinct bits a value sets, i.e. the share of the missing values
+        that set them."""
+        excluded = self.excluded_
+        if not excluded.any():
+            return 0.0, 0.0
+        params = self.params
+        weight = system.weight[excluded]
+        residual = (system.y - system.fitted(solution))[excluded] / weight
+        cohort_share = np.repeat(reports / reports.sum(), params.k)[excluded]
+        bits_per_value = params.k * (1 - (1 - 1 / params.k) ** params.h)
+        excess = float(cohort_share @ residual) / bits_per_value
+        variance = float(cohort_share**2 @ (1.0 / weight**2)) / bits_per_value**2
+        return excess, float(np.sqrt(variance))
+
+    def _fit(self, system: WhitenedSystem, settings: _Settings, n_candidates: int) -> LeastSquares:
         """The joint fit of every candidate when the equations afford it
         (:func:`~veil.server.analysis.selection.joint_fit`); otherwise selection by
         the Lasso, then least squares on it.
@@ -362,8 +421,10 @@ class StringDecoder:
         solution: LeastSquares,
         settings: _Settings,
         started: float,
+        excess: tuple[float, float] = (0.0, 0.0),
     ) -> dict[str, Any]:
-        """Sample, fit quality, the detection limit and the privacy cost of the fit."""
+        """Sample, fit quality, the detection limit and the privacy cost of the fit;
+        ``excess`` is :meth:`_excluded_excess`."""
         params = self.params
         total = int(reports.sum())
         n_candidates = len(self.candidates_)
@@ -382,6 +443,8 @@ class StringDecoder:
             self._missing_share(solution, params.k / bits_per_value) if self.background
             else (None, None)
         )
+        if missing is not None and missing_se is not None:
+            missing, missing_se = missing + excess[0], float(np.hypot(missing_se, excess[1]))
         norms = system.lone_norms
         usable = norms > 0
         lone_se = float(np.median(1.0 / norms[usable])) if usable.any() else float("inf")
@@ -398,6 +461,7 @@ class StringDecoder:
         )
         noise_sd = float(np.median(1.0 / system.weight[system.weight > 0]))
         bit_mass = self._bit_mass(reports, candidate_map, solution)
+        bit_mass["missing"] += excess[0] * bits_per_value * total
         shown_allocated = float(np.clip(allocated, 0.0, 1.0))
         summary: dict[str, Any] = {
             "kind": "string",
@@ -429,6 +493,8 @@ class StringDecoder:
             "explained_variance": explained_ss,
             "unexplained_variance": unexplained_ss,
             "noise_variance": float(dof),
+            "equations_excluded": int(np.count_nonzero(self.excluded_)),
+            "excluded_share": excess[0],
             "residual_chi2": residual_ss,
             "residual_dof": dof,
             "residual_p_value": chi2_sf(residual_ss, dof),
@@ -460,6 +526,22 @@ class StringDecoder:
                 "sampling noise; missing_proportion shows it clipped there, "
                 "missing_proportion_unbiased keeps it for averaging"
             )
+        if self.excluded_.any():
+            excluded = summary["equations_excluded"]
+            message = (
+                f"{excluded:,} of {system.equations + excluded:,} (cohort, bit) counts read far "
+                "above what the candidates and the background explain: values missing from "
+                f"the candidate list carry about {excess[0]:.2%} of the reports in them. They "
+                "were left out of the fit, so that they cannot pass for listed strings that "
+                "share their bits"
+            )
+            if excess[0] >= summary["min_detectable_proportion"]:  # as common as a detection
+                summary["warning"] = (
+                    f"{message}; find the missing values with veil discover (a discovery "
+                    "channel) or add them to the candidates"
+                )
+            else:
+                notes.append(message)
         if notes:
             summary["note"] = "; ".join(notes)
         return summary
