@@ -199,7 +199,8 @@ class StringDecoder:
     per cohort and bit ``bit_shares_`` and ``bit_variances_`` (shares of the
     cohort's reports) and ``bit_counts_`` and ``bit_count_variances_`` (counts), and
     ``excluded_`` (a flat mask, row ``cohort * k + bit``: the equations left out of the
-    fit because a value missing from the list made them read far above it).
+    fit because a value missing from the list made them read far above it) with
+    ``excluded_share_``, the share of reports those values hold there.
     """
 
     def __init__(
@@ -248,10 +249,10 @@ class StringDecoder:
         system = self._unbiased_counts(reports, ones, matrix)
         solution, fitted_system = self._select(system, settings, len(names))
         rows = self._infer(names, solution, settings, int(reports.sum()), metric)
-        excess = self._excluded_excess(reports, system, solution)
-        self.summary_ = self._summary(
-            reports, matrix, fitted_system, solution, settings, started, excess
+        self.excluded_share_, self._excluded_share_se = self._excluded_excess(
+            reports, system, solution
         )
+        self.summary_ = self._summary(reports, matrix, fitted_system, solution, settings, started)
         self.result_ = DecodeResult(
             "string", STRING_COLUMNS, rows, self.summary_,
             f"{self.summary_['detected']:,} of {self.summary_['candidates']:,} candidates detected "
@@ -340,9 +341,8 @@ class StringDecoder:
         weight = system.weight[excluded]
         residual = (system.y - system.fitted(solution))[excluded] / weight
         cohort_share = np.repeat(reports / reports.sum(), params.k)[excluded]
-        bits_per_value = params.k * (1 - (1 - 1 / params.k) ** params.h)
-        excess = float(cohort_share @ residual) / bits_per_value
-        variance = float(cohort_share**2 @ (1.0 / weight**2)) / bits_per_value**2
+        excess = float(cohort_share @ residual) / params.bits_per_value
+        variance = float(cohort_share**2 @ (1.0 / weight**2)) / params.bits_per_value**2
         return excess, float(np.sqrt(variance))
 
     def _fit(self, system: WhitenedSystem, settings: _Settings, n_candidates: int) -> LeastSquares:
@@ -421,10 +421,8 @@ class StringDecoder:
         solution: LeastSquares,
         settings: _Settings,
         started: float,
-        excess: tuple[float, float] = (0.0, 0.0),
     ) -> dict[str, Any]:
-        """Sample, fit quality, the detection limit and the privacy cost of the fit;
-        ``excess`` is :meth:`_excluded_excess`."""
+        """Sample, fit quality, the detection limit and the privacy cost of the fit."""
         params = self.params
         total = int(reports.sum())
         n_candidates = len(self.candidates_)
@@ -436,15 +434,8 @@ class StringDecoder:
         explained_ss = max(total_ss - residual_ss, 0.0)
         unexplained_ss = max(residual_ss - dof, 0.0)
         signal_ss = explained_ss + unexplained_ss
-        # expected distinct bits per value: k (1 - (1 - 1/k)^h)
-        bits_per_value = params.k * (1 - (1 - 1 / params.k) ** params.h)
         # unbiased, so at small N it can leave [0, 1]; shown clipped, with a note
-        missing, missing_se = (
-            self._missing_share(solution, params.k / bits_per_value) if self.background
-            else (None, None)
-        )
-        if missing is not None and missing_se is not None:
-            missing, missing_se = missing + excess[0], float(np.hypot(missing_se, excess[1]))
+        missing, missing_se = self._missing_share(solution) if self.background else (None, None)
         norms = system.lone_norms
         usable = norms > 0
         lone_se = float(np.median(1.0 / norms[usable])) if usable.any() else float("inf")
@@ -461,7 +452,6 @@ class StringDecoder:
         )
         noise_sd = float(np.median(1.0 / system.weight[system.weight > 0]))
         bit_mass = self._bit_mass(reports, candidate_map, solution)
-        bit_mass["missing"] += excess[0] * bits_per_value * total
         shown_allocated = float(np.clip(allocated, 0.0, 1.0))
         summary: dict[str, Any] = {
             "kind": "string",
@@ -494,7 +484,7 @@ class StringDecoder:
             "unexplained_variance": unexplained_ss,
             "noise_variance": float(dof),
             "equations_excluded": int(np.count_nonzero(self.excluded_)),
-            "excluded_share": excess[0],
+            "excluded_share": self.excluded_share_,
             "residual_chi2": residual_ss,
             "residual_dof": dof,
             "residual_p_value": chi2_sf(residual_ss, dof),
@@ -531,11 +521,11 @@ class StringDecoder:
             message = (
                 f"{excluded:,} of {system.equations + excluded:,} (cohort, bit) counts read far "
                 "above what the candidates and the background explain: values missing from "
-                f"the candidate list carry about {excess[0]:.2%} of the reports in them. They "
-                "were left out of the fit, so that they cannot pass for listed strings that "
-                "share their bits"
+                f"the candidate list carry about {self.excluded_share_:.2%} of the reports in "
+                "them. They were left out of the fit, so that they cannot pass for listed "
+                "strings that share their bits"
             )
-            if excess[0] >= summary["min_detectable_proportion"]:  # as common as a detection
+            if self.excluded_share_ >= summary["min_detectable_proportion"]:  # as a detection
                 summary["warning"] = (
                     f"{message}; find the missing values with veil discover (a discovery "
                     "channel) or add them to the candidates"
@@ -546,17 +536,19 @@ class StringDecoder:
             summary["note"] = "; ".join(notes)
         return summary
 
-    def _missing_share(self, solution: LeastSquares, scale: float) -> tuple[float, float]:
+    def _missing_share(self, solution: LeastSquares) -> tuple[float, float]:
         """The share of reports whose values are not in the table, with its standard error.
 
         The background share per bit times ``scale`` (bits per share of values) counts the
-        values not listed; the joint fit also estimates every listed candidate, so the
-        ones not detected are added (with their covariances, and the background's
-        covariance with them: ``-loading' C``). On the Lasso path the background already
-        holds the candidates left out of the selection.
+        values not listed, and :attr:`excluded_share_` those whose bits were left out of
+        the fit; the joint fit also estimates every listed candidate, so the ones not
+        detected are added (with their covariances, and the background's covariance with
+        them: ``-loading' C``). On the Lasso path the background already holds the
+        candidates left out of the selection.
         """
-        missing = solution.background_share * scale
-        variance = solution.background_variance * scale**2
+        scale = self.params.k / self.params.bits_per_value
+        missing = solution.background_share * scale + self.excluded_share_
+        variance = solution.background_variance * scale**2 + self._excluded_share_se**2
         if solution.method == "joint" and solution.background_loading is not None:
             rest = ~self.detected_[solution.columns]
             cov = solution.covariance
@@ -568,7 +560,8 @@ class StringDecoder:
     def _bit_mass(
         self, reports: np.ndarray, candidate_map: sp.csc_matrix, solution: LeastSquares
     ) -> dict[str, float]:
-        """Reports' set bits in all, explained by the detected strings, and by the background."""
+        """Reports' set bits in all, explained by the detected strings, and by the values
+        missing from the table (the background and the bits left out of the fit)."""
         found = np.flatnonzero(self.detected_)
         row_reports = np.repeat(reports.astype(float), self.params.k)
         strings_share = (
@@ -578,7 +571,11 @@ class StringDecoder:
         return {
             "total": float(row_reports @ self.bit_shares_.ravel()),
             "detected": float(row_reports @ strings_share),
-            "missing": float(solution.background_share * row_reports.sum()),
+            "missing": float(
+                (solution.background_share
+                 + self.excluded_share_ * self.params.bits_per_value / self.params.k)
+                * row_reports.sum()
+            ),
         }
 
 

@@ -129,6 +129,12 @@ class StringParams(RapporBits, MechanismParams):
     def hashes(self) -> int:
         return self.h
 
+    @property
+    def bits_per_value(self) -> float:
+        """The distinct Bloom bits a value sets on average over hashing: ``k (1 - (1 -
+        1/k)^h)`` (its h hashes may fall on the same bit)."""
+        return self.k * (1 - (1 - 1 / self.k) ** self.h)
+
     def as_rappor(self) -> StringParams:
         return self
 
