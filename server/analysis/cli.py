@@ -11,9 +11,29 @@ import os
 import sys
 from concurrent.futures import Executor
 
-from veil.server.cli.options import ENVIRONMENT, add_db_option, add_server_options, env_value
+from veil.server.cli.options import (
+    ENVIRONMENT,
+    add_db_option,
+    add_range_options,
+    add_server_options,
+    env_value,
+)
 from veil.shared.errors import ParameterError
 from veil.shared.hashing import HASHINGS
+
+
+def _add_collected_options(parser: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:
+    """A group ``title`` with a collector (``--server``, ``--token``) or its database
+    (``--db``), and the UTC days to read (``--start``, ``--end``); returns the group.
+
+    Neither source is required, and their environment variables apply only when neither
+    option is given (:func:`_collected_source`)."""
+    group = parser.add_argument_group(title)
+    add_server_options(group)
+    add_db_option(group, required=False)
+    parser.set_defaults(server=None, db=None)
+    add_range_options(group, metric=False)
+    return group
 
 
 def configure_decode(parser: argparse.ArgumentParser) -> None:
@@ -26,16 +46,8 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
         "--hashing", choices=HASHINGS,
         help="the clients' hashing, for --candidates (default: mmh3; google/rappor's: md5-google)",
     )
-    live = parser.add_argument_group("collected data")
-    add_server_options(live)
-    add_db_option(live, required=False,
-                  help_text="a collector's database: a file path, sqlite:///path or "
-                            "postgresql://...")
-    # their variables apply only when neither option is given (_collected_source)
-    parser.set_defaults(server=None, db=None)
+    live = _add_collected_options(parser, "collected data")
     live.add_argument("--metric", help="metric name (with --server or --db)")
-    live.add_argument("--start", help="first day, YYYY-MM-DD (UTC, inclusive)")
-    live.add_argument("--end", help="last day, YYYY-MM-DD (UTC, inclusive)")
     live.add_argument(
         "--force", action="store_true",
         help="with --db: decode even with fewer reports than the metric's min_reports",
@@ -193,16 +205,9 @@ def run_map(args: argparse.Namespace) -> int:
 
 def configure_discover(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil discover``."""
-    source = parser.add_argument_group("collected data (one of)")
-    add_server_options(source)
-    add_db_option(source, required=False,
-                  help_text="the collector's database: a file path, sqlite:///path or "
-                            "postgresql://...")
-    parser.set_defaults(server=None, db=None)
+    _add_collected_options(parser, "collected data (one source)")
     parser.add_argument("--metric", required=True,
                         help="the string metric whose discovery channel to search")
-    parser.add_argument("--start", help="first day, YYYY-MM-DD (UTC, inclusive)")
-    parser.add_argument("--end", help="last day, YYYY-MM-DD (UTC, inclusive)")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument(
         "--false-prefixes", type=float, default=2.0,
