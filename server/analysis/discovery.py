@@ -29,7 +29,6 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import special
 
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
@@ -158,6 +157,8 @@ def pair_threshold(low: float, width: int, tested: int, false_rate: float) -> fl
     above ``low``, pass ``a + M > z`` with ``M`` the largest of ``width`` z-scores of its
     own absent extensions at the next level, ``false_rate`` times in expectation (the
     integral over ``a`` by the trapezoid rule on 4,001 points, ``z`` by bisection)."""
+    from scipy import special  # at first use, as the stats module's tails
+
     grid = np.linspace(low, low + 12.0, 4001)
     weight = np.exp(-0.5 * grid**2) / math.sqrt(2 * math.pi) / float(special.ndtr(-low))
 

@@ -42,8 +42,9 @@ DPI = 110
 class ChartWorker:
     """A helper process that loads matplotlib while the caller decodes, then draws.
 
-    Loading matplotlib takes longer than decoding a small metric (about 0.4 s against
-    0.3 s), so ``veil decode`` starts this first and the two overlap on a second core::
+    Loading matplotlib takes about as long as importing SciPy and decoding a small metric
+    (0.3 s each), so ``veil decode`` starts this first and the two overlap on a second
+    core::
 
         with ChartWorker() as charts:
             result = decode_counts(...)

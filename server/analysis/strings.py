@@ -307,11 +307,11 @@ class StringDecoder:
         in every cohort; the background column spreads its share over all bits, so those
         bits read far above the fit. Left in, they pass for signal of every listed string
         that shares them: with the most common of 300 Zipf(1.5) values missing from a list
-        with 5,000 decoys, a quarter of Storey's detections were decoys, and three runs in
-        four reported a decoy under Bonferroni. An equation is left out when its residual
-        passes the z that a :data:`OUTLIER_RATE` share of fits would reach somewhere by
-        noise alone (one-sided, Bonferroni over the equations), so a list that misses
-        nothing almost never loses one.
+        with 5,000 decoys, 22% of Storey's detections were decoys, and 37% of the runs
+        reported a decoy under Bonferroni (``benchmarks/error_rates.py``). An equation is
+        left out when its residual passes the z that a :data:`OUTLIER_RATE` share of fits
+        would reach somewhere by noise alone (one-sided, Bonferroni over the equations),
+        so a list that misses nothing almost never loses one.
         """
         self.excluded_ = np.zeros(system.y.size, dtype=bool)
         solution = self._fit(system, settings, n_candidates)
