@@ -50,6 +50,7 @@ from veil.shared.kinds import (
     OueParams,
     StringParams,
 )
+from veil.shared.kinds.number import MECHANISMS as NUMBER_MECHANISMS
 from veil.shared.registry import Metric, Registry
 from veil.shared.statistics import STATISTICS, Statistic, statistic_for
 from veil.shared.wire import make_batch, make_report, validate_batch
@@ -160,6 +161,8 @@ def test_every_mechanism_has_every_face_and_an_example() -> None:
     assert set(DECODERS) == mechanisms, "a decoder each (veil.server.analysis.decode.DECODERS)"
     assert set(SIMULATORS) == mechanisms, "a simulation encoder each (veil.simulations.encoders)"
     assert {params.mechanism_name for params, _, _ in EXAMPLES} == mechanisms, "an example each here"
+    numbers = {params.mechanism for params, _, _ in EXAMPLES if isinstance(params, NumberParams)}
+    assert numbers == set(NUMBER_MECHANISMS), "an example of each number mechanism here"
     for params, _, _ in EXAMPLES:
         assert params.statistic in STATISTICS, f"{params.mechanism_name}: no statistic {params.statistic!r}"
 
@@ -298,9 +301,9 @@ def check_discovery(params: DiscoveryParams, cohorts: np.ndarray, stored: list[b
     are refused with a message naming ``veil discover``."""
     payloads = payload_array("bytes", stored)
     levels = reports_by_level(params, [(np.asarray(cohorts), payloads)])
-    # at most 0.01 prefixes kept per level by noise: over the example's 4 levels, a false
-    # candidate is a 4% event (none is expected; the string decoder would reject it)
-    search = PrefixSearch(params, false_prefixes=0.01).fit(levels)
+    # at most 1e-4 prefixes kept per level by noise: over the example's 4 levels a false
+    # candidate is a 0.04% event, as rare as the file's 4-sd checks
+    search = PrefixSearch(params, false_prefixes=1e-4).fit(levels)
     assert set(search.strings_) == set(truth)
     ended = {value: level for level in search.levels_ for prefix, _ in level.ended
              for value in [prefix.split(b"\0")[0].decode()]}

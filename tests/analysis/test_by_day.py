@@ -18,7 +18,7 @@ import pytest
 
 from tests.test_common_checks import population, sdk_reports
 from veil.server.analysis import RESULT_COLUMNS, candidate_map, decode_metric, decode_metric_by_day
-from veil.server.analysis.candidate_map import build_map, read_candidates
+from veil.server.analysis.candidate_map import read_candidates
 from veil.server.cli import main
 from veil.server.storage import open_storage
 from veil.shared.kinds import BooleanParams, MechanismParams, NumberParams, StringParams
@@ -127,22 +127,22 @@ def test_by_day_hashes_each_candidate_once(
     db = write_days(tmp_path / "veil.db", StringParams(k=32, h=2, m=8),
                     {"2024-03-01": {"a.example": 1.0}, "2024-03-02": {"b.example": 1.0}})
     (tmp_path / "candidates.txt").write_text("a.example\nb.example\n", encoding="utf-8")
-    calls: list[str] = []
+    reads: list[str] = []
 
-    def counted(function: Any) -> Any:
-        def call(*args: Any) -> Any:
-            calls.append(function.__name__)
-            return function(*args)
-        return call
+    def counted(path: Any) -> list[str]:
+        reads.append(str(path))
+        return read_candidates(path)
 
-    monkeypatch.setattr(candidate_map, "build_map", counted(build_map))
-    monkeypatch.setattr(candidate_map, "read_candidates", counted(read_candidates))
+    monkeypatch.setattr(candidate_map, "read_candidates", counted)
     candidate_map.remembered_map.cache_clear()
     assert main(["decode", "--db", str(db), "--metric", METRIC, "--candidates",
                  str(tmp_path / "candidates.txt"), "--by", "day", "--out",
                  str(tmp_path / "out")]) == 0
     assert "2 day(s) decoded" in capsys.readouterr().out
-    assert sorted(calls) == ["build_map", "read_candidates"]
+    # the map is built for the whole range, and the two days find it remembered
+    cache = candidate_map.remembered_map.cache_info()
+    assert (cache.misses, cache.hits) == (1, 2)
+    assert reads == [str(tmp_path / "candidates.txt")]
 
 
 def test_by_day_pandas_and_plot(tmp_path: Path) -> None:

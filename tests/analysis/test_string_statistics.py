@@ -191,7 +191,9 @@ def test_values_missing_from_the_list_go_to_the_background_not_to_decoys(
 WIDE = StringParams(k=128, h=2, m=64, p=0.5, q=0.75, f=0.5)
 
 
-def _most_common_value_unlisted(decoys: int, runs: int, seed: int) -> dict[str, np.ndarray]:
+def _most_common_value_unlisted(
+    decoys: int, fit: str, runs: int, seed: int
+) -> dict[str, np.ndarray]:
     """300 values with Zipf(1.5) shares; the 100 most common but the first (40% of the
     reports) are listed with ``decoys`` decoys. Per correction and run: decoys reported,
     strings reported, how many of the six next most common values (shares 2.2% to 14%)
@@ -212,6 +214,7 @@ def _most_common_value_unlisted(decoys: int, runs: int, seed: int) -> dict[str, 
             decoder = StringDecoder(WIDE, correction=name).fit(
                 reports, ones, candidates, candidate_map
             )
+            assert decoder.summary_["fit"] == fit
             detected = decoder.detected_
             tally[run] = (
                 detected[100:].sum(), detected.sum(), detected[:6].sum(),
@@ -220,16 +223,18 @@ def _most_common_value_unlisted(decoys: int, runs: int, seed: int) -> dict[str, 
     return tallies
 
 
-@pytest.mark.parametrize(("decoys", "runs", "seed"), [(300, 150, 41), (3000, 60, 43)])
+@pytest.mark.parametrize(
+    ("decoys", "fit", "runs", "seed"), [(300, "joint", 150, 41), (3000, "lasso", 60, 43)]
+)
 def test_a_common_value_missing_from_the_list_does_not_pass_for_decoys(
-    decoys: int, runs: int, seed: int
+    decoys: int, fit: str, runs: int, seed: int
 ) -> None:
     """The most common value unlisted sets its own bits in every cohort far above the
     background. Left in the fit, those bits made decoys that share them significant
     (300 decoys: a quarter of the runs reported one under Bonferroni, Storey's false
     share was 0.15) and hid weaker listed strings; the decoder now leaves such equations
     out. Joint fit at 300 decoys, the Lasso path at 3,000."""
-    tallies = _most_common_value_unlisted(decoys, runs, seed)
+    tallies = _most_common_value_unlisted(decoys, fit, runs, seed)
     false = tallies["bonferroni"][:, 0]
     # Bonferroni: runs with a decoy ~ Binomial(runs, FWER <= 0.05), 3 binomial sds above
     assert np.count_nonzero(false) <= runs * 0.05 + 3 * np.sqrt(runs * 0.05 * 0.95)
@@ -241,9 +246,12 @@ def test_a_common_value_missing_from_the_list_does_not_pass_for_decoys(
         # the left-out equations are the unlisted value's bits (each reads about 25 standard
         # deviations high), and nothing else but at the stated 1% of fits, 3 binomial sds
         assert runs - tally[:, 3].sum() <= runs * 0.01 + 3 * np.sqrt(runs * 0.01 * 0.99)
-        # the six next most common values (2.2% and more, above the stated detection limit
-        # of 1.3% to 1.5% at 80% power) are found in every run
-        assert np.all(tally[:, 2] == 6)
+        # the six next most common values: the rarest, 2.2%, is 7.4 standard errors (0.29%)
+        # out, 3 above the z Bonferroni needs over 5,100 candidates (4.4; less over 400),
+        # so it is missed with chance P(Z < -3) = 0.13% a run, the others less: misses ~
+        # Binomial(6 runs, <= 0.0013), at most 3 binomial sds above that
+        misses = 6 * runs - tally[:, 2].sum()
+        assert misses <= 6 * runs * 0.0013 + 3 * np.sqrt(6 * runs * 0.0013), misses
 
 
 def test_benjamini_hochberg_finds_more_weak_strings_than_bonferroni() -> None:

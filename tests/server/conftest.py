@@ -33,7 +33,7 @@ from flask.testing import FlaskClient
 from veil.client.encoders import make_encoder
 from veil.shared.registry import Registry
 from veil.shared.statistics import statistic_for
-from veil.shared.wire import make_batch, make_report
+from veil.shared.wire import make_batch, make_report, validate_batch
 
 
 class Wire:
@@ -57,6 +57,18 @@ class Wire:
     def batch(reports: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         """A batch with a fresh random batch id."""
         return make_batch(os.urandom(16).hex(), reports)
+
+    def validated(self, reports: Iterable[Mapping[str, Any]]) -> list[Any]:
+        """``reports`` as the collector stores them: a batch through wire validation."""
+        return validate_batch(self.batch(reports), self.registry).reports
+
+    @staticmethod
+    def approx(document: Mapping[str, Any]) -> dict[str, Any]:
+        """A counts document whose float sums compare up to the order of their additions
+        (1e-12 relative)."""
+        return {**document, "cohorts": [
+            {key: pytest.approx(value, rel=1e-12) if key.startswith("sum") else value
+             for key, value in cohort.items()} for cohort in document["cohorts"]]}
 
     def expected(self, metric: str, reports: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         """The ``reports`` and ``cohorts`` of the counts document, folded report by report

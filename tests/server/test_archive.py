@@ -10,7 +10,6 @@ to 1e-12: buckets add floats in another order than the collector's batches).
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.server.conftest import Wire
 from veil.server.archive import (
     FORMAT_VERSION,
     ArchiveError,
@@ -38,7 +38,6 @@ from veil.server.storage import Storage, open_storage
 from veil.server.storage.base import payload_array, today
 from veil.shared.registry import Metric, Registry
 from veil.shared.statistics import statistic_for
-from veil.shared.wire import validate_batch
 
 DAYS = ["2025-03-01", "2025-03-02", "2025-03-03"]
 VALUES: dict[str, list[Any]] = {
@@ -53,16 +52,12 @@ VALUES: dict[str, list[Any]] = {
 BUCKETS = 4
 
 
-def valid(wire, reports):
-    return validate_batch(wire.batch(reports), wire.registry).reports
-
-
 def fill(storage: Storage, wire, days=DAYS) -> int:
     """Reports of every metric on each day; how many were stored."""
     total = 0
     for day in days:
         reports = [r for metric, values in VALUES.items() for r in wire.reports(metric, values)]
-        assert storage.insert(valid(wire, reports), day).accepted == len(reports)
+        assert storage.insert(wire.validated(reports), day).accepted == len(reports)
         total += len(reports)
     return total
 
@@ -73,20 +68,11 @@ def documents(storage: Storage) -> dict[tuple[str, str | None], dict[str, Any]]:
             for name in sorted(VALUES) for day in [*DAYS, None]}
 
 
-def assert_same(got: Any, want: Any, where: str = "") -> None:
-    """Equal documents; floats (the sums of numbers) within 1e-12 relative."""
-    if isinstance(want, dict):
-        assert isinstance(got, dict) and got.keys() == want.keys(), where
-        for key in want:
-            assert_same(got[key], want[key], f"{where}.{key}")
-    elif isinstance(want, list):
-        assert isinstance(got, list) and len(got) == len(want), where
-        for index, (a, b) in enumerate(zip(got, want, strict=True)):
-            assert_same(a, b, f"{where}[{index}]")
-    elif isinstance(want, float):
-        assert math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-12), (where, got, want)
-    else:
-        assert got == want, (where, got, want)
+def assert_same(got: dict[Any, dict[str, Any]], want: dict[Any, dict[str, Any]]) -> None:
+    """The same counts documents (:func:`documents`), sums within 1e-12 relative."""
+    assert got.keys() == want.keys()
+    for key, document in want.items():
+        assert got[key] == Wire.approx(document), key
 
 
 @pytest.fixture(scope="module")
@@ -238,11 +224,13 @@ def test_a_run_that_fails_half_way_leaves_the_archive_as_it_was(store, tmp_path,
     def failing_add(*args, **kwargs):
         calls.append(1)
         if len(calls) == 5:
+            # the parts written so far lie in temporary files when the failure comes
+            assert list(root.rglob("*.tmp"))
             raise OSError("disk full")
         real_add(*args, **kwargs)
 
     monkeypatch.setattr(writer, "_add", failing_add)
-    monkeypatch.setattr(writer, "BUFFERED_REPORTS", 10)  # temporary parts exist when it fails
+    monkeypatch.setattr(writer, "BUFFERED_REPORTS", 10)
     with pytest.raises(OSError, match="disk full"):
         archive(store, root, start=DAYS[0], progress=False)
     assert (root / "manifest.json").read_bytes() == before
@@ -403,7 +391,7 @@ def test_cli_errors_name_the_problem(store, tmp_path, capsys):
 def test_aggregate_bucket_alone_drops_replayed_ids_without_an_engine(wire):
     metric = wire.registry["homepage"]
     statistic = statistic_for(metric.params)
-    reports = valid(wire, wire.reports("homepage", [f"v{i % 7}" for i in range(300)]))
+    reports = wire.validated(wire.reports("homepage", [f"v{i % 7}" for i in range(300)]))
     ids = np.frombuffer(b"".join(bytes.fromhex(r.id) for r in reports), np.uint8).reshape(-1, 16)
     cohorts = np.array([r.cohort for r in reports])
     stored = [statistic.stored_payload(metric.params, r.payload, r.value) for r in reports]

@@ -9,21 +9,9 @@ import math
 import numpy as np
 import pytest
 
+from tests.test_common_checks import EXAMPLES, IDS
 from veil.client import make_encoder
 from veil.server.cli import main
-from veil.shared.kinds import (
-    MECHANISMS,
-    BooleanParams,
-    CategoryParams,
-    DiscoveryParams,
-    GrrParams,
-    HadamardParams,
-    NumberParams,
-    OlhParams,
-    OueParams,
-    StringParams,
-)
-from veil.shared.kinds.number import MECHANISMS as NUMBER_MECHANISMS
 from veil.shared.registry import Metric, Registry
 from veil.simulations.demo import DECOYS, SITES, YES_SHARE
 from veil.simulations.populate import draw_population
@@ -61,22 +49,6 @@ mechanism = "laplace"
 epsilon = 1.0
 """)
 INSTALLATIONS = 4000
-#: parameters of every mechanism (every kind, every category oracle, every number mechanism)
-EVERY_MECHANISM = [
-    StringParams(k=16, h=2, m=2),
-    DiscoveryParams(segment=1, max_length=8, fingerprint_bits=4),
-    CategoryParams(categories=("x", "y", "z")),
-    *[cls(categories=("x", "y", "z"), epsilon=2.0)
-      for cls in (GrrParams, OueParams, OlhParams, HadamardParams)],
-    BooleanParams(),
-    NumberParams(low=5.0, high=10.0, mechanism="laplace", epsilon=1.0),
-    NumberParams(low=5.0, high=10.0, mechanism="gaussian", epsilon=1.0, delta=1e-6),
-    NumberParams(low=5.0, high=10.0, mechanism="1bitmean", epsilon=1.0),
-]
-IDS = ["-".join(filter(None, (params.mechanism_name, getattr(params, "mechanism", ""))))
-       for params in EVERY_MECHANISM]
-
-
 def test_populate_uploads_every_metric_and_each_decodes(collector_factory, tmp_path, capsys,
                                                         monkeypatch) -> None:
     collector = collector_factory(REGISTRY, upload_token="populate-upload-token")
@@ -135,7 +107,7 @@ def test_populate_says_when_no_collector_answers(offline_url, capsys) -> None:
     assert "is the collector running" in error
 
 
-@pytest.mark.parametrize("params", EVERY_MECHANISM, ids=IDS)
+@pytest.mark.parametrize("params", [params for params, _, _ in EXAMPLES], ids=IDS)
 def test_every_mechanism_has_a_population_its_encoder_takes(params) -> None:
     values, truth = draw_population(params, np.random.default_rng(3), 200)
     again, _ = draw_population(params, np.random.default_rng(3), 200)
@@ -143,9 +115,3 @@ def test_every_mechanism_has_a_population_its_encoder_takes(params) -> None:
     encoder = make_encoder(Metric("m", params), bytes(32))
     for value in values:
         encoder.encode(value)
-
-
-def test_every_mechanism_is_covered_here() -> None:
-    assert {params.mechanism_name for params in EVERY_MECHANISM} == set(MECHANISMS)
-    numbers = {params.mechanism for params in EVERY_MECHANISM if isinstance(params, NumberParams)}
-    assert numbers == set(NUMBER_MECHANISMS)
