@@ -118,19 +118,6 @@ def reporting_channel(registry: Registry, metric: str, secret: bytes) -> Metric:
     return registry[metric]
 
 
-class _ChannelReportError(UnknownMetricError):
-    """``report()`` named a string metric's channel, which the client picks by itself."""
-
-    def __init__(self, metric: str, owner: str) -> None:
-        ParameterError.__init__(
-            self, "metric",
-            f"metric {metric!r} is the discovery channel of {owner!r}, not a metric to report "
-            f"to: report to {owner!r} (each installation reports it through one channel, "
-            "chosen from its secret)",
-        )
-        self.metric = metric
-
-
 @dataclasses.dataclass(frozen=True)
 class FlushResult:
     """What one :meth:`Client.flush` did.
@@ -768,7 +755,11 @@ class Client:
                                               if not spec.of])
         owner = registry[metric].of
         if owner:
-            raise _ChannelReportError(metric, owner)
+            raise UnknownMetricError(
+                metric, [],
+                f"metric {metric!r} is the discovery channel of {owner!r}, not a metric to "
+                f"report to: report to {owner!r} (each installation reports it through one "
+                "channel, chosen from its secret)")
         spec = reporting_channel(registry, metric, self._secret)
         why = metrics.refused.get(spec.name)
         if why is not None:

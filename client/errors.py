@@ -11,14 +11,15 @@ from veil.shared.errors import ParameterError, VeilError
 
 
 class UnknownMetricError(ParameterError, KeyError):
-    """``report()`` named a metric the registry does not define."""
+    """``report()`` named a metric the registry does not define (or, with ``message``, one
+    it may not report to)."""
 
-    def __init__(self, metric: object, known: list[str]) -> None:
+    def __init__(self, metric: object, known: list[str], message: str | None = None) -> None:
         shown = ", ".join(sorted(known)) or "none"
         super().__init__(
             "metric",
-            f"unknown metric {metric!r}; the registry defines: {shown}. "
-            "Add it to the collector's registry or fix the name.",
+            message or f"unknown metric {metric!r}; the registry defines: {shown}. "
+                       "Add it to the collector's registry or fix the name.",
         )
         self.metric = metric
 

@@ -102,11 +102,9 @@ def run_discovery(population: Population, reports: int, epsilon: float, seed: in
     truth = build_map(string_params, list(population.values))
     cohort_reports, ones = string_counts_from_values(string_params, truth, cohort_values, rng)
     candidates = sorted(search.strings_)
-    rows: list[dict[str, Any]] = []
-    if candidates:
-        decoder = StringDecoder(string_params, correction="bh", alpha=alpha).fit(
-            cohort_reports, ones, candidates, metric="discovery")
-        rows = [{"method": "veil", **row} for row in decoder.result_.rows]
+    decoder = StringDecoder(string_params, correction="bh", alpha=alpha).fit(
+        cohort_reports, ones, candidates, metric="discovery")
+    rows = [{"method": "veil", **row} for row in decoder.result_.rows]
     found = [row["string"] for row in rows]
     metrics = {
         "method": "veil", "reports": reports, "epsilon": epsilon,
@@ -121,9 +119,10 @@ def figures_of_merit(found: list[str], shares: dict[str, float]) -> dict[str, An
     """Recall of the strings above each of :data:`RECALL_SHARES`, precision of ``found``
     (strings with a positive share in the population) and F1 of the top :data:`TOP`."""
     out: dict[str, Any] = {}
+    found_set = set(found)
     for level in RECALL_SHARES:
         frequent = [value for value, share in shares.items() if share >= level]
-        out[f"recall_{level:g}"] = (sum(value in set(found) for value in frequent) / len(frequent)
+        out[f"recall_{level:g}"] = (sum(value in found_set for value in frequent) / len(frequent)
                                     if frequent else math.nan)
     out["precision"] = (sum(shares.get(value, 0.0) > 0 for value in found) / len(found)
                         if found else math.nan)

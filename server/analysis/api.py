@@ -17,7 +17,6 @@ from veil.server.analysis.daily import DailyResult, decode_days
 from veil.server.analysis.decode import decode_counts
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.sources import CountsSource
-from veil.server.cli.options import ENVIRONMENT, env_value
 
 Candidates = Sequence[str] | str | Path | None
 
@@ -27,13 +26,6 @@ def _candidates(candidates: Candidates) -> Sequence[str] | None:
     if isinstance(candidates, str | Path):
         return read_candidates(candidates)
     return candidates
-
-
-def _token(server: str | None, token: str | None) -> str | None:
-    """The read token given, else ``$VEIL_READ_TOKEN`` for a server (as ``veil decode``)."""
-    if server is None or token is not None:
-        return token
-    return env_value(ENVIRONMENT["token"])
 
 
 def decode_metric(
@@ -58,7 +50,7 @@ def decode_metric(
     ``confidence``, ``background``). The summary's ``start`` and ``end`` are the first
     and last day that hold reports.
     """
-    with CountsSource(metric, db, server, _token(server, token), start, end, force) as source:
+    with CountsSource(metric, db, server, token, start, end, force) as source:
         document = source.counts()
     return decode_counts(document, _candidates(candidates), source=source.name, **options)
 
@@ -79,6 +71,6 @@ def decode_metric_by_day(
     reports; arguments as :func:`decode_metric`. Days with fewer reports than the metric's
     ``min_reports`` (unless ``force``) or than an estimate needs are skipped and listed
     in the result's ``skipped``."""
-    with CountsSource(metric, db, server, _token(server, token), start, end, force) as source:
+    with CountsSource(metric, db, server, token, start, end, force) as source:
         documents, skipped = source.daily()
     return decode_days(documents, _candidates(candidates), skipped, **options)

@@ -7,8 +7,10 @@ transform (:func:`support_counts`), so a level costs the same however many prefi
 are examined. :class:`PrefixSearch` walks the levels: the prefixes kept at level
 ``L`` are extended by every possible segment, and an extension is kept when its
 estimated share passes a threshold set by the known noise of the level and the
-stated number of false prefixes per level (``false_prefixes``, a Bonferroni bound
-over every extension examined); extensions that hold the end marker (or fill
+stated number of false prefixes per level (``false_prefixes``): half of it is spent as a
+Bonferroni bound over every extension examined, the other half on extensions just below
+that bound which the next level confirms (:func:`pair_threshold`); extensions that hold
+the end marker (or fill
 ``max_length``) are the discovered strings. Those then go to the string decoder over
 the string channel (:func:`discover`), which states estimates, standard errors,
 p-values and controls the false discovery rate: a false prefix that survives the
@@ -33,15 +35,13 @@ import numpy as np
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
 from veil.server.analysis.results import DecodeResult
-from veil.server.analysis.stats import normal_isf
+from veil.server.analysis.stats import normal_isf, walsh_hadamard
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.discovery import END, PAD, DiscoveryParams, prefix_fingerprint
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-#: largest block of the transform done as one small dense matrix product
-_BLOCK_BITS = 4
 #: most entries (``2**t`` per report, int64) of the span :func:`support_counts` builds at once
 SPAN_ENTRIES = 1 << 25
 #: default expected number of false prefixes kept per level
@@ -67,31 +67,6 @@ def payload_rows(params: DiscoveryParams, payloads: np.ndarray) -> tuple[np.ndar
         for j in range(width):
             rows[i] = (rows[i] << 8) | payloads[:, i * width + j]
     return rows, payloads[:, -1].astype(np.int64)
-
-
-def walsh_hadamard(values: np.ndarray) -> np.ndarray:
-    """The (unnormalized) Walsh-Hadamard transform of a vector of length ``2**D`` (float32,
-    in blocks of :data:`_BLOCK_BITS` bits as small dense products)."""
-    size = values.size
-    bits = size.bit_length() - 1
-    if size != 1 << bits:
-        raise ParameterError("values", f"length must be a power of two; got {size}")
-    shape, left = [], bits
-    while left > 0:
-        block = min(_BLOCK_BITS, left)
-        shape.append(1 << block)
-        left -= block
-    x = np.asarray(values, dtype=np.float32).reshape(shape or [1])
-    for axis, width in enumerate(shape):
-        x = np.moveaxis(np.tensordot(_hadamard(width), x, axes=([1], [axis])), 0, axis)
-    return np.ascontiguousarray(x).reshape(-1)
-
-
-def _hadamard(size: int) -> np.ndarray:
-    matrix = np.ones((1, 1), dtype=np.float32)
-    while matrix.shape[0] < size:
-        matrix = np.block([[matrix, matrix], [matrix, -matrix]])
-    return matrix
 
 
 def support_counts(rows: np.ndarray, buckets: np.ndarray, domain_bits: int) -> np.ndarray:
@@ -143,6 +118,8 @@ class Level:
     level: int
     reports: int
     std_error: float
+    #: the share an extension had to pass where other prefixes' values add no spread (the
+    #: level's noise alone); common segments, and tentative extensions, have their own cut
     threshold: float
     examined: int
     kept: tuple[tuple[bytes, float], ...]
@@ -311,15 +288,15 @@ class PrefixSearch:
         found = [(float(own[p, s]), kept[int(p)] + int(s).to_bytes(params.segment, "big"))
                  for p, s in zip(parents, segments, strict=True)]
         confirmed = 0
-        if following is not None and following[0] is not None and self.tentative_z < z_high:
+        next_shares, next_n = following if following is not None else (None, 0)
+        if next_shares is not None and self.tentative_z < z_high:
             low_p, low_s = np.nonzero((z > self.tentative_z) & (z <= z_high))
             if len(low_p) > self.max_tentative:
                 best = np.argsort(z[low_p, low_s])[-self.max_tentative:]
                 low_p, low_s = low_p[best], low_s[best]
             tentative = [kept[int(p)] + int(s).to_bytes(params.segment, "big")
                          for p, s in zip(low_p, low_s, strict=True)]
-            next_shares, next_n = following
-            if tentative and next_shares is not None:
+            if tentative:
                 next_error = math.sqrt(params.share_variance(0.0, next_n))
                 length = (index + 1) * params.segment
                 strong = [c for _, c in found]
@@ -422,8 +399,10 @@ def discover(metric: str, *, db: str | Path | None = None, server: str | None = 
 
     The reports come from a collector's store (``db``, a path or URL; ``force`` reads below
     the metrics' ``min_reports``) or from a running collector (``server``, with a read
-    ``token``: it serves the raw reports at ``GET /v1/metrics/<name>/reports``), as for
-    :func:`~veil.server.analysis.api.decode_metric`.
+    ``token``, by default ``$VEIL_READ_TOKEN``: it serves the raw reports at
+    ``GET /v1/metrics/<name>/reports``), as for
+    :func:`~veil.server.analysis.api.decode_metric`. When the search finds no string,
+    the result has no rows and states the string channel's reports as not in the table.
     """
     from veil.server.analysis.decode import decode_counts
     from veil.server.analysis.sources import CountsSource
@@ -441,10 +420,8 @@ def discover(metric: str, *, db: str | Path | None = None, server: str | None = 
             reports_by_level(params, source.reports(channel.name, params.payload_size)))
         document = source.counts()
     candidates = sorted(search.strings_)
-    result = decode_counts(document, candidates or [""], correction=correction, alpha=alpha,
+    result = decode_counts(document, candidates, correction=correction, alpha=alpha,
                            source=source.name)
-    if not candidates:
-        result.rows.clear()
     result.summary["discovery"] = {
         "channel": channel.name,
         "reports": sum(level.reports for level in search.levels_),

@@ -51,6 +51,7 @@ from veil.server.analysis.closed_form import (
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
 from veil.server.analysis.results import DecodeResult
+from veil.server.analysis.stats import walsh_hadamard
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import GrrParams, HadamardParams, OlhParams, OracleParams, OueParams
 from veil.shared.statistics import statistic_for
@@ -97,16 +98,10 @@ def olh_support(params: OlhParams, counts: np.ndarray) -> np.ndarray:
 
 
 def hadamard_support(params: HadamardParams, counts: np.ndarray) -> np.ndarray:
-    """``S_x = (N + H[x + 1]) / 2`` with ``H`` the Walsh-Hadamard transform of the counts.
-
-    ``H[u] = sum_y C[y] (-1)^popcount(u & y)``; reshaped C-order to ``(2,) * m``, axis
-    ``j`` holds bit ``m - 1 - j`` of both ``y`` and ``u``, and the DFT of size 2 on
-    every axis is exactly that sum (the same layout in and out, so no reordering).
-    """
-    size = params.size
-    bits = size.bit_length() - 1
+    """``S_x = (N + H[x + 1]) / 2`` with ``H`` the Walsh-Hadamard transform of the counts
+    (:func:`~veil.server.analysis.stats.walsh_hadamard`, in float64)."""
     flat = np.asarray(counts, dtype=np.float64).reshape(-1)
-    transform = np.fft.fftn(flat.reshape((2,) * bits)).real.reshape(-1)
+    transform = walsh_hadamard(flat, np.float64)
     support = (flat.sum() + transform[1 : params.d + 1]) / 2
     out: np.ndarray = np.rint(support).astype(np.int64)
     return out

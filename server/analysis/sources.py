@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from veil.server.cli.options import ENVIRONMENT, env_value
 from veil.shared.errors import ParameterError, VeilError
 from veil.shared.registry import Registry
 
@@ -80,38 +81,52 @@ def get_json(server: str, path: str, token: str | None, query: dict[str, str | N
     (empty values left out); its JSON object. Otherwise a :class:`SourceError` saying what
     went wrong: :class:`NotFound` for a 404, :class:`TooFewReports` for a range holding
     fewer reports than the metric's ``min_reports``."""
+    response, url = _get(server, path, token, query, timeout)
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise SourceError(f"GET {url} did not return a JSON object")
+    return body
+
+
+def _get(server: str, path: str, token: str | None, query: dict[str, str | None],
+         timeout: float, stream: bool = False) -> tuple[Any, str]:
+    """The answer to GET ``path`` (a ``requests`` response, streamed with ``stream``) and its
+    URL; a :class:`SourceError` as :func:`get_json` says unless it is 200."""
     import requests
 
     url = f"{server.rstrip('/')}{path}"
     query = {key: value for key, value in query.items() if value}
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = requests.get(url, params=query, headers=headers, timeout=timeout)
+        response = requests.get(url, params=query, headers=headers, timeout=timeout,
+                                stream=stream)
     except requests.RequestException as exc:
         raise SourceError(f"cannot reach the collector at {server}: {exc}") from None
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if response.status_code != 200:
-        error = body.get("error") if isinstance(body, dict) else None
-        if isinstance(error, dict):
-            code = str(error.get("code", "error"))
-            detail = f"{code}: {error.get('message', '')}"
-        else:
-            code, detail = "", response.text[:200]
-        hint = ""
-        if response.status_code == 401:
-            hint = " (give a read token: --token or $VEIL_READ_TOKEN)"
-        elif response.status_code == 404 and code in ("", "not_found"):
-            hint = f" (is {server} a Veil collector recent enough to serve GET {path}?)"
-        message = f"GET {url} answered {response.status_code} {detail}{hint}"
-        if code == "too_few_reports":
-            raise TooFewReports(message)
-        raise (NotFound if response.status_code == 404 else SourceError)(message)
-    if not isinstance(body, dict):
-        raise SourceError(f"GET {url} did not return a JSON object")
-    return body
+    if response.status_code == 200:
+        return response, url
+    with response:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        code = str(error.get("code", "error"))
+        detail = f"{code}: {error.get('message', '')}"
+    else:
+        code, detail = "", response.text[:200]
+    hint = ""
+    if response.status_code == 401:
+        hint = " (give a read token: --token or $VEIL_READ_TOKEN)"
+    elif response.status_code == 404 and code in ("", "not_found"):
+        hint = f" (is {server} a Veil collector recent enough to serve GET {path}?)"
+    message = f"GET {url} answered {response.status_code} {detail}{hint}"
+    if code == "too_few_reports":
+        raise TooFewReports(message)
+    raise (NotFound if response.status_code == 404 else SourceError)(message)
 
 
 def _open(path: str, metric: str) -> Storage:
@@ -137,8 +152,8 @@ def _covered(days: list[str], start: str | None, end: str | None) -> list[str]:
 class CountsSource:
     """The counts of ``metric`` over the UTC days ``start``..``end`` (inclusive; open when
     None) in a collector's database file (``db``) or from its HTTP API (``server``, with a
-    read ``token``), checked when made. ``force`` (``db`` only) reads below the metric's
-    ``min_reports``.
+    read ``token``, by default ``$VEIL_READ_TOKEN``), checked when made. ``force`` (``db``
+    only) reads below the metric's ``min_reports``.
 
     The database opens at the first read and stays open until :meth:`close` (or the end
     of a ``with`` block), and the days with reports are looked up once, so the whole range
@@ -164,6 +179,8 @@ class CountsSource:
                                           "always honours its metrics' min_reports")
         if not self.metric:
             raise ParameterError("metric", "name the metric to decode (--metric NAME)")
+        if self.server is not None and self.token is None:
+            self.token = env_value(ENVIRONMENT["token"])
 
     @property
     def name(self) -> str:
@@ -305,18 +322,9 @@ def fetch_reports(
     ``payload_size`` bytes), streamed; errors as :func:`get_json` raises them."""
     import requests
 
-    url = f"{server.rstrip('/')}/v1/metrics/{metric}/reports"
-    query = {key: value for key, value in {"start": start, "end": end}.items() if value}
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        response = requests.get(url, params=query, headers=headers, timeout=timeout, stream=True)
-    except requests.RequestException as exc:
-        raise SourceError(f"cannot reach the collector at {server}: {exc}") from None
+    response, url = _get(server, f"/v1/metrics/{metric}/reports", token,
+                         {"start": start, "end": end}, timeout, stream=True)
     with response:
-        if response.status_code != 200:
-            get_json(server, f"/v1/metrics/{metric}/reports", token,
-                     {"start": start, "end": end}, timeout)  # raises with the error's words
-            raise SourceError(f"GET {url} answered {response.status_code}")
         width = 2 + payload_size
         stated = response.headers.get("X-Veil-Record-Bytes")
         if stated not in (None, str(width)):

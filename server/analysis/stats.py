@@ -147,3 +147,34 @@ def critical_z(alpha: float, correction: str, n_tests: int) -> float:
     correction = check_correction(correction)
     level = alpha if correction == "none" else alpha / max(n_tests, 1)
     return normal_isf(level)
+
+
+#: largest block of :func:`walsh_hadamard` done as one small dense matrix product
+_BLOCK_BITS = 4
+
+
+def walsh_hadamard(values: np.ndarray, dtype: type[np.floating[Any]] = np.float32) -> np.ndarray:
+    """The (unnormalized) Walsh-Hadamard transform ``H[u] = sum_y v[y] (-1)^popcount(u & y)``
+    of a vector of length ``2**D``, in ``dtype`` (float32 is exact for integer sums below
+    2**24), in blocks of :data:`_BLOCK_BITS` bits as small dense products."""
+    size = values.size
+    bits = size.bit_length() - 1
+    if size != 1 << bits:
+        raise ParameterError("values", f"length must be a power of two; got {size}")
+    shape, left = [], bits
+    while left > 0:
+        block = min(_BLOCK_BITS, left)
+        shape.append(1 << block)
+        left -= block
+    x = np.asarray(values, dtype=dtype).reshape(shape or [1])
+    for axis, width in enumerate(shape):
+        x = np.moveaxis(np.tensordot(_hadamard(width, dtype), x, axes=([1], [axis])), 0, axis)
+    return np.ascontiguousarray(x).reshape(-1)
+
+
+def _hadamard(size: int, dtype: type[np.floating[Any]]) -> np.ndarray:
+    """Sylvester's Hadamard matrix of order ``size`` (a power of two)."""
+    matrix = np.ones((1, 1), dtype=dtype)
+    while matrix.shape[0] < size:
+        matrix = np.block([[matrix, matrix], [matrix, -matrix]])
+    return matrix

@@ -267,8 +267,6 @@ class StringDecoder:
         if isinstance(candidates, str | bytes):
             raise ParameterError("candidates", "give a list of candidate strings, not one string")
         names = [str(c) for c in candidates]
-        if not names:
-            raise ParameterError("candidates", "give at least one candidate string")
         if candidate_map is None:
             candidate_map = remembered_map(self.params, tuple(names), self.progress)
         matrix = sp.csc_matrix(candidate_map, dtype=float)
@@ -362,7 +360,7 @@ class StringDecoder:
         correction, alpha = settings.correction, settings.alpha
         discoveries = 0
         for _ in range(MAX_REFITS):
-            tests = 1 if correction == "none" else n_candidates
+            tests = 1 if correction == "none" else max(n_candidates, 1)
             z_select = normal_isf(alpha * (discoveries + 1) / tests)
             selected = lasso_select(system, z_select)
             solution = refit_with_additions(

@@ -45,7 +45,11 @@ from typing import Any, ClassVar
 
 from veil.shared.errors import ParameterError, WireFormatError
 from veil.shared.kinds.base import MechanismParams
-from veil.shared.kinds.oracles.base import MAX_ORACLE_EPSILON, support_share_variance
+from veil.shared.kinds.oracles.base import (
+    EPSILON_FIELDS,
+    check_report_epsilon,
+    support_share_variance,
+)
 from veil.shared.kinds.oracles.olh import (
     bucket_channel,
     bucket_prr_epsilon,
@@ -118,15 +122,10 @@ class DiscoveryParams(MechanismParams):
             "share": Interval(float, 0, 1, "neither"),
             "segment": Interval(int, 1, 2),
             "max_length": Interval(int, 1, 1024),
-            "epsilon": Interval(float, 0, MAX_ORACLE_EPSILON, "right"),
-            "report_epsilon": Interval(float, 0, MAX_ORACLE_EPSILON, "right"),
+            **EPSILON_FIELDS,
             "fingerprint_bits": Interval(int, 0, 16),
         })
-        if self.report_epsilon > self.epsilon:  # type: ignore[operator]
-            raise ParameterError(
-                "report_epsilon",
-                f"The 'report_epsilon' parameter of {owner} must be at most epsilon="
-                f"{self.epsilon!r}. Got {self.report_epsilon!r} instead.")
+        check_report_epsilon(owner, self.epsilon, float(self.report_epsilon or 0.0))
         if self.bucket_bits is None:
             object.__setattr__(self, "bucket_bits",
                                best_bucket_bits(self.epsilon, float(self.report_epsilon or 0)))
@@ -241,6 +240,8 @@ class DiscoveryParams(MechanismParams):
     @property
     def epsilon_1(self) -> float:
         kept, other = bucket_channel(self.buckets, *self.numerators)
+        # log1p: the ratio is close to 1 at small epsilons, where log(kept / other) rounds
+        # below the exact value (the stated epsilon must never be below it)
         return round_up(math.log1p((kept - other) / other))
 
     # --- reports ---------------------------------------------------------------------
@@ -267,7 +268,7 @@ class DiscoveryParams(MechanismParams):
             raise WireFormatError(field, "must contain only lowercase hex digits 0-9a-f", "bad_hex")
         limit = 1 << self.domain_bits
         rows = self.row_bytes
-        for i in range(size // rows):
+        for i in range(self.bucket_bits or 0):
             if int.from_bytes(data[i * rows: (i + 1) * rows], "big") >= limit:
                 raise WireFormatError(
                     field, f"hash row {i} has bits beyond the {self.domain_bits}-bit domain",

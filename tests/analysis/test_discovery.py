@@ -32,8 +32,8 @@ from veil.server.analysis.discovery import (
     payload_rows,
     reports_by_level,
     support_counts,
-    walsh_hadamard,
 )
+from veil.server.analysis.stats import walsh_hadamard
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import DiscoveryParams, StringParams
 from veil.shared.registry import Metric, Registry
@@ -47,6 +47,9 @@ SMALL = DiscoveryParams(share=0.5, segment=1, max_length=6, fingerprint_bits=10)
 def test_the_transform_is_the_hadamard_matrix_product() -> None:
     values = np.random.default_rng(1).integers(-9, 9, size=64).astype(np.float32)
     assert np.array_equal(walsh_hadamard(values), scipy.linalg.hadamard(64) @ values)
+    # float64 (the Hadamard oracle's counts) stays exact past float32's 2**24
+    large = values.astype(np.float64) * 1e9
+    assert np.array_equal(walsh_hadamard(large, np.float64), scipy.linalg.hadamard(64) @ large)
     with pytest.raises(ParameterError):
         walsh_hadamard(np.zeros(48, np.float32))
 
@@ -276,3 +279,28 @@ def test_veil_discover_explains_a_metric_without_a_channel(tmp_path: Path) -> No
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "no discovery channel" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_discover_with_no_frequent_string_states_everything_as_missing(tmp_path: Path) -> None:
+    """Every report a different value (8 random letters): the search keeps no string, and the string decoder
+    fits the background alone (no placeholder candidate): no rows, no candidates, and the
+    string channel's reports all outside the table (the missing share within 4 of its
+    stated standard errors of 1)."""
+    from veil.server.analysis.discovery import discover
+    from veil.server.storage import open_storage
+    from veil.shared.wire import validate_batch
+
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz0123456789"))
+    values = ["".join(word) for word in np.random.default_rng(10).choice(letters, (3000, 8))]
+    reports = wire_reports("home.discovery", values[:1800], 11) + wire_reports(
+        "home", values[1800:], 12)
+    with open_storage(str(tmp_path / "veil.db"), REGISTRY, create=True) as storage:
+        for start in range(0, len(reports), 1000):
+            batch = make_batch(f"{start:032x}", reports[start:start + 1000])
+            storage.insert(validate_batch(batch, REGISTRY).reports)
+    found = discover("home", db=tmp_path / "veil.db")
+    summary = found.result.summary
+    assert found.result.rows == [] and not found.search.strings_
+    assert summary["candidates"] == summary["discovery"]["candidates"] == summary["detected"] == 0
+    missing, error = summary["missing_proportion_unbiased"], summary["missing_proportion_std_error"]
+    assert abs(missing - 1.0) <= 4 * error, (missing, error)

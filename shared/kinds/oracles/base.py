@@ -44,6 +44,23 @@ from veil.shared.validation import Interval, check_fields
 MAX_ORACLE_CATEGORIES = 65536
 #: largest declared epsilon (beyond it the realized probabilities saturate at 1 - 2**-32)
 MAX_ORACLE_EPSILON = 20.0
+#: the checks of a mechanism's ``epsilon`` and ``report_epsilon`` (:func:`check_fields`)
+EPSILON_FIELDS = {
+    "epsilon": Interval(float, 0, MAX_ORACLE_EPSILON, "right"),
+    "report_epsilon": Interval(float, 0, MAX_ORACLE_EPSILON, "right"),
+}
+
+
+def check_report_epsilon(owner: str, epsilon: float, report_epsilon: float) -> None:
+    """Refuse a ``report_epsilon`` above ``epsilon``: a report is post-processing of the
+    permanent response, so it can never leak more than it."""
+    if report_epsilon > epsilon:
+        raise ParameterError(
+            "report_epsilon",
+            f"The 'report_epsilon' parameter of {owner} must be at most epsilon="
+            f"{epsilon!r} (a report is post-processing of the permanent response). "
+            f"Got {report_epsilon!r} instead.",
+        )
 
 
 def parse_index(payload: Any, size: int, field: str) -> int:
@@ -109,17 +126,8 @@ class OracleParams(CategoryList, MechanismParams):
                                                                 MAX_ORACLE_CATEGORIES))
         if self.report_epsilon is None and isinstance(self.epsilon, int | float):
             object.__setattr__(self, "report_epsilon", self.epsilon / 2)
-        check_fields(owner, dataclasses.asdict(self), {
-            "epsilon": Interval(float, 0, MAX_ORACLE_EPSILON, "right"),
-            "report_epsilon": Interval(float, 0, MAX_ORACLE_EPSILON, "right"),
-        })
-        if self.report_epsilon > self.epsilon:  # type: ignore[operator]
-            raise ParameterError(
-                "report_epsilon",
-                f"The 'report_epsilon' parameter of {owner} must be at most epsilon="
-                f"{self.epsilon!r} (a report is post-processing of the permanent response). "
-                f"Got {self.report_epsilon!r} instead.",
-            )
+        check_fields(owner, dataclasses.asdict(self), EPSILON_FIELDS)
+        check_report_epsilon(owner, self.epsilon, float(self.report_epsilon or 0.0))
         self._check()
         self.prr_numerator  # noqa: B018 - realizes the probabilities: refuses an epsilon too small
 

@@ -29,7 +29,12 @@ from typing import ClassVar
 
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError
-from veil.shared.kinds.oracles.base import OracleParams, largest_numerator, log_ratio
+from veil.shared.kinds.oracles.base import (
+    OracleParams,
+    largest_numerator,
+    log_ratio,
+    support_share_variance,
+)
 
 #: most (function, bucket) counters an OLH metric keeps per day
 MAX_OLH_RESPONSES = 1 << 20
@@ -73,8 +78,7 @@ def numerators(g: int, epsilon: float, report_epsilon: float) -> tuple[int, int]
 def zero_share_variance(g: int, epsilon: float, report_epsilon: float) -> float:
     """Variance per report of the share estimate of an absent category."""
     p, _ = bucket_channel(g, *numerators(g, epsilon, report_epsilon))
-    q = 1 / g
-    return q * (1 - q) / (p - q) ** 2 if p > q else math.inf
+    return support_share_variance(p, 1 / g, 0.0, 1)
 
 
 def best_g(d: int, epsilon: float, report_epsilon: float) -> int:
