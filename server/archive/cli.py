@@ -79,10 +79,10 @@ def run_aggregate(args: argparse.Namespace) -> int:
     from veil.server.storage import open_storage
     from veil.shared.registry import Registry
 
-    Manifest.load(args.archive)  # a missing or foreign archive is reported before the store
+    manifest = Manifest.load(args.archive)  # a missing or foreign archive: before the store
     registry = Registry.load(args.config) if args.config else None
     with open_storage(args.db, registry, create=registry is not None) as storage:
-        summary = aggregate(args.archive, storage, scheduler=args.scheduler,
+        summary = aggregate(manifest, storage, scheduler=args.scheduler,
                             workers=args.workers, metric=args.metric, start=args.start,
                             end=args.end)
     print(f"veil aggregate: {summary}")

@@ -71,12 +71,14 @@ class AggregateSummary:
                 f"{self.reports_per_second:,.0f} reports/s")
 
 
-def aggregate(archive_dir: str | Path, storage: Storage, *, scheduler: str | Client = LOCAL,
+def aggregate(archive_dir: str | Path | Manifest, storage: Storage, *,
+              scheduler: str | Client = LOCAL,
               workers: int | None = None, metric: str | None = None,
               start: dt.date | str | None = None, end: dt.date | str | None = None,
               progress: bool | None = None) -> AggregateSummary:
-    """Recompute the aggregates of every (metric, day) of the archive at ``archive_dir``
-    (over days ``start``..``end``, for one metric or all) and set them in ``storage``.
+    """Recompute the aggregates of every (metric, day) of the archive at ``archive_dir`` (or
+    of its :class:`Manifest`, already loaded) over days ``start``..``end``, for one metric
+    or all, and set them in ``storage``.
 
     ``scheduler``: ``"local"`` starts a cluster of ``workers`` processes (default: one per
     core) with one thread each, closed at the end; an address (``tcp://host:8786``) uses a
@@ -87,7 +89,7 @@ def aggregate(archive_dir: str | Path, storage: Storage, *, scheduler: str | Cli
     stderr is a terminal). Raises :class:`ArchiveError` saying what is wrong.
     """
     began = time.monotonic()
-    manifest = Manifest.load(archive_dir)
+    manifest = archive_dir if isinstance(archive_dir, Manifest) else Manifest.load(archive_dir)
     start_text, end_text = day_range(start, end)
     tasks = manifest.tasks(metric, start_text, end_text)
     metrics = target_metrics(manifest, storage, metrics_of(tasks))

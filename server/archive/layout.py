@@ -292,10 +292,6 @@ class Manifest:
         os.replace(temporary, self.path)
         fsync_path(self.root)
 
-    def days(self) -> set[tuple[str, str]]:
-        """The (metric, day) pairs with files."""
-        return {(entry.metric, entry.day) for entry in self.files}
-
     def tasks(self, metric: str | None = None, start: str | None = None,
               end: str | None = None) -> list[BucketTask]:
         """One :class:`BucketTask` per (metric, day, bucket) with files, over days

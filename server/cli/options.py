@@ -142,7 +142,7 @@ def token_list(given: list[str] | None, variable: str, option: str) -> list[str]
 
 @contextlib.contextmanager
 def print_log(name: str, prefix: str) -> Iterator[None]:
-    """Print the INFO and WARNING records of logger ``name`` to stdout while the block runs."""
+    """Print the records of logger ``name`` from INFO up to stdout while the block runs."""
     logger = logging.getLogger(name)
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter(prefix + "%(message)s"))

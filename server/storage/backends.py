@@ -10,8 +10,7 @@ from veil.server.storage.base import CheckResult, Migration, Storage, StorageErr
 from veil.shared.registry import Registry
 
 #: each backend class (``module:Class``), the extra that installs its driver, and its URL
-#: schemes: the one list of them (a backend's ``schemes`` attribute is read from here, by
-#: :func:`schemes_of`, so the table needs no backend imported)
+#: schemes: the one list of them (the table needs no backend imported)
 _REGISTERED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("veil.server.storage.sqlite:SQLiteStorage", "server", ("sqlite",)),
     ("veil.server.storage.postgres:PostgresStorage", "postgres", ("postgresql", "postgres")),
@@ -22,12 +21,6 @@ _REGISTERED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 BACKENDS: dict[str, tuple[str, str]] = {
     scheme: (target, extra) for target, extra, schemes in _REGISTERED for scheme in schemes
 }
-
-
-def schemes_of(target: str) -> tuple[str, ...]:
-    """The URL schemes of the backend class ``target`` (``module:Class``), as
-    :data:`BACKENDS` maps them: what the class gives as its ``schemes``."""
-    return tuple(scheme for scheme, (named, _) in BACKENDS.items() if named == target)
 
 
 def open_storage(url: str | Path, registry: Registry | None = None, *, create: bool = False,

@@ -15,6 +15,7 @@ import abc
 import dataclasses
 import datetime as dt
 import itertools
+import math
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,21 @@ from veil.shared.statistics import COLUMNS, State, Statistic, statistic_for
 from veil.shared.wire import Report
 
 DAY_FORMAT = "%Y-%m-%d"
-#: the last day a range without an end reaches
+#: the first and the last day a range without a start or an end reaches
+FIRST_DAY = "0001-01-01"
 LAST_DAY = "9999-12-31"
 #: real-valued aggregates (sums) match a recount to this relative precision, or this much per
 #: report: a recount adds the same numbers in another order, which changes the last bits
 REAL_TOLERANCE = 1e-6
+
+
+def sums_agree(stored: Any, recounted: Any, reports: int) -> bool:
+    """Whether a stored real-valued sum agrees with its recount over ``reports`` reports, up
+    to the order of their additions (:data:`REAL_TOLERANCE`)."""
+    if not isinstance(stored, float | int) or not isinstance(recounted, float | int):
+        return False
+    return math.isclose(stored, recounted, rel_tol=REAL_TOLERANCE,
+                        abs_tol=REAL_TOLERANCE * max(reports, 1))
 
 
 class StorageError(VeilError):
@@ -293,10 +304,6 @@ class Storage(abc.ABC):
     store with a :class:`StorageError` that names the recovery.
     """
 
-    #: URL schemes this backend opens, as :data:`~veil.server.storage.backends.BACKENDS`
-    #: lists them (``open_storage`` picks a backend from that table)
-    schemes: tuple[str, ...] = ()
-
     #: the schema steps the open that made this object applied, oldest first
     migrated: tuple[Migration, ...] = ()
 
@@ -477,11 +484,13 @@ class Storage(abc.ABC):
         threshold = self.metric(metric).min_reports if min_reports is None else min_reports
         chunks = self.iter_reports(metric, *day_range(start, end))
         held: list[StoredReports] = []
-        while sum(len(chunk) for chunk in held) < threshold:
+        reports = 0
+        while reports < threshold:
             chunk = next(chunks, None)
             if chunk is None:
-                raise TooFewReportsError(metric, sum(len(c) for c in held), threshold)
+                raise TooFewReportsError(metric, reports, threshold)
             held.append(chunk)
+            reports += len(chunk)
         return itertools.chain(held, chunks)
 
     def counts(

@@ -281,7 +281,8 @@ def test_one_metric_and_a_day_range(store, tmp_path):
     summary = archive(store, tmp_path / "archive", metric="battery", start=DAYS[1],
                       progress=False)
     assert summary.days == [("battery", DAYS[1]), ("battery", DAYS[2])]
-    assert Manifest.load(tmp_path / "archive").days() == set(summary.days)
+    files = Manifest.load(tmp_path / "archive").files
+    assert {(entry.metric, entry.day) for entry in files} == set(summary.days)
 
 
 def test_local_cluster_with_one_worker(store, fresh, tmp_path):

@@ -169,6 +169,30 @@ def test_a_report_replayed_on_a_later_day_within_the_replay_window_is_a_duplicat
         assert_counts(storage, wire, sent)
 
 
+@pytest.mark.parametrize("window", [1, 7])
+def test_a_day_over_has_its_aggregate_shards_folded_into_one_row_per_cohort(
+        postgres_url, wire, window):
+    """The first write of a day folds the previous day's shards (written at random among
+    :data:`SHARDS` per batch), whatever the replay window (with one day it once never
+    folded them); the counts stay those of the reports."""
+    sent = mixed_reports(wire, 200)
+    with open_storage(postgres_url, wire.registry, create=True,
+                      replay_window_days=window) as storage:
+        for start in range(0, 160, 10):
+            storage.insert(wire.validated(sent[start:start + 10]), DAYS[0])
+        with psycopg.connect(postgres_url) as conn:
+            shards = conn.execute("SELECT count(DISTINCT shard) FROM veil_aggregates "
+                                  "WHERE day = %s", (DAYS[0],)).fetchone()
+        assert shards is not None and shards[0] > 1  # 16 batches over 8 shards
+        storage.insert(wire.validated(sent[160:]), DAYS[1])
+        with psycopg.connect(postgres_url) as conn:
+            left = conn.execute("SELECT count(*) FROM veil_aggregates WHERE day = %s "
+                                "AND shard <> 0", (DAYS[0],)).fetchone()
+        assert left == (0,)
+        assert_counts(storage, wire, sent[:160], DAYS[0], DAYS[0])
+        assert_counts(storage, wire, sent)
+
+
 def test_the_replay_window_is_an_option_recorded_with_the_store(postgres_url, wire):
     """``replay_window_days`` chosen at creation holds for every storage opened on the
     database; a replay beyond the window is a new report."""

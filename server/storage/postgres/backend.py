@@ -41,10 +41,9 @@ from psycopg import sql as psql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from veil.server.storage.backends import schemes_of
 from veil.server.storage.base import (
+    FIRST_DAY,
     LAST_DAY,
-    REAL_TOLERANCE,
     CheckResult,
     DayCount,
     InsertResult,
@@ -58,6 +57,7 @@ from veil.server.storage.base import (
     payload_array,
     registry_to_record,
     sum_aggregate_rows,
+    sums_agree,
 )
 from veil.server.storage.postgres import schema
 from veil.shared.registry import Metric, Registry
@@ -126,7 +126,6 @@ class PostgresStorage(Storage):
     store is created), ``pool_size``.
     """
 
-    schemes = schemes_of("veil.server.storage.postgres:PostgresStorage")
     current_schema = schema.SCHEMA_VERSION
 
     @classmethod
@@ -162,7 +161,7 @@ class PostgresStorage(Storage):
         try:
             with self._unavailable(f"open {self._location}"):
                 self.migrated = self._prepare(create, replay_window_days)
-                self._registry = self._attach(registry)
+                self._attach(registry)
                 self._ensure_partitions(self._today())
         except BaseException:
             self.close()
@@ -401,12 +400,13 @@ class PostgresStorage(Storage):
             number = _day_number(day)
             if day not in self._partitions:
                 raise _MissingPartition(day)
-            if self.replay_window_days > 1 and number not in self._sealed:
+            if number not in self._sealed:
                 # wait for every transaction still writing the previous day (once a day per
-                # process), so the window check below sees their ids; that day is over, so
-                # fold its aggregate shards into one row per cohort
+                # process), so the window check below sees their ids and no writer adds to
+                # that day's shards any more; then fold them into one row per cohort
                 cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", (schema.LOCK_DAY, number - 1))
-                cursor.execute(schema.FOLD_DAY, {"day": _day_text(number - 1)})
+                cursor.execute(schema.FOLD_DAY, {"day": _day_text(number - 1),
+                                                 "metrics": list(self.registry)})
                 self._sealed.add(number)
             # COPY's text format, written directly: ids and payloads are hex already
             with cursor.copy("COPY veil_staging (id, metric, cohort, payload) FROM STDIN") as copy:
@@ -500,10 +500,14 @@ class PostgresStorage(Storage):
             return total
 
     @staticmethod
-    def _raw_days(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
-        """Every (metric, day) that has raw reports."""
+    def _raw_days(conn: psycopg.Connection[Any], metric: str | None = None,
+                  start: str | None = None, end: str | None = None) -> list[tuple[str, str]]:
+        """Every (metric, day) that has raw reports, of ``metric`` (all when None) on the
+        days ``start``..``end``: the day range prunes the table's day partitions."""
         return [(str(r[0]), str(r[1])) for r in conn.execute(
-            "SELECT DISTINCT metric, to_char(day, 'YYYY-MM-DD') FROM veil_reports ORDER BY 1, 2")]
+            "SELECT DISTINCT metric, to_char(day, 'YYYY-MM-DD') FROM veil_reports "
+            "WHERE day BETWEEN %s AND %s AND (%s::text IS NULL OR metric = %s) ORDER BY 1, 2",
+            (start or FIRST_DAY, end or LAST_DAY, metric, metric))]
 
     @classmethod
     def _recount(cls, conn: psycopg.Connection[Any], metric: Metric, day: str,
@@ -542,9 +546,7 @@ class PostgresStorage(Storage):
         with self._unavailable(f"read the reports in {self._location}"), \
                 self._pool.connection() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            pairs = [(name, day) for name, day in self._raw_days(conn)
-                     if metric in (None, name) and (start or "") <= day <= (end or LAST_DAY)]
-            for name, day in pairs:
+            for name, day in self._raw_days(conn, metric, start, end):
                 yield from self._chunks(conn, name, day, batch_size, self._metric(name)[1])
 
     def backup(self, target: str | Path) -> Path:
@@ -567,7 +569,7 @@ class PostgresStorage(Storage):
         query = ("SELECT metric, to_char(day, 'YYYY-MM-DD'), sum(reports) FROM veil_aggregates "
                  "WHERE day BETWEEN %s AND %s " + ("AND metric = %s " if metric else "")
                  + "GROUP BY metric, day ORDER BY metric, day")
-        parameters = (start or "0001-01-01", end or LAST_DAY, *((metric,) if metric else ()))
+        parameters = (start or FIRST_DAY, end or LAST_DAY, *((metric,) if metric else ()))
         with self._unavailable(f"count the reports per day in {self._location}"), \
                 self._pool.connection() as conn:
             rows = conn.execute(query, parameters).fetchall()
@@ -579,7 +581,7 @@ class PostgresStorage(Storage):
                 self._pool.connection() as conn, conn.cursor(binary=True) as cursor:
             # binary results: counter arrays arrive as bytes, not as hex text
             rows = cursor.execute(schema.SELECT_AGGREGATES,
-                                  (metric.name, start or "0001-01-01", end or LAST_DAY)).fetchall()
+                                  (metric.name, start or FIRST_DAY, end or LAST_DAY)).fetchall()
         return sum_aggregate_rows(statistic_for(metric.params), metric, rows, array_counters)
 
     # -- health, checks, failures ----------------------------------------------------------
@@ -683,8 +685,7 @@ def _equal(stored: Any, recounted: Any, reports: int) -> bool:
         return bool(np.array_equal(np.asarray(stored, dtype=np.uint64),
                                    np.asarray(recounted, dtype=np.uint64)))
     if isinstance(stored, float) or isinstance(recounted, float):
-        return bool(np.isclose(stored, recounted, rtol=REAL_TOLERANCE,
-                               atol=REAL_TOLERANCE * max(reports, 1)))
+        return sums_agree(stored, recounted, reports)
     return bool(stored == recounted)
 
 

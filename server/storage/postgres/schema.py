@@ -79,7 +79,10 @@ CREATE = (META, REPORTS, AGGREGATES, ADD_COUNTS, SUM_COUNTS)
 #: fold the shards of one day (``%(day)s``) into shard 0: once a day is over, its rows are only
 #: read, and readers then add one row per cohort instead of :data:`SHARDS`
 FOLD_DAY = (
-    "WITH folded AS (DELETE FROM veil_aggregates WHERE day = %(day)s RETURNING *) "
+    # by metric and day, the key's first columns; nothing when another process folded it
+    "WITH folded AS (DELETE FROM veil_aggregates WHERE metric = ANY(%(metrics)s) "
+    "AND day = %(day)s AND EXISTS (SELECT 1 FROM veil_aggregates WHERE metric = "
+    "ANY(%(metrics)s) AND day = %(day)s AND shard <> 0) RETURNING *) "
     f"INSERT INTO veil_aggregates (metric, day, cohort, shard, reports, {', '.join(COLUMNS)}) "
     "SELECT metric, day, cohort, 0, sum(reports)::bigint, "
     + ", ".join(f"veil_sum_counts({c})" if COLUMN_TYPES[c] == "counts"

@@ -40,7 +40,6 @@ try:
 except ImportError:  # not POSIX: processes serialize on SQLite's busy timeout alone
     fcntl = None  # type: ignore[assignment]
 
-from veil.server.storage.backends import schemes_of
 from veil.server.storage.base import (
     LAST_DAY,
     CheckResult,
@@ -144,7 +143,6 @@ class SQLiteStorage(Storage):
     the group commit's lock and queue.
     """
 
-    schemes = schemes_of("veil.server.storage.sqlite:SQLiteStorage")
     current_schema = SCHEMA_VERSION
 
     def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False,
@@ -189,7 +187,7 @@ class SQLiteStorage(Storage):
                 self._identity = self._file_identity()
                 self._verify()
                 self.migrated = self._migrate(migrate)
-                self._registry = self._attach(registry)
+                self._attach(registry)
         except BaseException:
             self.close()
             raise

@@ -12,7 +12,6 @@ stored values are the exact doubles received (JSON text would be re-parsed).
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -20,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from veil.server.storage.base import (
-    REAL_TOLERANCE,
     StorageError,
     aggregate_columns,
     sum_aggregate_rows,
+    sums_agree,
 )
 from veil.server.storage.sqlite.commit import Statement
 from veil.shared.registry import Metric
@@ -193,16 +192,10 @@ def differences(conn: sqlite3.Connection) -> list[str]:
         else:
             columns = [
                 column for column, a, b in zip(("reports", *COLUMNS), stored, recounted, strict=True)
-                if a != b and not (COLUMN_TYPES.get(column) == "real" and _close(a, b, stored[0]))
+                if a != b and not (COLUMN_TYPES.get(column) == "real" and sums_agree(a, b, stored[0]))
             ]
             if columns:
                 out.append(f"{where}: {', '.join(columns)} differ from a recount of the reports")
     return out
 
 
-def _close(stored: Any, recounted: Any, reports: int) -> bool:
-    """Whether two real-valued sums agree up to the order of their additions."""
-    if not isinstance(stored, float | int) or not isinstance(recounted, float | int):
-        return False
-    return math.isclose(stored, recounted, rel_tol=REAL_TOLERANCE,
-                        abs_tol=REAL_TOLERANCE * max(reports, 1))
