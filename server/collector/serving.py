@@ -145,7 +145,10 @@ def _serve_socket(config: dict[str, Any], sock: socket.socket) -> None:
         # Flask answers 413 for bodies over the limit; waitress only stops absurd ones
         # before buffering them
         max_request_body_size=2 * config["MAX_CONTENT_LENGTH"] + 1024 * 1024,
-        clear_untrusted_proxy_headers=True,
+        # X-Forwarded-For is read by one layer only, the app's ProxyFix (create_app, so the
+        # same under any WSGI server): waitress drops the proxy headers when no proxy is
+        # trusted, and passes them on untouched to ProxyFix when --proxy-hops trusts some
+        clear_untrusted_proxy_headers=not config["PROXY_HOPS"],
         # batches are ~100 KiB: read them in fewer, larger chunks
         recv_bytes=65536,
         connection_limit=config["CONNECTION_LIMIT"],

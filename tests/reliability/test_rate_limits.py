@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import requests
 
 from veil.server.collector.limits import MAX_BUCKETS, RateLimiter, network_of, upload_limits
 from veil.shared.registry import Registry
@@ -113,3 +114,32 @@ def test_rates_are_shared_among_worker_processes():
     assert limits.network.burst == 500.0
     assert limits.token is None
     assert limits.token_daily is not None and limits.token_daily.limit == 250
+
+
+def upload(collector, n: int, forwarded_for: str) -> int:
+    """POST ``n`` dark_mode reports to a real ``veil serve`` with ``X-Forwarded-For`` set;
+    the answer's status."""
+    response = requests.post(collector.url + "/v1/reports", json=batch(n), timeout=30,
+                             headers={"X-Forwarded-For": forwarded_for})
+    return response.status_code
+
+
+def test_behind_a_proxy_each_forwarded_network_has_its_own_bucket(collector_factory):
+    """``veil serve --proxy-hops 1``: the proxy's X-Forwarded-For entry names the network."""
+    collector = collector_factory(registry=REGISTRY, max_reports=50, serve_args=[
+        "--network-rate", "1", "--burst-seconds", "1", "--proxy-hops", "1"])
+    assert upload(collector, 50, "198.51.100.7") == 200       # a burst of one full batch
+    assert upload(collector, 50, "198.51.100.200") == 429     # the same /24: refused
+    # a different forwarded network is a different client, though the proxy is the same peer
+    assert [upload(collector, 50, f"203.0.{i}.1") for i in range(113, 118)] == [200] * 5
+    # what the client itself put before the proxy's entry is not trusted: the last entry counts
+    assert upload(collector, 50, "192.0.2.1, 198.51.100.7") == 429
+
+
+def test_without_proxy_hops_a_forged_forwarded_for_is_ignored(collector_factory):
+    """``veil serve`` without ``--proxy-hops``: the peer's address is the client's."""
+    collector = collector_factory(registry=REGISTRY, max_reports=50, serve_args=[
+        "--network-rate", "1", "--burst-seconds", "1"])
+    assert upload(collector, 50, "198.51.100.7") == 200
+    # every request comes from 127.0.0.1, whatever the header claims
+    assert [upload(collector, 50, f"203.0.{i}.1") for i in range(113, 118)] == [429] * 5
