@@ -9,6 +9,11 @@
       HMAC-SHA256(secret, be32(i) || "veil-v1" || 0x00 || purpose || 0x00 || metric || 0x00 || context)
 
   which is the counter-mode key derivation of NIST SP 800-108 with HMAC-SHA256.
+
+Since stream layout 2 (:data:`STREAM_LAYOUT`) every memoized response's ``context``
+begins with the parameters' fingerprint and ``0x00`` (see
+:meth:`veil.client.encoders.base.Encoder.permanent_stream`), so that two parameter sets
+declared under one metric name draw independent responses.
 """
 
 from __future__ import annotations
@@ -20,6 +25,12 @@ from collections.abc import Callable
 from fractions import Fraction
 
 DOMAIN = b"veil-v1"
+
+#: the layout of the memoized streams this SDK derives for parameters it has not reported
+#: under before (docs/protocol.md, section 4). Layout 1, of older SDKs, left the fingerprint
+#: out of the contexts of strings, RAPPOR categories, booleans and numbers; an installation
+#: keeps it for the parameter sets it reported under then (:mod:`veil.client.accounting`)
+STREAM_LAYOUT = 2
 
 
 class RandomStream:

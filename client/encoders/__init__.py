@@ -14,6 +14,7 @@ from veil.client.encoders.discovery import DiscoveryEncoder
 from veil.client.encoders.number import NumberEncoder
 from veil.client.encoders.oracles import GrrEncoder, HadamardEncoder, OlhEncoder, OueEncoder
 from veil.client.encoders.string import StringEncoder
+from veil.client.randomness import STREAM_LAYOUT
 from veil.shared.registry import Metric
 
 #: the encoder of each mechanism, keyed by its parameter class's mechanism_name
@@ -29,9 +30,13 @@ def make_encoder(
     secret: bytes,
     cohort_seed: int = 0,
     random_bytes: Callable[[int], bytes] = os.urandom,
+    layout: int = STREAM_LAYOUT,
 ) -> Encoder[Any]:
-    """The encoder for ``metric``, keyed by the installation ``secret``."""
-    return ENCODERS[metric.params.mechanism_name](metric.params, metric.name, secret, cohort_seed, random_bytes)
+    """The encoder for ``metric``, keyed by the installation ``secret``; ``layout`` is the
+    stream layout of its memoized responses (:class:`~veil.client.encoders.base.Encoder`),
+    which :meth:`veil.client.accounting.PrivacyLedger.stream_layout` says for an installation."""
+    cls = ENCODERS[metric.params.mechanism_name]
+    return cls(metric.params, metric.name, secret, cohort_seed, random_bytes, layout)
 
 
 __all__ = [

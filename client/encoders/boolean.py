@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from veil.client.encoders.base import Encoder
-from veil.client.randomness import HmacStream
 from veil.shared.bits import realize
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import BooleanParams
@@ -13,9 +12,11 @@ from veil.shared.kinds import BooleanParams
 
 class BooleanEncoder(Encoder[BooleanParams]):
     """Truthful if ``u1 < alpha``, else "yes" if ``u2 < beta``; ``u1``, ``u2`` are the first
-    two big-endian 32-bit words of the stream with context ``0x01`` (true) or ``0x00``."""
+    two big-endian 32-bit words of the stream with purpose ``rr`` and context
+    ``fingerprint || 0x00 || 0x01`` (true) or ``fingerprint || 0x00 || 0x00`` (false)."""
 
     params_type = BooleanParams
+    name_keyed_in_layout_1 = True
 
     def memo_key(self, value: Any) -> bytes:
         if not isinstance(value, bool):
@@ -23,7 +24,7 @@ class BooleanEncoder(Encoder[BooleanParams]):
         return b"\x01" if value else b"\x00"
 
     def derive(self, key: bytes) -> int:
-        stream = HmacStream(self.secret, b"rr", self.metric, key)
+        stream = self.permanent_stream(b"rr", key)
         truthful = stream.u32() < realize(self.params.alpha)
         yes = stream.u32() < realize(self.params.beta)
         return key[0] if truthful else int(yes)

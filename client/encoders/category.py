@@ -6,15 +6,16 @@ from typing import Any
 
 from veil.client.encoders.base import Encoder
 from veil.client.encoders.rappor import BitRappor
-from veil.client.randomness import HmacStream
 from veil.shared.bits import bits_to_hex
 from veil.shared.kinds import CategoryParams
 
 
 class CategoryEncoder(Encoder[CategoryParams]):
-    """Basic RAPPOR. The PRR stream context is ``utf8(category)``."""
+    """Basic RAPPOR. The PRR stream has purpose ``prr`` and context
+    ``fingerprint || 0x00 || utf8(category)``."""
 
     params_type = CategoryParams
+    name_keyed_in_layout_1 = True
 
     def __init__(self, params: CategoryParams, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)
@@ -25,7 +26,7 @@ class CategoryEncoder(Encoder[CategoryParams]):
 
     def derive(self, key: bytes) -> int:
         bits = 1 << self.params.index(key.decode())
-        return self.rappor.prr(bits, HmacStream(self.secret, b"prr", self.metric, key))
+        return self.rappor.prr(bits, self.permanent_stream(b"prr", key))
 
     def finish(self, permanent: int) -> str:
         return bits_to_hex(self.rappor.irr(permanent, self.fresh), self.params.k)

@@ -46,7 +46,6 @@ class DiscoveryEncoder(Encoder[DiscoveryParams]):
         self._rows = params.bucket_bits
         self._domain = 1 << params.domain_bits
         self._row_bytes = params.row_bytes
-        self._context = params.fingerprint.encode() + b"\0"
 
     def memo_key(self, value: Any) -> bytes:
         """The first ``level + 1`` segments of the padded value (all the report depends on);
@@ -56,7 +55,7 @@ class DiscoveryEncoder(Encoder[DiscoveryParams]):
 
     def prr_stream(self, key: bytes) -> HmacStream:
         """The permanent response's stream for the memo key ``key``."""
-        return HmacStream(self.secret, b"prr", self.metric, self._context + key)
+        return self.permanent_stream(b"prr", key)
 
     def derive(self, key: bytes) -> tuple[bytes, int]:
         params = self.params

@@ -9,7 +9,6 @@ from typing import Any
 
 from veil.client.encoders.base import Encoder
 from veil.client.encoders.sampling import discrete_gaussian, discrete_laplace
-from veil.client.randomness import HmacStream
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import NumberParams
@@ -18,16 +17,18 @@ from veil.shared.kinds import NumberParams
 class NumberEncoder(Encoder[NumberParams]):
     """See :mod:`veil.shared.kinds.number` for the mechanisms.
 
-    The rounding threshold is the first big-endian 32-bit word of the stream
-    (purpose ``alpha``, empty context); the noise for grid point ``j`` comes
-    from the stream with purpose ``noise`` and context ``be32(j)``.
+    The rounding threshold is the first big-endian 32-bit word of the stream with
+    purpose ``alpha`` and context ``fingerprint || 0x00``; the noise for grid point ``j``
+    comes from the stream with purpose ``noise`` and context ``fingerprint || 0x00 ||
+    be32(j)`` (:meth:`~Encoder.permanent_stream`).
     """
 
     params_type = NumberParams
+    name_keyed_in_layout_1 = True
 
     def __init__(self, params: NumberParams, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)
-        self._threshold = HmacStream(self.secret, b"alpha", self.metric, b"").u32()
+        self._threshold = self.permanent_stream(b"alpha", b"").u32()
         if params.mechanism == "laplace":
             self._scale = Fraction(params.resolution) / Fraction(params.epsilon)
         elif params.mechanism == "gaussian":
@@ -56,7 +57,7 @@ class NumberEncoder(Encoder[NumberParams]):
     def derive(self, key: bytes) -> float | int:
         p = self.params
         j = int.from_bytes(key, "big")
-        stream = HmacStream(self.secret, b"noise", self.metric, key)
+        stream = self.permanent_stream(b"noise", key)
         if p.mechanism == "1bitmean":
             return int(stream.u32() < p.one_bit_numerator(j))
         if p.mechanism == "laplace":

@@ -60,8 +60,7 @@ class OracleEncoder(Encoder[Q]):
     def prr_stream(self, key: bytes) -> HmacStream:
         """The permanent response's stream for the category whose UTF-8 bytes are ``key``:
         purpose ``prr``, context ``fingerprint || 0x00 || key`` (see the module docstring)."""
-        context = self.params.fingerprint.encode() + b"\0" + key
-        return HmacStream(self.secret, b"prr", self.metric, context)
+        return self.permanent_stream(b"prr", key)
 
 
 def keep_or_other(stream: RandomStream, x: int, size: int, keep: int) -> int:

@@ -6,16 +6,17 @@ from typing import Any
 
 from veil.client.encoders.base import Encoder
 from veil.client.encoders.rappor import BitRappor
-from veil.client.randomness import HmacStream
 from veil.shared.bits import bits_to_hex
 from veil.shared.hashing import bloom_indices, value_bytes
 from veil.shared.kinds import StringParams
 
 
 class StringEncoder(Encoder[StringParams]):
-    """Bloom-filter RAPPOR. The PRR stream context is ``be32(cohort) || utf8(value)``."""
+    """Bloom-filter RAPPOR. The PRR stream has purpose ``prr`` and context
+    ``fingerprint || 0x00 || be32(cohort) || utf8(value)``."""
 
     params_type = StringParams
+    name_keyed_in_layout_1 = True
 
     def __init__(self, params: StringParams, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)
@@ -36,7 +37,7 @@ class StringEncoder(Encoder[StringParams]):
         return bits
 
     def derive(self, key: bytes) -> int:
-        stream = HmacStream(self.secret, b"prr", self.metric, self._cohort_bytes + key)
+        stream = self.permanent_stream(b"prr", self._cohort_bytes + key)
         return self.rappor.prr(self.bloom(key), stream)
 
     def finish(self, permanent: int) -> str:

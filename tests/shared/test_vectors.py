@@ -1,26 +1,40 @@
 """The published test vectors (docs/test-vectors.json) follow from the written
-specification in docs/protocol.md: this test re-derives them with an
-independent implementation of MurmurHash3 x86_32, the HMAC counter-mode stream
-and the PRR construction, and checks the library against both."""
+specification in docs/protocol.md: this module derives them with an independent
+implementation of MurmurHash3 x86_32, the parameter fingerprint, the HMAC
+counter-mode stream and the memoized responses of strings, RAPPOR categories,
+booleans and numbers (both stream layouts), checks that the file holds exactly what
+it derives, and checks the library against the file.
+
+Run it as a script (``python tests/shared/test_vectors.py``) to write the file anew
+after a deliberate change of the protocol; bump :data:`VERSION` with the layout.
+The one field not derived independently is the ``laplace`` report: the protocol
+names the exact discrete Laplace sampler by its paper, not byte by byte, so that
+report is the library's (its stream is given, and derived here).
+"""
+
+from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from veil.client.encoders import make_encoder
-from veil.client.randomness import HmacStream
+from veil.client.randomness import STREAM_LAYOUT, HmacStream
 from veil.client.state import derived_cohort_seed
-from veil.shared import Metric, StringParams
+from veil.shared import Metric
 from veil.shared.hashing import bloom_indices, bloom_indices_all_cohorts
+from veil.shared.kinds import params_from_dict
 
-VECTORS = json.loads(
-    (Path(__file__).parents[2] / "docs" / "test-vectors.json").read_text(encoding="utf-8")
-)
-SECRET = bytes.fromhex(VECTORS["secret_hex"])
-
+PATH = Path(__file__).parents[2] / "docs" / "test-vectors.json"
+#: the stream layout the vectors are for (docs/protocol.md, section 4)
+VERSION = 2
+SECRET = bytes(range(32))
+WORD = 2**32
 
 def murmur3_x86_32(data: bytes, seed: int) -> int:
     """MurmurHash3 x86_32 written from its published description."""
@@ -59,14 +73,29 @@ def reference_stream(purpose: bytes, metric: str, context: bytes, n: int) -> byt
     return out[:n]
 
 
+def reference_fingerprint(params: dict[str, Any]) -> str:
+    """Section 7: SHA-256 of the compact, key-sorted JSON, first 16 hex digits."""
+    text = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def reference_context(layout: int, fingerprint: str, context: bytes) -> bytes:
+    """Section 4: layout 2 puts ``fingerprint || 0x00`` before every memoized context."""
+    return context if layout == 1 else fingerprint.encode() + b"\0" + context
+
+
+def words(stream: bytes, count: int) -> list[int]:
+    return [int.from_bytes(stream[4 * i : 4 * i + 4], "big") for i in range(count)]
+
+
 def reference_prr(bloom: int, k: int, f: float, stream: bytes) -> int:
     width = (k + 7) // 8
-    words = [
+    chunks = [
         int.from_bytes(stream[i : i + width], "little") & ((1 << k) - 1)
         for i in range(0, len(stream), width)
     ]
-    coin, rest = words[0], iter(words[1:])
-    numerator = round(f * 2**32)
+    coin, rest = chunks[0], iter(chunks[1:])
+    numerator = round(f * WORD)
     replace = 0
     first = (numerator & -numerator).bit_length() - 1
     for position in range(first, 32):
@@ -75,7 +104,152 @@ def reference_prr(bloom: int, k: int, f: float, stream: bytes) -> int:
     return (bloom & ~replace) | (coin & replace)
 
 
-@pytest.mark.parametrize("vector", VECTORS["bloom"], ids=lambda v: f"{v['value']!r}-c{v['cohort']}")
+def prr_vector(metric: str, value: str, cohort: int, params: dict[str, Any], layout: int,
+               bloom: int) -> dict[str, Any]:
+    """The permanent response of ``bloom`` (a string's filter or a category's one-hot bit)."""
+    k, f = params.get("k") or len(params["categories"]), params["f"]
+    numerator = round(f * WORD)
+    f_words = 32 - ((numerator & -numerator).bit_length() - 1)
+    width = (k + 7) // 8
+    fp = reference_fingerprint(params)
+    context = (cohort.to_bytes(4, "big") if params["kind"] == "string" else b"") + value.encode()
+    stream = reference_stream(b"prr", metric, reference_context(layout, fp, context),
+                              (1 + f_words) * width)
+    prr = reference_prr(bloom, k, f, stream)
+    return {"metric": metric, "value": value, "cohort": cohort, "layout": layout,
+            "params": params, "fingerprint": fp,
+            "bits_hex": bloom.to_bytes(width, "little").hex(),
+            "prr_hex": prr.to_bytes(width, "little").hex()}
+
+
+def string_bloom(value: str, cohort: int, k: int, h: int) -> int:
+    bloom = 0
+    for i in range(h):
+        bloom |= 1 << (murmur3_x86_32(value.encode(), (cohort << 16) | i) % k)
+    return bloom
+
+
+def boolean_vector(value: bool, params: dict[str, Any], layout: int) -> dict[str, Any]:
+    fp = reference_fingerprint(params)
+    context = reference_context(layout, fp, b"\x01" if value else b"\x00")
+    u1, u2 = words(reference_stream(b"rr", "dark_mode", context, 8), 2)
+    answer = int(value) if u1 < round(params["alpha"] * WORD) else int(u2 < round(params["beta"] * WORD))
+    return {"metric": "dark_mode", "value": value, "layout": layout, "params": params,
+            "fingerprint": fp, "u1": u1, "u2": u2, "answer": answer}
+
+
+def number_vector(value: float, params: dict[str, Any], layout: int) -> dict[str, Any]:
+    """Section 5, ``number``: the rounding threshold, the grid point, the noise stream and,
+    for ``1bitmean``, the answer (for ``laplace`` the library's report)."""
+    fp = reference_fingerprint(params)
+    threshold = words(reference_stream(b"alpha", "load_time", reference_context(layout, fp, b""), 4), 1)[0]
+    low, high, resolution = params["low"], params["high"], params["resolution"]
+    step = (high - low) / resolution
+    position = (min(max(value, low), high) - low) / step
+    below = min(math.floor(position), resolution)
+    j = min(below + ((position - below) * WORD > threshold), resolution)
+    key = j.to_bytes(4, "big")
+    noise = reference_stream(b"noise", "load_time", reference_context(layout, fp, key), 64)
+    vector = {"metric": "load_time", "value": value, "layout": layout, "params": params,
+              "fingerprint": fp, "threshold": threshold, "grid_point": j,
+              "noise_stream_hex": noise.hex()}
+    if params["mechanism"] == "1bitmean":
+        e = math.exp(params["epsilon"])
+        numerator = min(max(round((1 + j / resolution * (e - 1)) / (e + 1) * WORD), 1), WORD - 1)
+        vector["answer"] = int(words(noise, 1)[0] < numerator)
+    else:
+        metric = Metric("load_time", params_from_dict(params))
+        vector["answer"] = make_encoder(metric, SECRET, layout=layout).encode(value)
+    return vector
+
+
+STRING_PARAMS = [
+    ("homepage", "example.com", 3,
+     {"kind": "string", "k": 32, "h": 2, "m": 64, "p": 0.5, "q": 0.75, "f": 0.5}),
+    ("homepage", "example.com", 3,
+     {"kind": "string", "k": 128, "h": 2, "m": 64, "p": 0.5, "q": 0.75, "f": 0.5}),
+    ("search", "cats", 0,
+     {"kind": "string", "k": 16, "h": 2, "m": 4, "p": 0.39, "q": 0.61, "f": 0.45}),
+]
+CATEGORY_PARAMS = {"kind": "category", "categories": ["firefox", "chrome", "safari", "edge"],
+                   "p": 0.5, "q": 0.75, "f": 0.5}
+BOOLEAN_PARAMS = {"kind": "boolean", "alpha": 0.5, "beta": 0.5}
+NUMBER_PARAMS = [
+    {"kind": "number", "low": 0.0, "high": 10.0, "mechanism": "1bitmean", "epsilon": 1.0,
+     "delta": None, "resolution": 10},
+    {"kind": "number", "low": 0.0, "high": 10.0, "mechanism": "laplace", "epsilon": 1.0,
+     "delta": None, "resolution": 10},
+]
+
+
+def build_vectors() -> dict[str, Any]:
+    """Every vector, derived from the protocol's text (the ``laplace`` answer aside)."""
+    layouts = (STREAM_LAYOUT, 1)
+    home = reference_fingerprint(STRING_PARAMS[0][3])
+    context = (3).to_bytes(4, "big") + b"example.com"
+    categories = CATEGORY_PARAMS["categories"]
+    seed = int.from_bytes(reference_stream(b"cohort", "", b"", 8), "big")
+    return {
+        "version": VERSION,
+        "secret_hex": SECRET.hex(),
+        "bloom": [
+            {"value": value, "cohort": cohort, "k": k, "h": h,
+             "indices": [murmur3_x86_32(value.encode(), (cohort << 16) | i) % k for i in range(h)]}
+            for value, cohort, k, h in [("", 0, 16, 2), ("example.com", 0, 128, 2),
+                                        ("example.com", 3, 128, 2), ("v1", 63, 32, 4),
+                                        ("h\u00e9llo w\u00f6rld \u2713", 7, 4096, 16)]
+        ],
+        "stream": [
+            {"purpose": "prr", "metric": "homepage", "layout": layout,
+             "context_hex": reference_context(layout, home, context).hex(),
+             "first_64_bytes_hex": reference_stream(
+                 b"prr", "homepage", reference_context(layout, home, context), 64).hex()}
+            for layout in layouts
+        ],
+        "prr": [
+            prr_vector(metric, value, cohort, params, layout,
+                       string_bloom(value, cohort, params["k"], params["h"]))
+            for layout in layouts for metric, value, cohort, params in STRING_PARAMS
+        ],
+        "category": [
+            prr_vector("browser", "chrome", 0, CATEGORY_PARAMS, layout,
+                       1 << categories.index("chrome"))
+            for layout in layouts
+        ],
+        "boolean": [boolean_vector(value, BOOLEAN_PARAMS, layout)
+                    for layout in layouts for value in (True, False)],
+        "number": [number_vector(3.7, params, layout)
+                   for layout in layouts for params in NUMBER_PARAMS],
+        "cohort_seed": {"cohort_seed_hex": seed.to_bytes(8, "big").hex(), "cohort_seed": seed,
+                        "m": 64, "cohort": seed % 64},
+    }
+
+
+VECTORS = json.loads(PATH.read_text(encoding="utf-8"))
+
+
+def published(section: str) -> list[dict[str, Any]]:
+    """The file's vectors of ``section`` (none while a new section is being written: the
+    whole-file check above still fails until the file is regenerated)."""
+    return list(VECTORS.get(section, []))
+
+
+def vector_id(vector: dict[str, Any]) -> str:
+    return f"{vector['params']['kind']}-{vector['value']}-layout{vector['layout']}"
+
+
+def test_the_file_holds_what_the_protocol_derives() -> None:
+    assert build_vectors() == VECTORS, "run python tests/shared/test_vectors.py after a change"
+
+
+def vector_encoder(vector: dict[str, Any], cohort_seed: int = 0) -> Any:
+    params = params_from_dict(vector["params"])
+    assert params.fingerprint == vector["fingerprint"]
+    return make_encoder(Metric(vector["metric"], params), SECRET, cohort_seed,
+                        layout=vector["layout"])
+
+
+@pytest.mark.parametrize("vector", published("bloom"), ids=lambda v: f"{v['value']!r}-c{v['cohort']}")
 def test_bloom_indices(vector):
     data = vector["value"].encode("utf-8")
     expected = [
@@ -102,7 +276,7 @@ def test_murmur_reference_matches_published_values():
     assert murmur3_x86_32(b"!Ce\x87", 0) == 0xF55B516B
 
 
-@pytest.mark.parametrize("vector", VECTORS["stream"], ids=lambda v: v["purpose"])
+@pytest.mark.parametrize("vector", published("stream"), ids=lambda v: f"layout{v['layout']}")
 def test_hmac_stream(vector):
     context = bytes.fromhex(vector["context_hex"])
     expected = bytes.fromhex(vector["first_64_bytes_hex"])
@@ -111,23 +285,35 @@ def test_hmac_stream(vector):
     assert stream.read(10) + stream.read(54) == expected
 
 
-@pytest.mark.parametrize("vector", VECTORS["prr"], ids=lambda v: f"k{v['k']}")
-def test_prr(vector):
-    k = vector["k"]
-    params = StringParams(**{key: vector[key] for key in ("k", "h", "m", "p", "q", "f")})
-    data = vector["value"].encode()
-    bloom = 0
-    for i in range(vector["h"]):
-        bloom |= 1 << (murmur3_x86_32(data, (vector["cohort"] << 16) | i) % k)
-    assert bloom.to_bytes((k + 7) // 8, "little").hex() == vector["bloom_hex"]
-    f_words = 32 - ((round(vector["f"] * 2**32) & -round(vector["f"] * 2**32)).bit_length() - 1)
-    width = (k + 7) // 8
-    context = vector["cohort"].to_bytes(4, "big") + data
-    stream = reference_stream(b"prr", vector["metric"], context, (1 + f_words) * width)
-    prr = reference_prr(bloom, k, vector["f"], stream)
-    assert prr.to_bytes(width, "little").hex() == vector["prr_hex"]
-    encoder = make_encoder(Metric(vector["metric"], params), SECRET, vector["cohort"])
+@pytest.mark.parametrize("vector", published("prr") + published("category"), ids=vector_id)
+def test_prr(vector: dict[str, Any]) -> None:
+    encoder = vector_encoder(vector, vector["cohort"])
+    if vector["params"]["kind"] == "string":
+        assert encoder.bloom(vector["value"].encode()) == int.from_bytes(
+            bytes.fromhex(vector["bits_hex"]), "little")
+    prr = int.from_bytes(bytes.fromhex(vector["prr_hex"]), "little")
     assert encoder.memoized(encoder.memo_key(vector["value"])) == prr
+
+
+@pytest.mark.parametrize("vector", published("boolean"), ids=vector_id)
+def test_boolean(vector: dict[str, Any]) -> None:
+    assert vector_encoder(vector).encode(vector["value"]) == vector["answer"]
+
+
+@pytest.mark.parametrize("vector", published("number"),
+                         ids=lambda v: f"{v['params']['mechanism']}-layout{v['layout']}")
+def test_number(vector: dict[str, Any]) -> None:
+    encoder = vector_encoder(vector)
+    assert encoder.grid_point(vector["value"]) == vector["grid_point"]
+    assert encoder.encode(vector["value"]) == vector["answer"]
+
+
+def test_the_layouts_differ_only_by_the_fingerprint() -> None:
+    """Layout 1 is the layout 2 stream without ``fingerprint || 0x00``: one answer each."""
+    new, old = VECTORS["stream"]
+    assert (new["layout"], old["layout"]) == (2, 1)
+    assert bytes.fromhex(new["context_hex"]).endswith(bytes.fromhex(old["context_hex"]))
+    assert new["first_64_bytes_hex"] != old["first_64_bytes_hex"]
 
 
 def test_cohort_seed():
@@ -136,3 +322,8 @@ def test_cohort_seed():
     assert seed.to_bytes(8, "big").hex() == vector["cohort_seed_hex"]
     assert seed == vector["cohort_seed"] and seed % vector["m"] == vector["cohort"]
     assert derived_cohort_seed(SECRET) == seed
+
+
+if __name__ == "__main__":
+    PATH.write_text(json.dumps(build_vectors(), indent=1, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
