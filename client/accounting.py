@@ -14,7 +14,21 @@ which keys were reported and whether each was reported once or more:
 A metric's cost is the sum over its distinct keys (sequential composition over
 the distinct values one person reported), and the installation's total is the
 sequential composition over metrics. If a metric's parameters change, reports
-under the old and the new parameters are separate mechanisms and add up.
+under the old and the new parameters are separate mechanisms and add up: each
+parameter set's memoized responses come from streams keyed by its fingerprint
+(stream layout 2, :data:`~veil.client.randomness.STREAM_LAYOUT`), so they are
+independent of every other parameter set's.
+
+Stream layout 1, of older SDKs, keyed the streams of strings, RAPPOR categories,
+booleans and numbers by the metric name alone, so two parameter sets of one
+name drew correlated responses, whose joint cost no sum bounds (booleans at
+``alpha`` 0.5 and then 0.6 answer (0, 1) with probability 0.05 for True and never
+for False: the pair can reveal the value outright). A database
+from such an SDK keeps its parameter sets at layout 1
+(:meth:`PrivacyLedger.stream_layout`: their memoized responses stay what they
+were, so reporting again costs what the rules above say), new parameter sets
+get layout 2, and a metric with two or more layout 1 parameter sets of those
+kinds is charged ``inf`` (:func:`entangled`).
 
 If the ledger was lost (the state database deleted or replaced while the
 secret stayed, see :func:`veil.client.state.open_state`), what the reports
@@ -48,7 +62,9 @@ import sqlite3
 from collections.abc import Iterable
 from fractions import Fraction
 
-from veil.client.randomness import DOMAIN
+from veil.client.encoders import ENCODERS
+from veil.client.randomness import DOMAIN, STREAM_LAYOUT
+from veil.shared.kinds import params_from_dict
 from veil.shared.privacy import sequential
 from veil.shared.registry import Metric
 
@@ -77,7 +93,9 @@ class PrivacySpent:
 
 @dataclasses.dataclass(frozen=True)
 class Mechanism:
-    """One metric under one parameter set, with how many memo keys it has seen."""
+    """One metric under one parameter set, with how many memo keys it has seen, the stream
+    layout of its memoized responses and its parameters (JSON, as
+    :meth:`~veil.shared.kinds.MechanismParams.to_dict` gives)."""
 
     fingerprint: str
     metric: str
@@ -85,6 +103,8 @@ class Mechanism:
     epsilon_inf: float
     once: int = 0
     repeated: int = 0
+    layout: int = STREAM_LAYOUT
+    params: str = ""
 
     def cost(self) -> Fraction | float:
         """Exact worst-case epsilon of the keys seen (``inf`` if a mechanism has no bound)."""
@@ -137,13 +157,40 @@ def compose(epsilons: Iterable[float]) -> float:
     return sequential(values)
 
 
-def per_metric(mechanisms: Iterable[Mechanism]) -> dict[str, float]:
-    """Each metric's worst-case epsilon: the sum over its parameter sets, rounded up."""
+def per_metric(
+    mechanisms: Iterable[Mechanism], unbounded: frozenset[str] = frozenset()
+) -> dict[str, float]:
+    """Each metric's worst-case epsilon: the sum over its parameter sets, rounded up;
+    ``inf`` for the ``unbounded`` metrics (:func:`entangled`) with a report."""
     sums: dict[str, Fraction | float] = {}
     for mechanism in mechanisms:
         if mechanism.once or mechanism.repeated:
-            sums[mechanism.metric] = sums.get(mechanism.metric, Fraction(0)) + mechanism.cost()
+            cost = math.inf if mechanism.metric in unbounded else mechanism.cost()
+            sums[mechanism.metric] = sums.get(mechanism.metric, Fraction(0)) + cost
     return {metric: upward(value) for metric, value in sorted(sums.items())}
+
+
+def entangled(mechanisms: Iterable[Mechanism]) -> frozenset[str]:
+    """The metrics reported under two or more parameter sets whose memoized responses share
+    one stream: layout 1 of an encoder keyed by the metric name alone
+    (:attr:`~veil.client.encoders.base.Encoder.name_keyed_in_layout_1`). No bound on their
+    joint cost is known, so they cost ``inf``, whichever values each parameter set saw
+    (a number's rounding threshold is shared by all of them). Parameters whose JSON no
+    longer parses count as keyed by name."""
+    shared: dict[str, set[str]] = {}
+    for mechanism in mechanisms:
+        if mechanism.layout != 1:
+            continue
+        try:
+            params = params_from_dict(json.loads(mechanism.params))
+        except (ValueError, TypeError, KeyError):
+            identity = mechanism.params
+        else:
+            if not ENCODERS[params.mechanism_name].name_keyed_in_layout_1:
+                continue
+            identity = params.fingerprint
+        shared.setdefault(mechanism.metric, set()).add(identity)
+    return frozenset(metric for metric, sets in shared.items() if len(sets) > 1)
 
 
 def fingerprint(metric: Metric) -> str:
@@ -176,6 +223,9 @@ class PrivacyLedger:
         self._fingerprints: dict[int, tuple[Metric, str, str]] = {}
         #: keys known to be reported twice or more: later reports cost nothing more
         self._saturated: set[tuple[str, bytes]] = set()
+        #: stream layout per parameter set (fixed once known: no layout 1 set is ever added)
+        self._layouts: dict[str, int] = {}
+        self._entangled: frozenset[str] | None = None
 
     def digest(self, metric: str, memo_key: bytes) -> bytes:
         """The stored form of a memo key: an HMAC, so the ledger never holds raw values."""
@@ -205,15 +255,36 @@ class PrivacyLedger:
     def _fingerprint(self, metric: Metric) -> str:
         return self._identity(metric)[1]
 
+    def stream_layout(self, metric: Metric) -> int:
+        """The stream layout of ``metric``'s memoized responses on this installation: 1 for a
+        parameter set it reported under with an SDK of layout 1 (its responses stay the
+        same), :data:`~veil.client.randomness.STREAM_LAYOUT` for every other. The encoder
+        must be made with it (:func:`veil.client.encoders.make_encoder`)."""
+        fp = self._fingerprint(metric)
+        layout = self._layouts.get(fp)
+        if layout is None:
+            row = self.connection.execute(
+                "SELECT layout FROM mechanisms WHERE fingerprint = ?", (fp,)
+            ).fetchone()
+            layout = self._layouts[fp] = STREAM_LAYOUT if row is None else int(row[0])
+        return layout
+
     def mechanisms(self) -> list[Mechanism]:
         """Every metric and parameter set this installation has reported under."""
         return [
             Mechanism(*row)
             for row in self.connection.execute(
-                "SELECT fingerprint, metric, epsilon_1, epsilon_inf, once_keys, repeated_keys "
-                "FROM mechanisms"
+                "SELECT fingerprint, metric, epsilon_1, epsilon_inf, once_keys, repeated_keys, "
+                "layout, params FROM mechanisms"
             )
         ]
+
+    def unbounded(self, mechanisms: list[Mechanism]) -> frozenset[str]:
+        """:func:`entangled` of the installation's mechanisms (computed once: the layout 1
+        parameter sets are those of the database's migration, never more)."""
+        if self._entangled is None:
+            self._entangled = entangled(mechanisms)
+        return self._entangled
 
     def charge(self, metric: Metric, memo_key: bytes) -> Charge | None:
         """One more report of ``memo_key``; ``None`` if it costs nothing more (seen twice)."""
@@ -241,7 +312,9 @@ class PrivacyLedger:
 
     def total_after(self, charge: Charge) -> float:
         """The installation's total epsilon if ``charge`` were recorded (for the budget)."""
-        mechanisms = {m.fingerprint: m for m in self.mechanisms()}
+        recorded = self.mechanisms()
+        unbounded = self.unbounded(recorded)
+        mechanisms = {m.fingerprint: m for m in recorded}
         params = charge.metric.params
         current = mechanisms.get(charge.fingerprint) or Mechanism(
             charge.fingerprint, charge.metric.name, params.epsilon_1, params.epsilon_inf
@@ -250,18 +323,19 @@ class PrivacyLedger:
         mechanisms[charge.fingerprint] = dataclasses.replace(
             current, once=current.once + once, repeated=current.repeated + repeated
         )
-        return compose([*per_metric(mechanisms.values()).values(), self.lost])
+        return compose([*per_metric(mechanisms.values(), unbounded).values(), self.lost])
 
     def write(self, charge: Charge) -> None:
         """Record the charge (inside the caller's transaction, with the queued report)."""
         metric, fp = charge.metric, charge.fingerprint
         once, repeated = charge.delta
         self.connection.execute(
-            "INSERT INTO mechanisms VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) "
-            "DO UPDATE SET once_keys = once_keys + excluded.once_keys, "
+            "INSERT INTO mechanisms (fingerprint, metric, params, epsilon_1, epsilon_inf, "
+            "once_keys, repeated_keys, layout) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (fingerprint) DO UPDATE SET once_keys = once_keys + excluded.once_keys, "
             "repeated_keys = repeated_keys + excluded.repeated_keys",
             (fp, metric.name, self._identity(metric)[2], metric.params.epsilon_1,
-             metric.params.epsilon_inf, once, repeated),
+             metric.params.epsilon_inf, once, repeated, self.stream_layout(metric)),
         )
         self.connection.execute(
             "INSERT INTO ledger (digest, params, metric, reports) VALUES (?, ?, ?, ?) "
@@ -276,6 +350,7 @@ class PrivacyLedger:
 
     def spent(self) -> PrivacySpent:
         """Per-metric and total worst-case epsilon so far (the lost spend included)."""
-        metrics = per_metric(self.mechanisms())
+        mechanisms = self.mechanisms()
+        metrics = per_metric(mechanisms, self.unbounded(mechanisms))
         lost = self.lost
         return PrivacySpent(metrics, compose([*metrics.values(), lost]), self.budget, lost)

@@ -14,7 +14,11 @@ randomization; the guarantees are against the collector and the network.
 The secret outlives the database on purpose: everything memoized derives from
 it (the permanent responses and, since the cohort seed derives from it too, the
 cohort), so a database lost while the secret stays does not re-randomize
-anything. What it does lose is the privacy ledger. :func:`open_state` notices
+anything, with one exception: the ledger records which parameter sets were
+reported under stream layout 1 (SDKs before layout 2 kept the fingerprint out
+of some streams) and keep that layout, and a new database knows of none, so
+those parameter sets draw new, layout 2 responses. What the loss always loses
+is the privacy ledger. :func:`open_state` notices
 (a new database beside an older secret) and records it, and the ledger then
 accounts conservatively (:mod:`veil.client.accounting`).
 """
@@ -40,7 +44,7 @@ SECRET_FILE = "secret"
 DATABASE_FILE = "veil.db"
 REGISTRY_CACHE_FILE = "registry.json"
 SECRET_BYTES = 32
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -59,7 +63,8 @@ CREATE TABLE IF NOT EXISTS mechanisms (
     epsilon_1   REAL NOT NULL,
     epsilon_inf REAL NOT NULL,
     once_keys     INTEGER NOT NULL,
-    repeated_keys INTEGER NOT NULL
+    repeated_keys INTEGER NOT NULL,
+    layout      INTEGER NOT NULL DEFAULT 1
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ledger (
     digest  BLOB NOT NULL,
@@ -179,11 +184,28 @@ def transaction(connection: sqlite3.Connection) -> Iterator[None]:
 
 
 def _check_schema_version(connection: sqlite3.Connection, path: Path) -> None:
-    connection.execute(
-        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-        (str(SCHEMA_VERSION),),
-    )
-    (found,) = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    """Record the schema version of a new database, move one of version 1 to the current
+    version, and refuse one of any other version.
+
+    Version 2 added ``mechanisms.layout``, the stream layout of each parameter set's
+    memoized responses (:data:`veil.client.randomness.STREAM_LAYOUT`). Every parameter
+    set recorded by a version 1 database was reported under layout 1, and keeps it: its
+    rows get ``layout = 1`` (the column's default). An SDK of version 1 refuses the
+    database afterwards, as it would derive layout 1 responses for every parameter set.
+    """
+    with transaction(connection):
+        connection.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+            (str(SCHEMA_VERSION),),
+        )
+        found = _meta(connection, "schema_version")
+        if found == "1":
+            columns = [row[1] for row in connection.execute("PRAGMA table_info(mechanisms)")]
+            if "layout" not in columns:
+                connection.execute(
+                    "ALTER TABLE mechanisms ADD COLUMN layout INTEGER NOT NULL DEFAULT 1")
+            _set_meta(connection, "schema_version", str(SCHEMA_VERSION))
+            found = str(SCHEMA_VERSION)
     if found != str(SCHEMA_VERSION):
         raise StateError(
             f"the state database {path} has schema version {found}; this SDK reads version "

@@ -14,7 +14,11 @@ import sqlite3
 import pytest
 
 from veil.client import BudgetExceededError, Client
-from veil.client.state import DATABASE_FILE
+from veil.client.accounting import PrivacyLedger
+from veil.client.encoders import make_encoder
+from veil.client.randomness import STREAM_LAYOUT, HmacStream
+from veil.client.state import DATABASE_FILE, open_state, transaction
+from veil.shared.bits import realize
 from veil.shared.registry import Registry
 
 REGISTRY = Registry.from_dict({"metrics": {
@@ -170,3 +174,103 @@ def test_ledger_stores_only_digests(client, tmp_path):
     digest, metric, reports = rows[0]
     assert metric == "homepage" and reports == 1
     assert isinstance(digest, bytes) and len(digest) == 32 and b"canary" not in digest
+
+
+# --- stream layouts: parameter sets reported under an SDK of layout 1 ---------------------
+
+def flag(alpha: float) -> Registry:
+    return Registry.from_dict({"metrics": {"flag": {"kind": "boolean", "alpha": alpha}}})
+
+
+def colour(epsilon: float) -> Registry:
+    return Registry.from_dict({"metrics": {"colour": {
+        "kind": "category", "oracle": "grr", "categories": ["red", "green"],
+        "epsilon": epsilon}}})
+
+
+def as_layout_1_database(state) -> None:
+    """Make the state database what an SDK of stream layout 1 left: schema version 1, no
+    ``layout`` column (every parameter set in it was reported under layout 1)."""
+    database = sqlite3.connect(state / DATABASE_FILE)
+    with database:
+        database.execute("ALTER TABLE mechanisms DROP COLUMN layout")
+        database.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    database.close()
+
+
+def report_once(state, offline_url, registry: Registry, metric: str, value) -> None:
+    with Client(offline_url, state, registry=registry) as client:
+        client.report(metric, value)
+
+
+def test_changed_parameters_draw_new_streams_and_add_up(tmp_path, offline_url):
+    """Each parameter set of a name is its own mechanism, with its own stream (layout 2)."""
+    state = tmp_path / "state"
+    for alpha in (0.5, 0.6):
+        report_once(state, offline_url, flag(alpha), "flag", False)
+    with Client(offline_url, state, registry=flag(0.6)) as client:
+        spent = client.privacy_spent()
+    both = flag(0.5)["flag"].params.epsilon_1 + flag(0.6)["flag"].params.epsilon_1
+    assert close_to(spent.per_metric["flag"], both) and close_to(spent.total, both)
+    database = sqlite3.connect(state / DATABASE_FILE)
+    layouts = [layout for (layout,) in database.execute("SELECT layout FROM mechanisms")]
+    database.close()
+    assert layouts == [STREAM_LAYOUT, STREAM_LAYOUT]
+
+
+def test_a_layout_1_database_keeps_its_parameter_sets_responses(tmp_path, offline_url):
+    """After the upgrade, a parameter set reported under layout 1 keeps layout 1 (its memoized
+    responses stay the same: no new draw to pay for), a new parameter set gets layout 2."""
+    state = tmp_path / "state"
+    report_once(state, offline_url, flag(0.5), "flag", True)
+    as_layout_1_database(state)
+    connection, secret = open_state(state)
+    try:
+        ledger = PrivacyLedger(connection, secret, None)
+        old, new = flag(0.5)["flag"], flag(0.6)["flag"]
+        assert ledger.stream_layout(old) == 1 and ledger.stream_layout(new) == STREAM_LAYOUT
+        kept = make_encoder(old, secret, layout=ledger.stream_layout(old))
+        stream = HmacStream(secret, b"rr", "flag", b"\x01")  # layout 1: no fingerprint
+        truthful = stream.u32() < realize(0.5)
+        assert kept.encode(True) == (1 if truthful else int(stream.u32() < realize(0.5)))
+        # one layout 1 parameter set: its cost is the ledger's rule, and the new one adds up
+        with transaction(connection):
+            charge = ledger.charge(new, b"\x01")
+            assert charge is not None
+            ledger.write(charge)
+        spent = ledger.spent()
+    finally:
+        connection.close()
+    assert close_to(spent.per_metric["flag"], old.params.epsilon_1 + new.params.epsilon_1)
+    with Client(offline_url, state, registry=flag(0.6)) as client:
+        assert client.privacy_spent() == spent
+
+
+def test_two_layout_1_parameter_sets_of_one_name_cost_inf(tmp_path, offline_url):
+    """An SDK of layout 1 gave both parameter sets one stream: their joint cost has no bound,
+    and a budget refuses every further report."""
+    state = tmp_path / "state"
+    for alpha in (0.5, 0.6):
+        report_once(state, offline_url, flag(alpha), "flag", False)
+    report_once(state, offline_url, REGISTRY, "dark_mode", True)
+    as_layout_1_database(state)
+    with Client(offline_url, state, registry=flag(0.6)) as client:
+        spent = client.privacy_spent()
+    assert math.isinf(spent.per_metric["flag"]) and math.isinf(spent.total)
+    assert close_to(spent.per_metric["dark_mode"], DARK.epsilon_1)
+    client = Client(offline_url, state, registry=REGISTRY, budget=100.0, strict=True)
+    with pytest.raises(BudgetExceededError):
+        client.report("dark_mode", False)
+    client.close(timeout=1)
+
+
+def test_two_layout_1_oracle_parameter_sets_still_add_up(tmp_path, offline_url):
+    """The oracles' streams carried the fingerprint in layout 1 already: independent."""
+    state = tmp_path / "state"
+    for epsilon in (1.0, 2.0):
+        report_once(state, offline_url, colour(epsilon), "colour", "red")
+    as_layout_1_database(state)
+    with Client(offline_url, state, registry=colour(2.0)) as client:
+        got = client.privacy_spent().per_metric["colour"]
+    assert close_to(got, colour(1.0)["colour"].params.epsilon_1
+                    + colour(2.0)["colour"].params.epsilon_1)
