@@ -94,6 +94,11 @@ def test_a_collector_answers_503_when_a_damaged_page_is_read_or_written(db, test
     with sqlite3.connect(db) as conn:
         stored = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
     scribble(db, [root_page(db, "aggregates")])
+    with sqlite3.connect(db) as conn:
+        # another process commits (as a second worker would), so this collector reads its pages
+        # from the file again rather than from its own page cache; the file's rows stay as they are
+        conn.execute("INSERT INTO meta (key, value) VALUES ('other', '')")
+        conn.execute("DELETE FROM meta WHERE key = 'other'")
 
     counts = client.get("/v1/metrics/homepage/counts", headers={"Authorization": "Bearer reader"})
     params = test_registry["homepage"].params
