@@ -15,6 +15,9 @@ The partition columns live in the path only (Hive style, as Spark, DuckDB and
 number of buckets, so every copy of a replayed id lands in the same bucket and exact
 duplicates are found bucket by bucket.
 
+Every file is 0600 and every directory 0700 whatever the umask (:func:`create_private`,
+:func:`make_private_dirs`): they hold the raw reports the store keeps.
+
 ``manifest.json`` is the archive's table of contents, and the only one readers trust:
 a file not listed (a temporary file, a stray copy) is not part of the archive. It holds
 the format and its version, the registry the reports were made with
@@ -31,6 +34,7 @@ import dataclasses
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,9 @@ MAX_BUCKETS = 256
 SOURCE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_SOURCE = "main"
 ID_BYTES = 16
+#: the mode of every archive file and directory, whatever the umask: they hold raw reports
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
 
 
 class ArchiveError(VeilError):
@@ -284,7 +291,7 @@ class Manifest:
     def save(self) -> None:
         """Write the manifest atomically and durably (temporary file, fsync, rename)."""
         temporary = self.root / f".{MANIFEST}.{os.getpid()}.tmp"
-        with temporary.open("w", encoding="utf-8") as stream:
+        with open(create_private(temporary), "w", encoding="utf-8") as stream:
             json.dump(self.to_dict(), stream, indent=1)
             stream.write("\n")
             stream.flush()
@@ -312,6 +319,38 @@ class Manifest:
                                entries, key=lambda e: e.source)),
                            sum(entry.rows for entry in entries))
                 for (name, day, bucket), entries in sorted(grouped.items())]
+
+
+def create_private(path: Path) -> int:
+    """Open ``path`` for writing, created or truncated, readable and writable by its owner
+    only (0600) whatever the umask: archive files hold the same raw reports as the store,
+    which is 0600 too. Returns the descriptor; pyarrow then writes the file by name, which
+    keeps its mode."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    try:
+        os.fchmod(descriptor, PRIVATE_FILE)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create the directory ``path`` and its missing parents, each 0700 whatever the umask;
+    an existing ``path`` that others may enter is made 0700 too (it holds the archive)."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=PRIVATE_DIR)
+        except FileExistsError:
+            continue
+        os.chmod(folder, PRIVATE_DIR)
+    if stat.S_IMODE(path.stat().st_mode) != PRIVATE_DIR:
+        os.chmod(path, PRIVATE_DIR)
 
 
 def fsync_path(path: Path) -> None:

@@ -7,7 +7,9 @@ writes one Parquet file per bucket under a temporary name, renamed to its fixed 
 (``part-<source>.parquet``) once complete; the manifest is rewritten after each window.
 A rerun of a day therefore replaces its files instead of adding copies, and a run that
 stops half-way keeps the windows it finished and leaves the other days as they were
-(the next run removes its temporary files).
+(the next run removes its temporary files). Every file is created 0600 and every
+directory 0700, whatever the umask, and a run makes private the files an earlier Veil
+left to the umask.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import fcntl
 import logging
 import os
 import secrets
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -34,6 +37,8 @@ from veil.server.archive.layout import (
     DEFAULT_BUCKETS,
     DEFAULT_SOURCE,
     MANIFEST,
+    PRIVATE_DIR,
+    PRIVATE_FILE,
     ArchiveError,
     ArchiveFile,
     Manifest,
@@ -41,8 +46,10 @@ from veil.server.archive.layout import (
     bucket_of,
     check_buckets,
     check_source,
+    create_private,
     file_name,
     fsync_path,
+    make_private_dirs,
     to_table,
 )
 from veil.server.storage.base import (
@@ -147,8 +154,9 @@ class _BucketFile:
         if not self.pending_rows:
             return
         part = self.final.with_name(f"{self.stem}.{len(self.parts)}.tmp")
-        self.final.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.final.parent)
         self.parts.append(part)
+        os.close(create_private(part))
         pq.write_table(pa.concat_tables(self.pending), part, compression="none",
                        use_dictionary=False, write_statistics=False)
         self.pending, self.pending_rows = [], 0
@@ -157,7 +165,8 @@ class _BucketFile:
         """Write the parts and the queue to the file, make it durable and give it its name."""
         if not self.rows:
             return
-        self.final.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.final.parent)
+        os.close(create_private(self.temporary))
         with pq.ParquetWriter(self.temporary, self.schema, compression=self.compression,
                               use_dictionary=["cohort"], write_statistics=["cohort"]) as writer:
             waiting: list[pa.Table] = []
@@ -230,7 +239,7 @@ def archive(storage: Storage, out_dir: str | Path, *, metric: str | None = None,
                                                   f">= 1; got {row_group_reports!r}")
     out = Path(out_dir)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(out)
     except OSError as exc:
         raise ArchiveError(f"cannot create the archive directory {out}: {exc.strerror}") from None
     written: dict[tuple[str, str], int] = {}
@@ -238,6 +247,7 @@ def archive(storage: Storage, out_dir: str | Path, *, metric: str | None = None,
     with _locked(out):
         manifest = _open_manifest(out, storage, buckets)
         _remove_temporaries(out)
+        _make_private(manifest)
         archived = {(entry.metric, entry.day) for entry in manifest.files
                     if entry.source == source}
         wanted: dict[tuple[str, str], int] = {}
@@ -384,10 +394,33 @@ def _remove_temporaries(out: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+def _make_private(manifest: Manifest) -> None:
+    """Make the files the manifest lists 0600 and their directories 0700, where an earlier
+    Veil left them to the umask (0644 and 0755 under the usual 022)."""
+    folders: set[Path] = set()
+    for entry in manifest.files:
+        path = manifest.root / entry.path
+        folders.update(path.parents[:3])  # the bucket, day and metric directories
+        _restrict(path, PRIVATE_FILE)
+    for folder in folders:
+        _restrict(folder, PRIVATE_DIR)
+
+
+def _restrict(path: Path, mode: int) -> None:
+    """Give ``path`` ``mode`` if others may read it (a missing path is left to the checks
+    that name it)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_IMODE(path.stat().st_mode) & 0o077:
+            os.chmod(path, mode)
+
+
 @contextlib.contextmanager
 def _locked(out: Path) -> Iterator[None]:
-    """Hold the archive's lock file: one ``veil archive`` at a time writes to it."""
-    with (out / ".lock").open("a") as lock:
+    """Hold the archive's lock file (0600, as every archive file): one ``veil archive`` at
+    a time writes to it."""
+    descriptor = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+    with os.fdopen(descriptor, "r+b") as lock:
+        os.fchmod(descriptor, PRIVATE_FILE)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
