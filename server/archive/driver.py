@@ -4,9 +4,10 @@
 (:meth:`~veil.server.archive.layout.Manifest.tasks`), runs
 :func:`~veil.server.archive.bucket.aggregate_bucket` on a ``distributed`` cluster (a
 local one of worker processes, or a running scheduler), merges the buckets of each
-(metric, day) with the statistic's own ``merge`` and sets them in the target store with
-:meth:`~veil.server.storage.Storage.replace_aggregates`. Setting, not adding: a rerun
-gives the same aggregates.
+(metric, day) with the statistic's own ``merge`` and, once every task has succeeded, sets
+them in the target store with :meth:`~veil.server.storage.Storage.replace_aggregates`.
+Setting, not adding: a rerun gives the same aggregates; and a run that fails (a row the
+wire's checks refuse, a changed file) sets none.
 """
 
 from __future__ import annotations
@@ -86,7 +87,9 @@ def aggregate(archive_dir: str | Path | Manifest, storage: Storage, *,
     installed; a ``distributed.Client`` is used as it is and left open. Every metric of the
     archive must be in ``storage``'s registry with the same parameters. Days of ``storage``
     absent from the archive are left as they are. ``progress``: a tqdm bar (default: when
-    stderr is a terminal). Raises :class:`ArchiveError` saying what is wrong.
+    stderr is a terminal). Raises :class:`ArchiveError` saying what is wrong, and then sets
+    no aggregate: every row of the archive must pass the wire's checks
+    (:func:`~veil.server.archive.bucket.check_reports`) before any day is set.
     """
     began = time.monotonic()
     manifest = archive_dir if isinstance(archive_dir, Manifest) else Manifest.load(archive_dir)
@@ -183,8 +186,12 @@ def _client(scheduler: str | Client, workers: int | None) -> Iterator[Any]:
 
 def _run(client: Any, tasks: list[BucketTask], metrics: dict[str, Metric], storage: Storage,
          summary: AggregateSummary, progress: bool) -> None:
-    """Run the tasks, largest first; merge each (metric, day) and set it in ``storage`` as
-    soon as its last bucket is in."""
+    """Run the tasks, largest first, and merge the buckets of each (metric, day); once every
+    task has succeeded, set the merged aggregates in ``storage``. A task that fails (a file
+    the wire's checks refuse, one that changed since it was written) stops the run before
+    any aggregate is set, so a refused archive leaves the store as it was. Held until the
+    end are the merged aggregates only, one per (metric, day) (a string metric's is its
+    cohorts times k counters), never the reports."""
     as_completed = _distributed().as_completed
 
     run = secrets.token_hex(4)
@@ -197,6 +204,7 @@ def _run(client: Any, tasks: list[BucketTask], metrics: dict[str, Metric], stora
     for task in tasks:
         remaining[(task.metric, task.day)] = remaining.get((task.metric, task.day), 0) + 1
     partial: dict[tuple[str, str], BucketAggregate] = {}
+    merged: dict[tuple[str, str], BucketAggregate] = {}
     try:
         with tqdm(total=len(tasks), unit=" tasks", desc="veil aggregate",
                   disable=not progress) as bar:
@@ -215,12 +223,12 @@ def _run(client: Any, tasks: list[BucketTask], metrics: dict[str, Metric], stora
                 partial[day] = partial[day].merge(result, metric) if day in partial else result
                 remaining[day] -= 1
                 if not remaining[day]:
-                    merged = partial.pop(day)
-                    storage.replace_aggregates(task.metric, task.day, merged.reports,
-                                               merged.states)
-                    summary.rows += merged.rows
-                    summary.duplicates += merged.duplicates
-                    summary.reports += int(merged.reports.sum())
+                    merged[day] = partial.pop(day)
                 bar.update(1)
     finally:
         client.cancel(list(futures))
+    for (name, date), result in sorted(merged.items()):
+        storage.replace_aggregates(name, date, result.reports, result.states)
+        summary.rows += result.rows
+        summary.duplicates += result.duplicates
+        summary.reports += int(result.reports.sum())

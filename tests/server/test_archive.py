@@ -10,6 +10,8 @@ to 1e-12: buckets add floats in another order than the collector's batches).
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -342,6 +344,120 @@ def test_files_that_disagree_with_the_manifest_are_refused(store, fresh, tmp_pat
 def veil(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "veil.server.cli", *args], capture_output=True,
                           text=True, timeout=120)
+
+
+def tamper(root: Path, metric: str, day: str, value: Any) -> tuple[Path, int]:
+    """Put ``value`` in the payload of the last row of the file of (metric, day), as someone
+    with write access to the archive would (the manifest's row count still holds); the file
+    and the row."""
+    manifest = Manifest.load(root)
+    entry = next(f for f in manifest.files if (f.metric, f.day) == (metric, day))
+    path = root / entry.path
+    statistic = statistic_for(manifest.registry[metric].params)
+    ids, cohorts, payloads = from_table(statistic, pq.read_table(path), str(path))
+    payloads = payloads.copy()
+    payloads[-1] = value
+    pq.write_table(to_table(statistic, ids, cohorts, payloads), path)
+    return path, len(ids) - 1
+
+
+@pytest.mark.parametrize(("metric", "value", "reason"), [
+    ("load_time", 1e300, "payload: must be in"),
+    ("load_time", float("nan"), "payload: must be in"),
+    ("load_time", float("inf"), "payload: must be in"),
+    ("load_time", -float("inf"), "payload: must be in"),
+    ("load_time", 2.5 + 0.01, "payload: must be low + step * n"),
+    ("dark_mode", 10**12, "payload: must be the integer 0 or 1"),
+    ("dark_mode", -1, "payload: must be the integer 0 or 1"),
+    ("battery", 7, "payload: must be the integer 0 or 1"),
+    ("browser", np.array([0xF0], dtype=np.uint8), "payload: sets bits at or above k=4"),
+], ids=["laplace-1e300", "laplace-nan", "laplace-inf", "laplace-minus-inf", "laplace-off-grid",
+        "boolean-1e12", "boolean-minus-1", "1bitmean-7", "category-pad-bits"])
+def test_aggregate_refuses_a_row_the_wire_refuses_and_sets_nothing(
+        store, tmp_path, dask_client, capsys, metric, value, reason):
+    """A Parquet file of the archive carrying a payload the collector would have refused
+    stops ``veil aggregate`` (exit 2) with the file, the row, the field and the wire's
+    reason, before any aggregate is set (the other days are sound and are not set either)."""
+    registry = tmp_path / "metrics.toml"
+    registry.write_text(store.registry.to_toml())
+    root, target = tmp_path / "archive", tmp_path / "target.db"
+    archive(store, root, buckets=1, progress=False)
+    path, row = tamper(root, metric, DAYS[1], value)
+    assert main(["aggregate", "--archive", str(root), "--db", str(target), "--config",
+                 str(registry), "--scheduler", dask_client.scheduler.address]) == 2
+    err = capsys.readouterr().err
+    assert f"the archive file {path}, row {row} (counting from 0)" in err, err
+    assert reason in err and f"for metric {metric!r}" in err, err
+    with open_storage(target) as aggregated:
+        assert aggregated.daily_reports(None, None, None) == []
+
+
+def test_the_veil_aggregate_command_exits_non_zero_on_a_boolean_of_10_to_the_12(
+        store, tmp_path, dask_client):
+    """The attack as reported: one boolean row of 10**12 made a day's ``ones`` 10**12 plus the
+    honest ones, and the command exited 0."""
+    registry = tmp_path / "metrics.toml"
+    registry.write_text(store.registry.to_toml())
+    root, target = tmp_path / "archive", tmp_path / "target.db"
+    archive(store, root, buckets=1, progress=False)
+    path, row = tamper(root, "dark_mode", DAYS[0], 10**12)
+    done = veil("aggregate", "--archive", str(root), "--db", str(target), "--config",
+                str(registry), "--scheduler", dask_client.scheduler.address)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.startswith(f"veil aggregate: error: the archive file {path}, row {row} "
+                                  "(counting from 0): the wire refuses its payload "
+                                  "1000000000000 for metric 'dark_mode' (wrong_type): "
+                                  "payload: must be the integer 0 or 1."), done.stderr
+    assert "aggregated" not in done.stdout
+
+
+def test_a_cohort_the_wire_refuses_names_the_file_and_row(store, tmp_path):
+    root = tmp_path / "archive"
+    archive(store, root, metric="homepage", buckets=1, progress=False)
+    entry = Manifest.load(root).files[0]
+    path = root / entry.path
+    table = pq.read_table(path)
+    cohorts = table.column("cohort").to_numpy().copy()
+    cohorts[1] = store.registry["homepage"].params.cohorts
+    pq.write_table(table.set_column(1, "cohort", pa.array(cohorts, type=pa.int32())), path)
+    with pytest.raises(ArchiveError, match=rf"the archive file {path}, row 1 \(counting from "
+                                           rf"0\): cohort 4, outside \[0, 4\)"):
+        aggregate_bucket(store.registry["homepage"], [path])
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask-022", "umask-000"])
+def test_every_archive_file_and_directory_is_private_whatever_the_umask(store, tmp_path, umask):
+    """The archive holds the raw reports of the 0600 store: ``veil archive`` makes every file
+    (Parquet files, manifest.json, .lock) 0600 and every directory 0700, root included, and
+    a run makes private what an earlier Veil left to the umask."""
+    root = tmp_path / "archive"
+
+    def modes() -> dict[str, int]:
+        found = {".": root.stat().st_mode}
+        found.update({str(p.relative_to(root)): p.stat().st_mode for p in root.rglob("*")})
+        return found
+
+    def run(*args: str) -> None:
+        done = veil("archive", "--db", str(tmp_path / "veil.db"), "--out", str(root),
+                    "--buckets", "2", "--end", DAYS[-1], *args)
+        assert done.returncode == 0, done.stderr
+
+    previous = os.umask(umask)
+    try:
+        run()
+        found = modes()
+        assert {".", ".lock", "manifest.json"} <= found.keys()
+        assert len([name for name in found if name.endswith(".parquet")]) > 20
+        assert {name: oct(stat.S_IMODE(mode)) for name, mode in found.items()} == {
+            name: oct(0o700 if stat.S_ISDIR(mode) else 0o600) for name, mode in found.items()}
+        # an archive an earlier Veil wrote under this umask, then a rerun of one day
+        for name, mode in found.items():
+            (root / name).chmod(0o777 & ~umask if stat.S_ISDIR(mode) else 0o666 & ~umask)
+        run("--start", DAYS[-1])
+        assert {name: oct(stat.S_IMODE(mode)) for name, mode in modes().items()} == {
+            name: oct(0o700 if stat.S_ISDIR(mode) else 0o600) for name, mode in found.items()}
+    finally:
+        os.umask(previous)
 
 
 def test_cli_round_trip_into_a_fresh_store(store, wire, tmp_path, dask_client):
