@@ -50,7 +50,8 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
                         help=f"server processes sharing the port (default {DEFAULTS['WORKERS']}; "
                         "more use more cores)")
     parser.add_argument("--connection-limit", type=int, default=DEFAULTS["CONNECTION_LIMIT"],
-                        help=f"open connections per worker; more wait to be accepted "
+                        help=f"open connections per worker; more wait to be accepted, and "
+                        f"near it idle keep-alive connections are closed "
                         f"(default {DEFAULTS['CONNECTION_LIMIT']})")
     parser.add_argument("--channel-timeout", type=int, default=DEFAULTS["CHANNEL_TIMEOUT"],
                         help=f"seconds a connection may stay silent before it is closed "

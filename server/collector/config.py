@@ -38,7 +38,8 @@ Serving settings (read by ``veil serve``, ignored by the app):
 ``THREADS``               threads serving requests in each worker process (default 4)
 ``WORKERS``               server processes sharing the listening socket (default 1)
 ``CONNECTION_LIMIT``      open connections each worker serves at once; more wait in the listen
-                          backlog (default 100, waitress's)
+                          backlog (default 1,000; waitress's is 100). Near the limit, idle
+                          keep-alive connections are closed, longest idle first
 ``CHANNEL_TIMEOUT``       seconds a connection may stay silent (no request in progress, nothing
                           received or sent) before it is closed (default 30; waitress's is 120)
 ``RECEIVE_TIMEOUT``       seconds a client may take to send one request, headers and body, from
@@ -69,7 +70,7 @@ DEFAULTS: dict[str, Any] = {
     "PORT": 8080,
     "THREADS": 4,
     "WORKERS": 1,
-    "CONNECTION_LIMIT": 100,
+    "CONNECTION_LIMIT": 1000,
     "CHANNEL_TIMEOUT": 30,
     "RECEIVE_TIMEOUT": 30,
     "LOG_FORMAT": "text",

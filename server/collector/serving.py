@@ -8,9 +8,16 @@ an unsupported transfer coding 501), are the API's JSON errors; and a client
 that has not sent its whole request ``RECEIVE_TIMEOUT`` seconds after its first
 byte is disconnected. waitress's own ``channel_timeout`` closes only silent
 connections, so without that deadline a byte every few seconds holds a
-connection, and ``CONNECTION_LIMIT`` such connections block every upload. A
-connection describes itself without its peer's address, so waitress's own log
-lines about a connection never name a client.
+connection, and ``CONNECTION_LIMIT`` such connections block every upload.
+Connections between requests (idle keep-alive) are the other way to hold the
+limit: a request every few seconds keeps a connection from ever being silent.
+When nearly all of the limit is in use, the idle ones are closed, longest idle
+first, so that new connections are always accepted (:meth:`_Server.readable`).
+waitress multiplexes its connections in one thread with ``poll()``, so an idle
+one costs only a file descriptor: the limit is high, and ``serve`` raises the
+process's soft open-files limit to hold it. A connection describes itself
+without its peer's address, so waitress's own log lines about a connection
+never name a client.
 
 With several workers, the first process supervises them: a worker that ends on
 its own (killed, crashed) is replaced and the event logged, unless workers keep
@@ -26,6 +33,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import threading
@@ -42,6 +50,7 @@ from waitress.task import ErrorTask
 from veil.server.collector.app import create_app
 from veil.server.collector.responses import http_error_body, too_large_message
 from veil.server.collector.state import EXTENSION
+from veil.shared.errors import VeilError
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +60,18 @@ CLEANUP_INTERVAL = 1
 #: worker exits within :data:`RESTART_WINDOW` seconds that stop the server instead of a restart
 MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
+#: file descriptors one connection may hold: its socket, and the temporary files waitress
+#: buffers a request body over 512 KiB and an answer over 1 MiB in
+FILES_PER_CONNECTION = 3
+#: file descriptors a worker holds besides its connections': standard streams, the listening
+#: socket, waitress's wake-up pipe, the database's files, the log and metrics files
+FILES_RESERVED = 64
+#: seconds a new connection that has sent nothing is spared when idle ones are closed
+FIRST_REQUEST_GRACE = 2.0
+#: seconds before connections are looked over again for idle ones, after too few were found
+IDLE_SCAN_INTERVAL = 0.1
+#: seconds between two log lines about idle connections closed near the connection limit
+PRESSURE_LOG_INTERVAL = 60.0
 
 
 class _Stop(SystemExit):
@@ -73,10 +94,42 @@ def serve(config: dict[str, Any], sock: socket.socket) -> int:
     worker that ends on its own. Returns 0 after SIGTERM/SIGINT, 1 if workers kept ending
     (:data:`MAX_RESTARTS` within :data:`RESTART_WINDOW` seconds; see the log).
     """
+    config = {**config, "CONNECTION_LIMIT": _fit_connection_limit(config["CONNECTION_LIMIT"])}
     if config["WORKERS"] == 1:
         _serve_socket(config, sock)
         return 0
     return _supervise(config, sock)
+
+
+def _fit_connection_limit(limit: int) -> int:
+    """The connection limit each worker can hold within the open-files limit.
+
+    Each connection needs up to :data:`FILES_PER_CONNECTION` descriptors and a worker
+    :data:`FILES_RESERVED` more. The soft ``RLIMIT_NOFILE`` (often 1,024) is raised
+    towards the hard one as far as ``limit`` needs, since a worker that runs out of
+    descriptors can neither accept nor buffer; if even the hard limit is too low, the
+    connection limit is lowered to fit and a warning says how to raise it. Workers inherit
+    the raised limit when they are forked. :class:`VeilError` if not one connection fits.
+    """
+    needed = FILES_PER_CONNECTION * limit + FILES_RESERVED
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        # some systems refuse values below their hard limit too (macOS: OPEN_MAX)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return limit
+    fits = (soft - FILES_RESERVED) // FILES_PER_CONNECTION
+    if fits < 1:
+        raise VeilError(f"the open-files limit ({soft}) leaves no descriptor for connections; "
+                        f"raise it (ulimit -n, systemd's LimitNOFILE=) to at least {needed}")
+    logger.warning("the open-files limit (%d) holds %d connections per worker, not the "
+                   "--connection-limit of %d: serving at most %d; raise the hard limit "
+                   "(ulimit -Hn, systemd's LimitNOFILE=) to %d for all of them",
+                   soft, fits, limit, fits, needed)
+    return fits
 
 
 class _JsonErrorTask(ErrorTask):  # type: ignore[misc]
@@ -96,19 +149,32 @@ class _JsonErrorTask(ErrorTask):  # type: ignore[misc]
 
 
 class _Channel(HTTPChannel):  # type: ignore[misc]
-    """A waitress connection that knows since when its request in progress has been arriving."""
+    """A waitress connection that knows since when its request in progress has been arriving,
+    and whether it is idle."""
 
     error_task_class = _JsonErrorTask
     #: the request being received (waitress's parser), and since when (``time.monotonic``)
     receiving: object | None = None
     receiving_since = 0.0
+    #: whether the client has sent anything yet
+    heard = False
 
     def received(self, data: bytes) -> bool:
+        self.heard = True
         done: bool = super().received(data)
         if self.request is not self.receiving:
             self.receiving = self.request
             self.receiving_since = time.monotonic()
         return done
+
+    def idle(self, now: float) -> bool:
+        """Between requests (nothing being received, served or sent, and not closing), and
+        not a new connection whose first request may still be on its way: one that has sent
+        nothing is idle only :data:`FIRST_REQUEST_GRACE` seconds after it was accepted
+        (``now`` and waitress's times are ``time.time``)."""
+        return not (self.request is not None or self.requests or self.total_outbufs_len
+                    or self.will_close or self.close_when_flushed
+                    or (not self.heard and now - self.creation_time < FIRST_REQUEST_GRACE))
 
     def __repr__(self) -> str:
         """Without the peer's address (waitress's own names it, and logs it on errors)."""
@@ -116,7 +182,8 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
 
 
 class _Server(TcpWSGIServer):  # type: ignore[misc]
-    """waitress's TCP server on a listening socket, with JSON errors and a receive deadline."""
+    """waitress's TCP server on a listening socket, with JSON errors, a receive deadline,
+    and idle connections closed near the connection limit."""
 
     channel_class = _Channel
 
@@ -124,8 +191,54 @@ class _Server(TcpWSGIServer):  # type: ignore[misc]
                  receive_timeout: int, body_limit: int) -> None:
         self.receive_timeout = receive_timeout
         self.body_limit = body_limit
+        self.idle_closed = 0
+        self.idle_logged_at = -PRESSURE_LOG_INTERVAL
+        self.next_idle_scan = 0.0
         super().__init__(app, _sock=sock, adj=adj, bind_socket=False,
                          sockinfo=(sock.family, sock.type, sock.proto, sock.getsockname()))
+
+    def readable(self) -> bool:
+        """Whether to accept connections now (waitress: below the connection limit), after
+        making room if the limit is nearly reached.
+
+        waitress asks this on each turn of its loop. Its limit counts its own dispatchers
+        too, so ``capacity`` is what is left for connections. Once more than
+        ``capacity - spare`` connections are open (``spare`` a tenth of it), idle ones are
+        closed, longest idle first, until ``capacity - 2 * spare`` are left or none is
+        idle. Connections sending a request, waiting for or receiving an answer are left
+        alone: the receive deadline bounds those. When too few were idle, the next look
+        waits :data:`IDLE_SCAN_INTERVAL`, so that connections busy near the limit do not
+        cost a scan of all of them on every turn.
+        """
+        capacity = self.adj.connection_limit - (len(self._map) - len(self.active_channels))
+        spare = max(1, capacity // 10)
+        if (len(self.active_channels) > capacity - spare
+                and time.monotonic() >= self.next_idle_scan):
+            self._close_idle(capacity - 2 * spare)
+        return bool(super().readable())
+
+    def _close_idle(self, keep: int) -> None:
+        """Close idle connections, longest idle first, until at most ``keep`` stay open."""
+        channels = [channel for channel in self.active_channels.values()
+                    if not (channel.will_close or channel.close_when_flushed)]
+        excess = len(channels) - keep
+        if excess <= 0:
+            return
+        now = time.time()
+        idle = sorted((channel for channel in channels if channel.idle(now)),
+                      key=lambda channel: channel.last_activity)[:excess]
+        if len(idle) < excess:
+            self.next_idle_scan = time.monotonic() + IDLE_SCAN_INTERVAL
+        for channel in idle:
+            channel.will_close = True  # closed by waitress's loop on its next turn
+        self.idle_closed += len(idle)
+        if self.idle_closed and now - self.idle_logged_at >= PRESSURE_LOG_INTERVAL:
+            logger.warning(
+                "open connections near the connection limit (%d of %d): closed %d idle "
+                "connections, longest idle first, since the last such message", len(channels),
+                self.adj.connection_limit, self.idle_closed)
+            self.idle_closed = 0
+            self.idle_logged_at = now
 
     def maintenance(self, now: float) -> None:
         """Close silent connections (waitress) and those too slow to send their request."""

@@ -1,19 +1,29 @@
-"""Connections that trickle bytes, or say nothing, cannot hold the collector's connection limit.
+"""Connections that trickle bytes, idle between requests, or say nothing, cannot hold the
+collector's connection limit.
 
-Against a real ``veil serve`` on 127.0.0.1 with a lowered ``--connection-limit``: a
-client still sending its request ``--receive-timeout`` seconds after its first byte is
-disconnected, a silent connection is closed after ``--channel-timeout`` seconds, and a
-genuine upload queued behind slow senders is answered.
+Against a real ``veil serve`` on 127.0.0.1: a client still sending its request
+``--receive-timeout`` seconds after its first byte is disconnected, a silent connection is
+closed after ``--channel-timeout`` seconds, idle keep-alive connections are closed near the
+connection limit, and a genuine upload is answered beside slow senders and hundreds of
+keep-alive connections, at the default settings too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
+import resource
 import select
+import selectors
 import socket
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 
+import pytest
 import requests
 
 from veil.shared.wire import make_batch, make_report
@@ -47,11 +57,13 @@ class SlowSender(threading.Thread):
                 self.stop.wait(0.1)
 
     def _trickle(self, sock: socket.socket) -> None:
+        answered = select.poll()  # poll(), not select(): many senders' descriptors pass 1,024
+        answered.register(sock, select.POLLIN)
         for byte in SLOW_REQUEST:
             if self.stop.is_set():
                 return
             sock.sendall(bytes([byte]))
-            if select.select([sock], [], [], 1.0)[0]:  # the server answered or hung up
+            if answered.poll(1000):  # the server answered or hung up
                 self.dropped += 1
                 return
 
@@ -88,3 +100,152 @@ def test_a_silent_connection_is_closed_after_the_channel_timeout(collector_facto
         started = time.monotonic()
         assert sock.recv(1) == b""
         assert time.monotonic() - started < 5
+
+
+#: a health check on a connection kept open for the next one
+HEALTH_CHECK = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+
+class KeepAliveClients(threading.Thread):
+    """``count`` keep-alive connections, each sending :data:`HEALTH_CHECK` on opening and
+    then every ``period`` seconds, reading the answers; one the server closes is opened again
+    (``closed`` counts those). All of them are served from one thread, as an attacker would."""
+
+    def __init__(self, port: int, count: int, period: float, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.count = count
+        self.period = period
+        self.stop = stop
+        self.opened = threading.Event()
+        self.answers = 0
+        self.closed = 0
+        self._selector = selectors.DefaultSelector()
+        self._due: dict[socket.socket, float] = {}
+        self._random = random.Random(7)
+
+    def _open(self) -> None:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        sock.sendall(HEALTH_CHECK)
+        sock.setblocking(False)
+        self._selector.register(sock, selectors.EVENT_READ)
+        self._due[sock] = time.monotonic() + self.period * (1 + self._random.random())
+
+    def _drop(self, sock: socket.socket) -> None:
+        self._selector.unregister(sock)
+        del self._due[sock]
+        sock.close()
+        self.closed += 1
+
+    def run(self) -> None:
+        try:
+            for _ in range(self.count):
+                self._open()
+            self.opened.set()
+            while not self.stop.is_set():
+                for key, _ in self._selector.select(timeout=0.2):
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    try:
+                        data = sock.recv(65536)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    self.answers += data.count(b"HTTP/1.1 200 ")
+                    if not data:
+                        self._drop(sock)
+                now = time.monotonic()
+                for sock, due in list(self._due.items()):
+                    if due <= now:
+                        try:
+                            sock.sendall(HEALTH_CHECK)
+                            self._due[sock] = now + self.period
+                        except OSError:
+                            self._drop(sock)
+                for _ in range(self.count - len(self._due)):
+                    self._open()
+        finally:
+            self.opened.set()
+            for sock in list(self._due):
+                sock.close()
+            self._selector.close()
+
+
+@contextlib.contextmanager
+def hostile_connections(port: int, keep_alive: int, slow: int,
+                        period: float = 5.0) -> Iterator[KeepAliveClients]:
+    """``keep_alive`` keep-alive connections and ``slow`` slow senders against ``port``,
+    all from 127.0.0.1, for as long as the block runs; every socket is closed afterwards."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = keep_alive + slow + 256
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.skip(f"the open-files limit ({hard}) is below the {needed} this test opens")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    stop = threading.Event()
+    clients = KeepAliveClients(port, keep_alive, period, stop)
+    senders = [SlowSender(port, stop) for _ in range(slow)]
+    try:
+        clients.start()
+        assert clients.opened.wait(30)
+        for sender in senders:
+            sender.start()
+        time.sleep(2.0)  # every slow sender has connected and is trickling its request
+        yield clients
+    finally:
+        stop.set()
+        clients.join(10)
+        for sender in senders:
+            sender.join(10)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def timed_upload(collector) -> float:
+    """Upload one genuine batch; the seconds until its 200 answer."""
+    params = collector.registry["dark_mode"].params
+    batch = make_batch(os.urandom(16).hex(),
+                       [make_report(os.urandom(16).hex(), "dark_mode", None, 1, params.fingerprint)])
+    started = time.monotonic()
+    response = requests.post(collector.url + "/v1/reports", json=batch, timeout=10)
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200, response.text
+    assert response.json()["accepted"] == 1
+    return elapsed
+
+
+def test_uploads_get_through_hundreds_of_keep_alive_connections_at_the_defaults(
+        collector_factory):
+    """500 connections checking /healthz every 5 s and 200 slow senders, against the default
+    connection limit and timeouts: a genuine upload is answered within 2 s."""
+    collector = collector_factory()
+    with hostile_connections(collector.port, keep_alive=500, slow=200) as clients:
+        elapsed = [timed_upload(collector) for _ in range(3)]
+        assert clients.answers >= 500  # the keep-alive connections are served too
+    assert max(elapsed) < 2.0, elapsed
+
+
+def test_idle_keep_alive_connections_are_closed_near_the_connection_limit(collector_factory):
+    """More keep-alive connections than the limit, reconnecting when closed, and slow senders:
+    idle connections are closed, longest idle first, and a genuine upload gets in."""
+    collector = collector_factory(serve_args=["--connection-limit", "50"])
+    with hostile_connections(collector.port, keep_alive=100, slow=20) as clients:
+        elapsed = [timed_upload(collector) for _ in range(3)]
+        assert clients.closed > 0
+    assert max(elapsed) < 2.0, elapsed
+    assert "idle connections, longest idle first" in (collector.workdir / "serve.log").read_text()
+
+
+def test_the_connection_limit_fits_the_open_files_limit():
+    """``veil serve`` raises its soft open-files limit as far as its connections need, and
+    serves fewer connections, saying so, when even the hard limit is too low (3 descriptors
+    a connection and 64 more: 50 connections need 214; a hard limit of 400 holds 112)."""
+    script = ("import resource\n"
+              "resource.setrlimit(resource.RLIMIT_NOFILE, (100, 400))\n"
+              "from veil.server.collector.serving import _fit_connection_limit\n"
+              "print(_fit_connection_limit(50), resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+              "print(_fit_connection_limit(1000), resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.split() == ["50", "214", "112", "400"]
+    assert "holds 112 connections per worker, not the --connection-limit of 1000" in done.stderr
