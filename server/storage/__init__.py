@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name loads on firs
     )
     from veil.server.storage.base import (
         CheckResult,
+        DailyCap,
+        DailyCapReached,
         DayCount,
         InsertResult,
         Migration,
@@ -49,6 +51,8 @@ _EXPORTS = {
     "open_storage": "veil.server.storage.backends",
     "pending_migrations": "veil.server.storage.backends",
     "CheckResult": "veil.server.storage.base",
+    "DailyCap": "veil.server.storage.base",
+    "DailyCapReached": "veil.server.storage.base",
     "DayCount": "veil.server.storage.base",
     "InsertResult": "veil.server.storage.base",
     "Migration": "veil.server.storage.base",
@@ -69,6 +73,8 @@ __all__ = [
     "MIN_FREE_BYTES",
     "RECENT_IDS_LIMIT",
     "CheckResult",
+    "DailyCap",
+    "DailyCapReached",
     "DayCount",
     "InsertResult",
     "Migration",

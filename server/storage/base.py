@@ -89,6 +89,43 @@ class TooFewReportsError(VeilError):
 
 
 @dataclasses.dataclass(frozen=True)
+class DailyCap:
+    """At most ``limit`` reports a UTC day may be stored under ``key``, counted in the store
+    (so across every process and collector writing to it).
+
+    ``key`` names what is capped without revealing it (the collector passes a hash of an
+    upload token); :meth:`Storage.insert` counts the reports it stores under ``key`` and the
+    day it files them under, in the transaction that stores them.
+    """
+
+    key: bytes
+    limit: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
+            raise ValueError(f"a daily cap needs a positive integer limit; got {self.limit!r}")
+
+
+class DailyCapReached(VeilError):
+    """An insert would take its :class:`DailyCap` over the limit of its day: nothing of it was
+    stored and nothing was counted. ``retry_after``: seconds until that UTC day ends."""
+
+    def __init__(self, limit: int, day: str, stored: int, retry_after: float) -> None:
+        self.limit = limit
+        self.day = day
+        self.stored = stored
+        self.retry_after = retry_after
+        super().__init__(f"the cap of {limit} reports on {day} (UTC) would be exceeded: "
+                         f"{stored} are stored under it already")
+
+
+def seconds_left_in_day(day: str, now: float) -> float:
+    """Seconds from ``now`` (a POSIX time) until UTC ``day`` is over; at least 1."""
+    end = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC) + dt.timedelta(days=1)
+    return max(end.timestamp() - now, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
 class InsertResult:
     """How many reports of an insert were new and how many were already stored."""
 
@@ -362,8 +399,14 @@ class Storage(abc.ABC):
         """Where the store is, for messages (a path or a URL without its password)."""
 
     @abc.abstractmethod
-    def insert(self, reports: Sequence[Report], day: dt.date | str | None = None) -> InsertResult:
-        """Store validated reports under ``day`` (default: today, UTC); durable on return."""
+    def insert(self, reports: Sequence[Report], day: dt.date | str | None = None, *,
+               cap: DailyCap | None = None) -> InsertResult:
+        """Store validated reports under ``day`` (default: today, UTC); durable on return.
+
+        With a ``cap``, the reports this call stores (new ids only: duplicates cost nothing)
+        are counted under ``cap.key`` and their day in the same transaction; a call that would
+        take that count over ``cap.limit`` stores and counts nothing and raises
+        :class:`DailyCapReached`."""
 
     @abc.abstractmethod
     def read_aggregates(self, metric: Metric, start: str | None, end: str | None,

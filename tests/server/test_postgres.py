@@ -24,7 +24,15 @@ import pytest
 import requests
 
 from tests.conftest import TEST_REGISTRY_TOML
-from veil.server.storage import StorageError, check_storage, open_storage
+from veil.server.storage import (
+    DailyCap,
+    DailyCapReached,
+    SchemaOutdatedError,
+    StorageError,
+    check_storage,
+    open_storage,
+    pending_migrations,
+)
 from veil.server.storage.postgres import PostgresStorage
 from veil.shared.registry import Registry
 from veil.shared.wire import make_batch, validate_batch
@@ -81,6 +89,25 @@ def test_a_store_of_a_newer_schema_is_refused(postgres_url, wire):
         conn.execute("UPDATE veil_meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(StorageError, match="newer"):
         open_storage(postgres_url, wire.registry)
+
+
+def test_a_schema_1_store_is_migrated_when_asked_and_then_counts_daily_caps(postgres_url, wire):
+    """Schema 1 kept no counts under daily caps; migrating it adds their table."""
+    open_storage(postgres_url, wire.registry, create=True).close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # back to the schema 1 layout
+        conn.execute("DROP TABLE veil_cap_counts")
+        conn.execute("UPDATE veil_meta SET value = '1' WHERE key = 'schema_version'")
+    assert [step.version for step in pending_migrations(postgres_url)] == [1]
+    with pytest.raises(SchemaOutdatedError, match="veil migrate"):
+        open_storage(postgres_url)
+    with open_storage(postgres_url, migrate=True) as storage:
+        assert [step.version for step in storage.migrated] == [1]
+        cap = DailyCap(bytes(32), 2)
+        assert storage.insert(wire.validated(wire.reports("dark_mode", [True] * 2)), DAYS[0],
+                              cap=cap).accepted == 2
+        with pytest.raises(DailyCapReached):
+            storage.insert(wire.validated(wire.reports("dark_mode", [True])), DAYS[0], cap=cap)
+    assert pending_migrations(postgres_url) == []
 
 
 def _write(url: str, phases: list[tuple[str, list[list[dict]]]], start: Any, done: Any) -> None:

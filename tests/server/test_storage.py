@@ -9,6 +9,7 @@ test run's PostgreSQL server (skipped, saying why, when there is none; see ``tes
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import random
 import sqlite3
@@ -20,6 +21,9 @@ import pytest
 
 from veil.server.storage import (
     BACKENDS,
+    DailyCap,
+    DailyCapReached,
+    InsertResult,
     RegistryMismatchError,
     SchemaOutdatedError,
     SQLiteStorage,
@@ -167,6 +171,54 @@ def read_back(storage, wire, **query):
     return rows, sizes
 
 
+def test_a_daily_cap_counts_each_stored_report_once_in_the_store(store_url, wire):
+    """A cap counts the reports a call stores under its key and day, in the store itself, so
+    two stores opened on it (two collector processes) share the count; a replay costs
+    nothing, and a call that would pass the cap stores nothing and counts nothing."""
+    first = open_storage(store_url, wire.registry, create=True)
+    second = open_storage(store_url)
+
+    def new(n: int) -> list:
+        return wire.validated(wire.reports("dark_mode", [True] * n))
+
+    try:
+        cap = DailyCap(bytes(32), 10)
+        sent = new(6)
+        assert first.insert(sent, DAYS[0], cap=cap) == InsertResult(6, 0)
+        assert second.insert(sent, DAYS[0], cap=cap) == InsertResult(0, 6)  # a replay: free
+        with pytest.raises(DailyCapReached) as refused:  # 5 new would make 11
+            second.insert([*sent[:2], *new(5)], DAYS[0], cap=cap)
+        assert (refused.value.limit, refused.value.stored, refused.value.day) == (10, 6, DAYS[0])
+        assert refused.value.retry_after >= 1
+        assert first.total_reports() == 6 and first.counts("dark_mode")["reports"] == 6
+        assert second.insert(new(4), DAYS[0], cap=cap) == InsertResult(4, 0)  # exactly 10
+        with pytest.raises(DailyCapReached):
+            first.insert(new(1), DAYS[0], cap=cap)
+        assert first.insert(sent, DAYS[0], cap=cap) == InsertResult(0, 6)  # at the cap too
+        assert first.insert(new(10), DAYS[1], cap=cap).accepted == 10  # another day
+        assert first.insert(new(10), DAYS[0], cap=DailyCap(b"\1" * 32, 10)).accepted == 10
+        assert first.insert(new(3), DAYS[0]).accepted == 3  # no cap
+        assert first.total_reports() == 6 + 4 + 10 + 10 + 3
+        # today's cap is refused until the end of today, UTC (by the store's clock)
+        today_cap = DailyCap(b"\2" * 32, 1)
+        first.insert(new(1), cap=today_cap)
+        with pytest.raises(DailyCapReached) as refused:
+            second.insert(new(1), cap=today_cap)
+        midnight = dt.datetime.combine(dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1),
+                                       dt.time(), dt.UTC)
+        assert refused.value.retry_after == pytest.approx(midnight.timestamp() - time.time(),
+                                                          abs=5)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_daily_cap_needs_a_positive_integer_limit():
+    for limit in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="positive integer"):
+            DailyCap(bytes(32), limit)
+
+
 def test_iter_reports_yields_every_stored_report_once_in_chunks_of_one_metric_and_day(
         filled, wire):
     storage, sent = filled
@@ -239,15 +291,15 @@ def _stored_ids(conn):
         "SELECT (SELECT count(*) FROM report_ids) + (SELECT count(*) FROM recent_ids)").fetchone()[0]
 
 
-def _queue_while_locked(storage, batches, day):
-    """Start one insert thread per batch while the write lock is held, so that they all
-    queue (in batch order) and the first to get the lock commits them as one group;
-    returns each call's result or exception."""
+def _queue_while_locked(storage, batches, day, caps=None):
+    """Start one insert thread per batch (with the cap of ``caps`` at its index) while the
+    write lock is held, so that they all queue (in batch order) and the first to get the lock
+    commits them as one group; returns each call's result or exception."""
     outcomes: list = [None] * len(batches)
 
     def insert(index, reports):
         try:
-            outcomes[index] = storage.insert(reports, day)
+            outcomes[index] = storage.insert(reports, day, cap=caps[index] if caps else None)
         except Exception as exc:  # the outcome under test
             outcomes[index] = exc
 
@@ -283,6 +335,30 @@ def test_a_group_commit_counts_each_id_once(sqlite_filled, wire):
     assert storage.counts("homepage")["reports"] == before + 12
     assert storage.rebuild_aggregates() == storage.total_reports()
     assert storage.counts("homepage")["reports"] == before + 12
+
+
+def test_a_group_commit_refuses_only_the_calls_over_their_cap(sqlite_filled, wire):
+    """Calls committed together are charged in queue order; a refused call stores nothing, so
+    a later call of the group (or a later insert) stores its ids."""
+    storage, _ = sqlite_filled
+    before = storage.total_reports()
+    cap = DailyCap(bytes(32), 10)
+    f = wire.validated(wire.reports("homepage", [f"site{i}.example" for i in range(12)]))
+    # calls that repeat each other's ids: charged for their new reports only
+    outcomes = _queue_while_locked(storage, [f[:6], f[6:11], f[6:10], f[10:], f[:2]], DAYS[2],
+                                   [cap, cap, cap, None, cap])
+    assert isinstance(outcomes[1], DailyCapReached) and outcomes[1].stored == 6
+    assert [(o.accepted, o.duplicates) for o in outcomes if not isinstance(o, Exception)] == [
+        (6, 0), (4, 0), (2, 0), (0, 2)]
+    assert storage.total_reports() == before + 12
+    # calls without shared ids: the refused call's ids are not taken as stored
+    g = wire.validated(wire.reports("homepage", [f"other{i}.example" for i in range(8)]))
+    other = DailyCap(b"\1" * 32, 6)
+    outcomes = _queue_while_locked(storage, [g[:4], g[4:7], g[7:]], DAYS[2], [other, other, None])
+    assert isinstance(outcomes[1], DailyCapReached)
+    assert [(o.accepted, o.duplicates) for o in (outcomes[0], outcomes[2])] == [(4, 0), (1, 0)]
+    assert storage.insert(g[4:7], DAYS[2]) == InsertResult(3, 0)
+    assert storage.rebuild_aggregates() == storage.total_reports() == before + 20
 
 
 def test_a_failed_group_commit_fails_every_call_and_stores_nothing(sqlite_filled, wire, tmp_path):
@@ -488,6 +564,26 @@ def test_migrates_a_version_3_file(tmp_path, wire, sqlite_filled):
     indexed, recent = _id_tables(path)
     assert len(indexed) == sum(len(reports) for reports in sent.values())
     assert recent == [bytes.fromhex(r.id) for r in new]
+
+
+def test_migrates_a_version_4_file(tmp_path, wire, sqlite_filled):
+    """Version 4 kept no counts under daily caps; migrating it adds their table."""
+    storage, sent = sqlite_filled
+    storage.close()
+    path = tmp_path / "veil.db"
+    with sqlite3.connect(path) as conn:  # turn the file back into the version 4 layout
+        conn.execute("DROP TABLE cap_counts")
+        conn.execute("PRAGMA user_version = 4")
+    with pytest.raises(SchemaOutdatedError, match="veil migrate"):
+        open_storage(path)
+    with open_storage(path, migrate=True) as migrated:
+        assert [step.version for step in migrated.migrated] == [4]
+        cap = DailyCap(bytes(32), 2)
+        assert migrated.insert(wire.validated(sent[DAYS[0]][:2]), DAYS[0], cap=cap).duplicates == 2
+        assert migrated.insert(wire.validated(wire.reports("dark_mode", [True] * 2)), DAYS[0],
+                               cap=cap).accepted == 2
+        with pytest.raises(DailyCapReached):
+            migrated.insert(wire.validated(wire.reports("dark_mode", [True])), DAYS[0], cap=cap)
 
 
 def test_refuses_newer_foreign_and_missing_files(tmp_path, wire):

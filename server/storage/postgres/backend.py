@@ -45,9 +45,12 @@ from veil.server.storage.base import (
     FIRST_DAY,
     LAST_DAY,
     CheckResult,
+    DailyCap,
+    DailyCapReached,
     DayCount,
     InsertResult,
     Migration,
+    SchemaOutdatedError,
     Storage,
     StorageError,
     StorageUnavailable,
@@ -160,7 +163,7 @@ class PostgresStorage(Storage):
                                      "the database exist?") from None
         try:
             with self._unavailable(f"open {self._location}"):
-                self.migrated = self._prepare(create, replay_window_days)
+                self.migrated = self._prepare(create, migrate, replay_window_days)
                 self._attach(registry)
                 self._ensure_partitions(self._today())
         except BaseException:
@@ -202,9 +205,13 @@ class PostgresStorage(Storage):
                 f"({schema.SCHEMA_VERSION}): use the Veil that wrote it, or a newer one"
             )
 
-    def _prepare(self, create: bool, replay_window_days: int) -> tuple[Migration, ...]:
-        """Create the tables of a new store (one creator at a time), or check an existing
-        store's version; read the replay window it records."""
+    def _prepare(self, create: bool, migrate: bool, replay_window_days: int,
+                 ) -> tuple[Migration, ...]:
+        """Create the tables of a new store (one creator at a time), or bring an existing
+        store to :data:`~.schema.SCHEMA_VERSION` (only if ``migrate``, else
+        :class:`SchemaOutdatedError`), each step logged; read the replay window it records.
+        Returns the steps applied."""
+        steps: list[Migration] = []
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (schema.LOCK_SCHEMA,))
             version = self._version(conn, self._location)
@@ -220,9 +227,18 @@ class PostgresStorage(Storage):
                     (str(schema.SCHEMA_VERSION), str(replay_window_days)))
             else:
                 self._check_version(version, self._location)
+                steps = schema.migration_steps(version)
+                if steps and not migrate:
+                    raise SchemaOutdatedError(self._location, version, schema.SCHEMA_VERSION)
+                for step in steps:
+                    logger.info("migrating %s: %s", self._location, step)
+                    schema.MIGRATIONS[step.version](conn)
+                if steps:
+                    conn.execute("UPDATE veil_meta SET value = %s WHERE key = 'schema_version'",
+                                 (str(schema.SCHEMA_VERSION),))
             self.replay_window_days = int(self._meta(conn, "replay_window_days"))
             self.retained_from = self._meta(conn, "retained_from")
-        return ()
+        return tuple(steps)
 
     @staticmethod
     def _meta(conn: psycopg.Connection[Any], key: str) -> str:
@@ -239,7 +255,7 @@ class PostgresStorage(Storage):
         if version is None:
             raise StorageError(f"no Veil store in {location}")
         cls._check_version(version, location)
-        return []  # schema 1 is the first PostgreSQL schema: no steps yet
+        return schema.migration_steps(version)
 
     @staticmethod
     @contextlib.contextmanager
@@ -347,13 +363,16 @@ class PostgresStorage(Storage):
 
     # -- writes --------------------------------------------------------------------------
 
-    def insert(self, reports: Sequence[Report], day: dt.date | str | None = None) -> InsertResult:
+    def insert(self, reports: Sequence[Report], day: dt.date | str | None = None, *,
+               cap: DailyCap | None = None) -> InsertResult:
         """Store validated reports under ``day`` (default: today by the database's clock, UTC)
         and add their statistics to the aggregates, in one transaction; durable on return.
 
         A report whose id is stored on the same day, or on a day within
         ``replay_window_days`` of it, or earlier in the call, is a duplicate:
         acknowledged, not counted again. A day before the retention cutoff is refused.
+        With a ``cap``, the new reports are counted under it in that transaction, or the
+        transaction is rolled back (:class:`~veil.server.storage.base.DailyCapReached`).
         """
         day_text = parse_day(day, "day")
         if day_text is not None and day_text < self.retained_from:
@@ -372,7 +391,7 @@ class PostgresStorage(Storage):
         rows = sorted(first.values())  # one order for every writer: no deadlocks on ids
         for attempt in range(RETRIES + 1):
             try:
-                accepted = self._insert_once(rows, day_text)
+                accepted = self._insert_once(rows, day_text, cap)
                 break
             except _MissingPartition as missing:
                 with self._unavailable(f"create the partition of {missing.day}"):
@@ -388,10 +407,11 @@ class PostgresStorage(Storage):
                                      "disappearing (is retention dropping today?); retry")
         return InsertResult(accepted, len(reports) - accepted)
 
-    def _insert_once(self, rows: list[_Row], day: str | None) -> int:
+    def _insert_once(self, rows: list[_Row], day: str | None, cap: DailyCap | None) -> int:
         """One attempt of :meth:`insert`'s transaction; the number of reports accepted."""
         if self._closed:
             raise StorageUnavailable("the storage is closed")
+        sealed: int | None = None  # the day this transaction seals, once it commits
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             # the day by the server's clock, and the lock that holds it open
             found = cursor.execute(schema.LOCK_TODAY if day is None else schema.LOCK_GIVEN_DAY,
@@ -407,7 +427,7 @@ class PostgresStorage(Storage):
                 cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", (schema.LOCK_DAY, number - 1))
                 cursor.execute(schema.FOLD_DAY, {"day": _day_text(number - 1),
                                                  "metrics": list(self.registry)})
-                self._sealed.add(number)
+                sealed = number
             # COPY's text format, written directly: ids and payloads are hex already
             with cursor.copy("COPY veil_staging (id, metric, cohort, payload) FROM STDIN") as copy:
                 copy.write("".join([f"\\\\x{row[0]}\t{row[1]}\t{row[2]}\t\\\\x{row[3]}\n"
@@ -425,12 +445,30 @@ class PostgresStorage(Storage):
                  "after": _day_text(number + 1), "last": _day_text(number + window)})
             new = {record[0] for record in cursor.fetchall()}
             fresh = [row for row in rows if row[0] in new]
+            if cap is not None and fresh:
+                self._charge_cap(cursor, cap, day, len(fresh))
             aggregates = self._aggregate_rows(fresh, day, random.randrange(schema.SHARDS))
             if aggregates:
                 with cursor.copy(schema.COPY_AGGREGATES) as copy:
                     copy.write("".join(aggregates))
                 cursor.execute(schema.UPSERT_STAGED)
-            return len(fresh)
+        if sealed is not None:  # a rolled-back transaction folded nothing: the next one will
+            self._sealed.add(sealed)
+        return len(fresh)
+
+    @staticmethod
+    def _charge_cap(cursor: psycopg.Cursor[Any], cap: DailyCap, day: str, reports: int) -> None:
+        """Count ``reports`` new reports under ``cap`` and ``day`` in the write transaction of
+        ``cursor``; :class:`DailyCapReached` (which rolls it back) if they exceed the cap. The
+        count's row stays locked until the commit: the next writer of the key, on any
+        collector, waits for it and then adds to what it committed."""
+        found = cursor.execute(schema.CHARGE_CAP, {"key": cap.key, "day": day,
+                                                   "reports": reports}).fetchone()
+        counted = int(found[0]) if found else reports
+        if counted > cap.limit:
+            left = cursor.execute(schema.SECONDS_LEFT, {"day": day}).fetchone()
+            raise DailyCapReached(cap.limit, day, counted - reports,
+                                  max(float(left[0]) if left else 0.0, 1.0))
 
     def _aggregate_rows(self, rows: Sequence[_Row], day: str, shard: int) -> list[str]:
         """``rows``' statistics per (metric, cohort) as lines of COPY's text format."""

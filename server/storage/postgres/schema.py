@@ -8,15 +8,28 @@ one row per (metric, day, cohort, shard): each write transaction adds into one
 of :data:`SHARDS` rows per cohort, picked at random, so collectors writing at
 once rarely wait on the same row; readers add the shards up. Each statistic
 field has the column its :class:`~veil.shared.statistics.Field` names (counts as
-``bigint[]``), as in every backend.
+``bigint[]``), as in every backend. ``veil_cap_counts`` counts the reports stored
+per daily-cap key (a hash of an upload token) and day.
+
+Each migration is one small step, as in the SQLite backend: ``MIGRATIONS[v](conn)``
+upgrades a store from version ``v`` to ``v + 1`` inside the transaction that opens
+it, when the opener asks for it; the first line of a step's docstring is what
+``veil migrate --dry-run`` says it does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from veil.server.storage.base import Migration
 from veil.shared.statistics import COLUMN_TYPES, COLUMNS
 
-#: the version recorded under ``schema_version`` in ``veil_meta``
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:
+    import psycopg
+
+#: the version recorded under ``schema_version`` in ``veil_meta``; see :data:`MIGRATIONS`
+SCHEMA_VERSION = 2
 #: aggregate rows per (metric, day, cohort) that write transactions spread over
 SHARDS = 8
 #: advisory lock keys (first half of the two-int form): one class per use
@@ -73,8 +86,40 @@ $$"""
 SUM_COUNTS = ("CREATE OR REPLACE AGGREGATE veil_sum_counts(bigint[]) "
               "(SFUNC = veil_add_counts, STYPE = bigint[])")
 
+#: reports stored per daily-cap key and UTC day, counted in the transaction that stores them:
+#: the row's lock orders the writers of one key, on every collector sharing the database
+CAP_COUNTS = ("CREATE TABLE IF NOT EXISTS veil_cap_counts (key bytea NOT NULL, day date NOT NULL, "
+              "reports bigint NOT NULL, PRIMARY KEY (key, day))")
+#: count a write transaction's new reports under a key and day; returns the day's count with them
+CHARGE_CAP = (
+    "INSERT INTO veil_cap_counts (key, day, reports) VALUES (%(key)s, %(day)s, %(reports)s) "
+    "ON CONFLICT (key, day) DO UPDATE SET reports = veil_cap_counts.reports + excluded.reports "
+    "RETURNING reports"
+)
+#: seconds from now, by the database server's clock, until UTC day ``%(day)s`` is over
+SECONDS_LEFT = ("SELECT extract(epoch FROM (%(day)s::date + 1)::timestamp "
+                "- (statement_timestamp() AT TIME ZONE 'UTC'))")
+
 #: the statements that create a new store at :data:`SCHEMA_VERSION`
-CREATE = (META, REPORTS, AGGREGATES, ADD_COUNTS, SUM_COUNTS)
+CREATE = (META, REPORTS, AGGREGATES, ADD_COUNTS, SUM_COUNTS, CAP_COUNTS)
+
+
+def _migrate_1_to_2(conn: psycopg.Connection[Any]) -> None:
+    """Add the veil_cap_counts table, where reports are counted per upload token and day (instant).
+
+    Version 1 had no daily caps in the store (each collector process counted in memory)."""
+    conn.execute(CAP_COUNTS)
+
+
+#: ``from_version -> step``: each step upgrades a store by one version inside one transaction
+MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any]], None]] = {1: _migrate_1_to_2}
+
+
+def migration_steps(version: int) -> list[Migration]:
+    """The steps from schema ``version`` to :data:`SCHEMA_VERSION`, each described by the
+    first line of its function's docstring."""
+    return [Migration(v, (MIGRATIONS[v].__doc__ or "").strip().splitlines()[0])
+            for v in range(version, SCHEMA_VERSION)]
 
 #: fold the shards of one day (``%(day)s``) into shard 0: once a day is over, its rows are only
 #: read, and readers then add one row per cohort instead of :data:`SHARDS`

@@ -43,6 +43,8 @@ except ImportError:  # not POSIX: processes serialize on SQLite's busy timeout a
 from veil.server.storage.base import (
     LAST_DAY,
     CheckResult,
+    DailyCap,
+    DailyCapReached,
     DayCount,
     InsertResult,
     Migration,
@@ -54,6 +56,7 @@ from veil.server.storage.base import (
     parse_day,
     payload_array,
     registry_to_record,
+    seconds_left_in_day,
     today,
 )
 from veil.server.storage.sqlite import rows as sql
@@ -548,12 +551,15 @@ class SQLiteStorage(Storage):
 
     # -- writes ------------------------------------------------------------------
 
-    def insert(self, reports: Sequence[Report], day: dt.date | str | None = None) -> InsertResult:
+    def insert(self, reports: Sequence[Report], day: dt.date | str | None = None, *,
+               cap: DailyCap | None = None) -> InsertResult:
         """Store validated reports under ``day`` (default: today, UTC) and update aggregates.
 
         Reports whose id is already stored, or repeats an earlier report of the
         same call, are duplicates: acknowledged, not counted again. Returns after
-        the transaction is committed (fsynced).
+        the transaction is committed (fsynced). With a ``cap``, the new reports are
+        counted under it in that transaction, or the call alone is refused
+        (:class:`~veil.server.storage.base.DailyCapReached`, nothing stored).
         """
         day_text = parse_day(day, "day") or today()
         rows: list[tuple[bytes, str, str, int, Any]] = []
@@ -573,8 +579,10 @@ class SQLiteStorage(Storage):
         unique = list(first.values())
         groups = sql.group_by_metric_day(unique)
         pending = Pending(unique, list(first), b"".join(first), self._insert_statements(groups),
-                          self._aggregate_groups(groups))
+                          self._aggregate_groups(groups), cap)
         self._commit(pending)
+        if pending.refused is not None:
+            raise pending.refused
         return InsertResult(pending.accepted, len(rows) - pending.accepted)
 
     def _commit(self, pending: Pending) -> None:
@@ -609,30 +617,35 @@ class SQLiteStorage(Storage):
     def _store(self, conn: sqlite3.Connection, group: list[Pending]) -> tuple[list[bytes], int]:
         """Insert the reports of ``group`` whose ids are new, and update the aggregates.
 
-        An id is new unless the file holds it already or it is earlier in the group.
+        An id is new unless the file holds it already or it is earlier in the group
+        (in a call the group stores: a call refused by its cap stores nothing).
         Returns the new ids and the last rowid of ``recent_ids`` once they are appended.
         """
         self._recent.sync(conn)
         group_ids = [report_id for pending in group for report_id in pending.id_list]
         joined = b"".join(pending.ids for pending in group)
         known = self._recent.known(conn, group_ids, joined)
-        if known or (len(group) > 1 and len(set(group_ids)) < len(group_ids)):
-            # some ids were stored before or repeat an earlier call of the group: store
-            # exactly the new rows, each call in order, so a later call sees an earlier one's
-            new_ids: list[bytes] = []
-            for pending in group:
-                fresh = [row for row in pending.unique if row[0] not in known]
-                known.update(row[0] for row in fresh)
-                new_ids.extend(row[0] for row in fresh)
+        # some ids were stored before or repeat an earlier call of the group: store exactly
+        # the new rows, each call in order, so a later call sees an earlier one's
+        repeats = bool(known) or (len(group) > 1 and len(set(group_ids)) < len(group_ids))
+        new_ids: list[bytes] = []
+        for pending in group:
+            fresh = ([row for row in pending.unique if row[0] not in known] if repeats
+                     else pending.unique)
+            if pending.cap is not None and fresh and not self._charge_cap(conn, pending,
+                                                                          len(fresh)):
+                pending.statements, pending.aggregates = [], []
+                continue
+            if len(fresh) < len(pending.unique):
                 groups = sql.group_by_metric_day(fresh)
                 pending.statements = self._insert_statements(groups)
                 pending.aggregates = self._aggregate_groups(groups)
-                pending.accepted = len(fresh)
+            if repeats:
+                known.update(row[0] for row in fresh)
+            new_ids.extend(row[0] for row in fresh)
+            pending.accepted = len(fresh)
+        if len(new_ids) < len(group_ids):
             joined = b"".join(new_ids)
-        else:
-            new_ids = group_ids
-            for pending in group:
-                pending.accepted = len(pending.unique)
         last_rowid = self._recent.append(conn, joined)
         for pending in group:
             for statement, parameters, many in pending.statements:
@@ -642,6 +655,25 @@ class SQLiteStorage(Storage):
                     conn.execute(statement, parameters)
         conn.executemany(sql.UPSERT, [row for pending in group for row in pending.aggregates])
         return new_ids, last_rowid
+
+    @staticmethod
+    def _charge_cap(conn: sqlite3.Connection, pending: Pending, reports: int) -> bool:
+        """Count ``reports`` new reports of ``pending`` under its cap and day in the group's
+        transaction; ``False`` (and ``pending.refused`` set, nothing counted) if they would
+        exceed it."""
+        assert pending.cap is not None
+        key, limit, day = pending.cap.key, pending.cap.limit, pending.unique[0][2]
+        row = conn.execute("SELECT reports FROM cap_counts WHERE key = ? AND day = ?",
+                           (key, day)).fetchone()
+        stored = int(row[0]) if row else 0
+        if stored + reports > limit:
+            pending.refused = DailyCapReached(limit, day, stored,
+                                              seconds_left_in_day(day, time.time()))
+            return False
+        conn.execute("INSERT INTO cap_counts (key, day, reports) VALUES (?, ?, ?) "
+                     "ON CONFLICT (key, day) DO UPDATE SET reports = reports + excluded.reports",
+                     (key, day, reports))
+        return True
 
     def _merge_recent_ids(self) -> None:
         """Merge ``recent_ids`` into the index in one transaction (the caller holds the lock).

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from veil.server.storage.base import DailyCap, DailyCapReached
+
 #: SQL, its parameters, and whether they are a sequence of rows for ``executemany``
 Statement = tuple[str, Any, bool]
 
@@ -26,7 +28,8 @@ class Pending:
     ``unique`` holds the call's ``(id, metric, day, cohort, payload)`` rows with
     distinct ids, ``id_list`` their ids and ``ids`` the ids joined; ``statements``
     and ``aggregates`` store them all, prepared before the write lock for the
-    common case that every id is new.
+    common case that every id is new. With a ``cap``, the group counts the call's new
+    reports under it, or refuses the call alone (``refused``) when they would exceed it.
     """
 
     unique: list[tuple[Any, ...]]
@@ -34,9 +37,11 @@ class Pending:
     ids: bytes
     statements: list[Statement]
     aggregates: list[tuple[Any, ...]]
+    cap: DailyCap | None = None
     accepted: int = 0
     done: bool = False
     error: BaseException | None = None
+    refused: DailyCapReached | None = None
 
 
 class GroupCommit:

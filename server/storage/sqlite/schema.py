@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from veil.server.storage.sqlite.backend import SQLiteStorage
 
 #: schema version written to ``PRAGMA user_version``; see :data:`MIGRATIONS`
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 META = """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"""
 
@@ -67,8 +67,18 @@ AGGREGATES = "CREATE TABLE IF NOT EXISTS " + _AGGREGATES_TABLE
 #: while the file's tables are only read (``veil check``)
 RECOUNT = "CREATE TEMP TABLE " + _AGGREGATES_TABLE
 
+# Reports stored per daily-cap key (a hash of an upload token, never the token) and UTC day,
+# counted in the transaction that stores them, so a cap holds across every process writing
+# to the file (a row per token and day: a few kilobytes a year).
+CAP_COUNTS = """CREATE TABLE IF NOT EXISTS cap_counts (
+    key BLOB NOT NULL,
+    day TEXT NOT NULL,
+    reports INTEGER NOT NULL,
+    PRIMARY KEY (key, day)
+) STRICT, WITHOUT ROWID"""
+
 #: the statements that create a new file at :data:`SCHEMA_VERSION`
-CREATE = (META, REPORTS, REPORT_IDS, RECENT_IDS, IDS_GENERATION, AGGREGATES)
+CREATE = (META, REPORTS, REPORT_IDS, RECENT_IDS, IDS_GENERATION, AGGREGATES, CAP_COUNTS)
 
 
 def _migrate_1_to_2(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
@@ -105,8 +115,15 @@ def _migrate_3_to_4(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
     conn.execute(IDS_GENERATION)
 
 
+def _migrate_4_to_5(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
+    """Add the cap_counts table, where reports are counted per upload token and day (instant).
+
+    Version 4 had no daily caps in the file (each collector process counted in memory)."""
+    conn.execute(CAP_COUNTS)
+
+
 #: ``from_version -> step``: each step upgrades a file by one version inside one transaction
-MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
+MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4, 4: _migrate_4_to_5}
 
 
 def migration_steps(version: int) -> list[Migration]:
