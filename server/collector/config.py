@@ -16,7 +16,9 @@ App settings (read by ``create_app``):
 ``NETWORK_RATE``          reports a second each source network (/24, /48) may upload on average,
                           in bursts of ``RATE_BURST_SECONDS`` worth (default 0: no limit)
 ``TOKEN_RATE``            the same for each upload token (default 0: no limit)
-``TOKEN_DAILY_CAP``       reports each upload token may upload per UTC day (default 0: no cap)
+``TOKEN_DAILY_CAP``       reports each upload token may have stored per UTC day, counted in the store
+                          (so across workers and collectors); at least ``MAX_REPORTS_PER_BATCH``
+                          and only with ``UPLOAD_TOKEN`` (default 0: no cap)
 ``RATE_BURST_SECONDS``    how many seconds of a rate a burst may use (default 10; a burst is never
                           smaller than ``MAX_REPORTS_PER_BATCH``)
 ``PROXY_HOPS``            reverse proxies in front whose ``X-Forwarded-For`` names the client

@@ -1,8 +1,8 @@
 """Rate limits on uploads: how many reports a source network or an upload token may send.
 
 Forged reports cannot be told from honest ones (docs/threat-model.md), so the
-collector bounds how many any one source can contribute. Each limit is a token
-bucket of reports: ``rate`` reports a second on average, bursts of up to
+collector bounds how many any one source can contribute. Each rate limit is a
+token bucket of reports: ``rate`` reports a second on average, bursts of up to
 ``burst``. A batch that would overdraw its bucket is refused whole with 429 and
 ``Retry-After``; the SDK retries it later.
 
@@ -11,6 +11,10 @@ with a random key drawn when the process starts) of the source's network (the
 address's /24 for IPv4, /48 for IPv6) or of the upload token. Buckets live in
 the memory of each worker process and are forgotten on restart; ``veil serve``
 divides the configured rates among its workers.
+
+The daily cap per upload token is not a bucket: the store counts each token's
+reports per UTC day in the transaction that stores them (:class:`DailyCap`), so
+it holds across workers, restarts and collectors sharing a database.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from veil.server.storage.base import DailyCap
+from veil.shared.errors import VeilError
 
 #: buckets kept at most per limiter; the least recently used go first (a full one is
 #: the same as a forgotten one, so only a source flooding from more networks than this
@@ -90,48 +97,38 @@ class RateLimiter:
         return max((min(reports, self.burst) - level) / self.rate, 1.0)
 
 
-class DailyCap:
-    """At most ``limit`` reports per source and UTC day; thread-safe, bounded in memory."""
+#: what an upload token's daily count is stored under: SHA-256 of this label and the token
+TOKEN_CAP_LABEL = b"veil upload token daily cap\x00"
 
-    def __init__(self, limit: int, *, clock: Callable[[], float] = time.time) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"a daily cap needs a positive integer; got {limit!r}")
-        self.limit = limit
-        self._clock = clock
-        self._key = os.urandom(32)
-        self._counts: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
-        self._lock = threading.Lock()
 
-    def take(self, source: str, reports: int) -> float | None:
-        """Count ``reports`` for ``source`` today: ``None`` if within the cap, else the
-        seconds until the next UTC day (nothing is counted then)."""
-        name = _keyed_name(self._key, source)
-        now = self._clock()
-        day = int(now // 86_400)
-        with self._lock:
-            counted_day, count = self._counts.pop(name, (day, 0))
-            if counted_day != day:
-                count = 0
-            allowed = count + reports <= self.limit
-            self._counts[name] = (day, count + reports if allowed else count)
-            while len(self._counts) > MAX_BUCKETS:
-                self._counts.popitem(last=False)
-        return None if allowed else max((day + 1) * 86_400 - now, 1.0)
+def token_cap_key(token: bytes) -> bytes:
+    """The key the store counts an upload token's reports under: a SHA-256 of the token
+    (after :data:`TOKEN_CAP_LABEL`), never the token itself.
+
+    Not keyed: every collector sharing a database must derive the same key, so a key would
+    have to live in that database beside the counts and would hide nothing from whoever
+    reads them. What makes the hash impossible to invert is the token's own entropy
+    (``veil init`` draws 256 bits); the label keeps the digest from equalling a plain
+    SHA-256 of the token kept anywhere else.
+    """
+    return hashlib.sha256(TOKEN_CAP_LABEL + token).digest()
 
 
 @dataclasses.dataclass(frozen=True)
 class UploadLimits:
-    """The limits a collector process applies to uploads (``None``: that limit is off)."""
+    """The limits a collector process applies to uploads (``None`` or 0: that limit is off)."""
 
     network: RateLimiter | None = None
     token: RateLimiter | None = None
-    token_daily: DailyCap | None = None
+    #: reports each upload token may have stored per UTC day (counted by the store)
+    token_daily_cap: int = 0
 
     def check(self, network: str, token: str | None, reports: int) -> tuple[float, str] | None:
         """``None`` if ``reports`` more may be taken, else ``(seconds to wait, why)``.
 
         Limits are charged in order and a refusal charges nothing further; a batch
-        refused by a later limit keeps what earlier ones charged (conservative).
+        refused by a later limit (or by the daily cap, at the store) keeps what earlier
+        ones charged (conservative).
         """
         if self.network is not None:
             wait = self.network.take(network, reports)
@@ -141,18 +138,47 @@ class UploadLimits:
             wait = self.token.take(token, reports)
             if wait is not None:
                 return wait, f"this upload token sent more than {self.token.rate:g} reports a second"
-        if token is not None and self.token_daily is not None:
-            wait = self.token_daily.take(token, reports)
-            if wait is not None:
-                return wait, (f"this upload token reached its cap of {self.token_daily.limit} "
-                              "reports today (UTC)")
         return None
+
+    def daily_cap(self, token: bytes | None) -> DailyCap | None:
+        """The cap the store applies to an upload by ``token`` (``None``: uncapped)."""
+        if token is None or not self.token_daily_cap:
+            return None
+        return DailyCap(token_cap_key(token), self.token_daily_cap)
+
+
+def token_daily_cap(config: Mapping[str, Any]) -> int:
+    """``TOKEN_DAILY_CAP`` (0: off), checked against the settings it depends on.
+
+    A cap is a number of reports per upload token, so it needs ``UPLOAD_TOKEN`` (with open
+    uploads it would cap nothing). It may not be smaller than ``MAX_REPORTS_PER_BATCH``: a
+    batch is stored whole or refused whole, the SDK splits batches only on 413 (never on
+    429), so a full batch above the cap would be refused every day, for good.
+    """
+    cap = config.get("TOKEN_DAILY_CAP") or 0
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise VeilError(f"--token-daily-cap (TOKEN_DAILY_CAP) must be 0 (off) or a positive "
+                        f"integer; got {cap!r}")
+    if not cap:
+        return 0
+    if not config.get("UPLOAD_TOKEN"):
+        raise VeilError(f"--token-daily-cap {cap} caps each upload token, but uploads are open "
+                        "(no --upload-token; UPLOAD_TOKEN): give upload tokens, or leave the cap "
+                        "out and use --network-rate")
+    largest = int(config["MAX_REPORTS_PER_BATCH"])
+    if cap < largest:
+        raise VeilError(f"--token-daily-cap {cap} is smaller than --max-reports {largest} "
+                        "(TOKEN_DAILY_CAP, MAX_REPORTS_PER_BATCH): a batch is stored or refused "
+                        "whole, and a batch above the cap would be refused every day. Lower "
+                        f"--max-reports to {cap} or less (clients split their batches to fit), "
+                        "or raise the cap")
+    return cap
 
 
 def upload_limits(config: Mapping[str, Any]) -> UploadLimits:
-    """The limits of one worker process: the configured rates and cap divided among
-    ``WORKERS`` processes (each takes its share of the connections), bursts at least
-    one full batch so that any accepted batch size can pass."""
+    """The limits of one worker process: the configured rates divided among ``WORKERS``
+    processes (each takes its share of the connections), bursts at least one full batch so
+    that any accepted batch size can pass; the daily cap whole (the store counts it)."""
     workers = max(int(config.get("WORKERS", 1)), 1)
     largest = int(config["MAX_REPORTS_PER_BATCH"])
     seconds = float(config["RATE_BURST_SECONDS"])
@@ -163,6 +189,5 @@ def upload_limits(config: Mapping[str, Any]) -> UploadLimits:
         share = float(rate) / workers
         return RateLimiter(share, max(share * seconds, largest))
 
-    cap = int(config["TOKEN_DAILY_CAP"])
     return UploadLimits(limiter(config["NETWORK_RATE"]), limiter(config["TOKEN_RATE"]),
-                        DailyCap(max(math.ceil(cap / workers), largest)) if cap else None)
+                        token_daily_cap(config))

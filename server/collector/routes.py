@@ -30,7 +30,7 @@ from veil.server.collector.openapi import openapi_document
 from veil.server.collector.prometheus import CONTENT_TYPE
 from veil.server.collector.responses import ANSWERED, ApiError, error_code, json_response
 from veil.server.collector.state import Collector, current_collector
-from veil.server.storage import StorageUnavailable, TooFewReportsError
+from veil.server.storage import DailyCapReached, StorageUnavailable, TooFewReportsError
 from veil.shared.errors import WireFormatError
 from veil.shared.registry import Metric
 from veil.shared.wire import BATCH_KEYS, REPORT_KEYS, validate_batch
@@ -109,11 +109,13 @@ def _store_batch(state: Collector) -> dict[str, Any]:
                                  None if token is None else token.decode(),
                                  len(result.reports) + len(result.errors))
     if refused is not None:
-        wait, why = refused
-        raise ApiError(429, "rate_limited", None,
-                       f"{why}; retry after {math.ceil(wait)} s (nothing was stored)",
-                       {"Retry-After": str(math.ceil(wait))})
-    stored = state.storage.insert(result.reports)
+        raise _rate_limited(*refused)
+    try:
+        stored = state.storage.insert(result.reports, cap=state.limits.daily_cap(token))
+    except DailyCapReached as exc:
+        raise _rate_limited(exc.retry_after, (
+            f"this batch would take its upload token over its cap of {exc.limit} reports a "
+            f"day ({exc.stored} stored on {exc.day}, UTC)")) from None
     return {
         "batch_id": result.batch_id,
         "accepted": stored.accepted,
@@ -121,6 +123,15 @@ def _store_batch(state: Collector) -> dict[str, Any]:
         "rejected": len(result.errors),
         "errors": [error.to_dict() for error in result.errors],
     }
+
+
+def _rate_limited(wait: float, why: str) -> ApiError:
+    """429 ``rate_limited`` for a batch refused whole by a limit: ``why``, and ``Retry-After``
+    ``wait`` seconds (rounded up)."""
+    seconds = math.ceil(wait)
+    return ApiError(429, "rate_limited", None,
+                    f"{why}; retry after {seconds} s (nothing was stored)",
+                    {"Retry-After": str(seconds)})
 
 
 @api.get("/v1/metrics/<name>/counts")

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pytest
 import requests
 
-from veil.server.collector.limits import MAX_BUCKETS, RateLimiter, network_of, upload_limits
+from veil.server.collector.limits import (
+    MAX_BUCKETS,
+    RateLimiter,
+    UploadLimits,
+    network_of,
+    upload_limits,
+)
 from veil.shared.registry import Registry
 from veil.shared.wire import make_batch, make_report
 
@@ -106,14 +113,20 @@ def test_each_upload_token_has_its_own_rate_and_daily_cap(app_factory):
     assert post(client, 50).status_code == 401
 
 
-def test_rates_are_shared_among_worker_processes():
-    """veil serve's workers each take their share of a rate; a burst stays a full batch."""
+def test_rates_are_shared_among_worker_processes_and_the_daily_cap_is_not():
+    """veil serve's workers each take their share of a rate; a burst stays a full batch. The
+    daily cap is counted by the store, so every worker applies it whole, keyed by a hash of
+    the token (tests/reliability/test_token_daily_cap.py tries it over HTTP)."""
     limits = upload_limits({"WORKERS": 4, "MAX_REPORTS_PER_BATCH": 100, "RATE_BURST_SECONDS": 10,
-                            "NETWORK_RATE": 200.0, "TOKEN_RATE": 0, "TOKEN_DAILY_CAP": 1000})
+                            "NETWORK_RATE": 200.0, "TOKEN_RATE": 0, "TOKEN_DAILY_CAP": 1000,
+                            "UPLOAD_TOKEN": ["team-a"]})
     assert limits.network is not None and limits.network.rate == 50.0
     assert limits.network.burst == 500.0
     assert limits.token is None
-    assert limits.token_daily is not None and limits.token_daily.limit == 250
+    cap = limits.daily_cap(b"team-a")
+    assert cap is not None and cap.limit == 1000
+    assert cap.key == hashlib.sha256(b"veil upload token daily cap\0team-a").digest()
+    assert limits.daily_cap(None) is None and UploadLimits().daily_cap(b"team-a") is None
 
 
 def upload(collector, n: int, forwarded_for: str) -> int:
