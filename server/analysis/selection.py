@@ -46,6 +46,11 @@ class WhitenedSystem:
     ``weight`` is that inverse standard deviation (0 for cohorts without reports);
     ``norms`` are the whitened columns' norms; ``background``, when used, is the column
     of a share spread over every bit (values missing from the candidate list).
+    ``noise`` is the variance of each whitened equation's noise: 1 when the weights are
+    every bit's own variance, the ratio of its own variance to the weighting one when
+    the weights use one pooled rate (0 for equations without reports). The fits' standard
+    errors use it (a sandwich covariance), so weights chosen for unbiased estimates do not
+    make their standard errors wrong.
     """
 
     design: sp.csc_matrix
@@ -53,13 +58,20 @@ class WhitenedSystem:
     weight: np.ndarray
     norms: np.ndarray
     background: np.ndarray | None
+    noise: np.ndarray
 
     @classmethod
     def build(
-        cls, share: np.ndarray, variance: np.ndarray, candidate_map: sp.csc_matrix, background: bool
+        cls, share: np.ndarray, variance: np.ndarray, candidate_map: sp.csc_matrix,
+        background: bool, bit_variance: np.ndarray | None = None,
     ) -> WhitenedSystem:
-        """The system of unbiased bit shares with their variances, over a float CSC map."""
+        """The system of unbiased bit shares weighted by ``variance``, over a float CSC map;
+        ``bit_variance``, when given, is every share's own variance (else ``variance``)."""
         weight = np.where(np.isfinite(variance), 1.0 / np.sqrt(variance), 0.0).ravel()
+        noise = np.where(weight > 0, 1.0, 0.0)
+        if bit_variance is not None:
+            own = np.asarray(bit_variance, dtype=float).ravel()
+            noise = np.where(weight > 0, np.where(np.isfinite(own), own, 0.0) * weight**2, 0.0)
         # new values over the map's own index arrays: at 100,000 candidates a copy of those
         # (and of the squared matrix for the norms) was a third of the peak memory
         data = weight[candidate_map.indices]
@@ -69,7 +81,7 @@ class WhitenedSystem:
         )
         return cls(
             design, share.ravel() * weight, weight, _column_norms(design),
-            weight.copy() if background else None,
+            weight.copy() if background else None, noise,
         )
 
     def without(self, rows: np.ndarray) -> WhitenedSystem:
@@ -81,8 +93,19 @@ class WhitenedSystem:
         weight = self.weight * keep
         return WhitenedSystem(
             design, self.y * keep, weight, _column_norms(design),
-            None if self.background is None else weight.copy(),
+            None if self.background is None else weight.copy(), self.noise * keep,
         )
+
+    def standardized(self, residual: np.ndarray) -> np.ndarray:
+        """Whitened residuals divided by their own noise's standard deviation (0 where an
+        equation carries no information)."""
+        scale = np.sqrt(self.noise)
+        out: np.ndarray = np.where(scale > 0, residual / np.where(scale > 0, scale, 1.0), 0.0)
+        return out
+
+    def chi2(self, residual: np.ndarray) -> float:
+        """The residual chi-square with every equation's own variance (Pearson's)."""
+        return float(np.sum(self.standardized(residual) ** 2))
 
     @property
     def equations(self) -> int:
@@ -127,9 +150,9 @@ def _column_norms(matrix: sp.csc_matrix, block: int = 1 << 20) -> np.ndarray:
 class LeastSquares:
     """Shares of the fitted ``columns`` (``theta``) with their ``covariance``, and the
     background share with its variance (0 without a background column), both scaled by
-    the :attr:`dispersion`; the whitened residual sum of squares and its degrees of
-    freedom. ``method`` is ``"joint"`` (every usable candidate, unconstrained) or
-    ``"lasso"`` (a selection, non-negative)."""
+    the :attr:`dispersion`; the residual chi-square (every equation with its own
+    variance) and its degrees of freedom. ``method`` is ``"joint"`` (every usable
+    candidate, unconstrained) or ``"lasso"`` (a selection, non-negative)."""
 
     columns: np.ndarray
     theta: np.ndarray
@@ -139,9 +162,9 @@ class LeastSquares:
     residual_ss: float
     dof: int
     method: str = "lasso"
-    #: per fitted column, its projection on the background (``X' b / b' b``): the
-    #: background share is ``b' y / b' b - loading' theta``
-    background_loading: np.ndarray | None = None
+    #: per fitted column, the covariance of its share with the background share
+    #: (scaled by the dispersion); ``None`` without a background column
+    background_covariance: np.ndarray | None = None
 
     @property
     def dispersion(self) -> float:
@@ -171,7 +194,9 @@ def joint_fit(
     if usable.size == 0 or usable.size > JOINT_FIT_MAX_CANDIDATES or dof < usable.size:
         return None
     design = system.design[:, usable]
+    noise = sp.diags(system.noise)
     gram = np.asarray((design.T @ design).toarray())
+    meat = np.asarray((design.T @ noise @ design).toarray())
     rhs = np.asarray(design.T @ system.y)
     loading = np.zeros(usable.size)
     back_norm2 = 0.0
@@ -182,28 +207,40 @@ def joint_fit(
         loading = cross / back_norm2
         gram = gram - np.outer(cross, loading)
         rhs = rhs - loading * float(background @ system.y)
+        # X_p = X - b loading' (the background partialled out): X_p' S X_p
+        noisy_cross = np.asarray(design.T @ (system.noise * background))
+        meat = (meat - np.outer(noisy_cross, loading) - np.outer(loading, noisy_cross)
+                + float(background @ (system.noise * background)) * np.outer(loading, loading))
     try:
-        covariance = np.linalg.inv(gram)
+        inverse = np.linalg.inv(gram)
     except np.linalg.LinAlgError:  # exactly singular; a nearly singular one fails below
         return None
-    variances = np.diag(covariance)
+    model_variances = np.diag(inverse)
     lone = system.lone_norms[usable]
-    if not np.all(variances > 0) or np.median(np.sqrt(variances) * lone) > max_inflation:
+    if not np.all(model_variances > 0) or np.median(np.sqrt(model_variances) * lone) > max_inflation:
         return None
-    theta = covariance @ rhs
+    # theta = G^-1 X_p' y, so Var(theta) = G^-1 X_p' S X_p G^-1 with S the equations' own
+    # noise variances (the identity when the weights are every bit's own variance)
+    covariance = inverse @ meat @ inverse
+    theta = inverse @ rhs
     explained = design @ theta
     back = back_var = 0.0
+    back_cov = None
     if free:
         assert background is not None
         back = float(background @ (system.y - explained)) / back_norm2
-        back_var = 1.0 / back_norm2 + float(loading @ covariance @ loading)
+        # back = u' y with u = b / b'b - X_p G^-1 loading
+        direction = inverse @ loading
+        u = background / back_norm2 - (design @ direction - background * float(loading @ direction))
+        back_var = float(u @ (system.noise * u))
+        back_cov = inverse @ (design.T @ (system.noise * u) - loading * float(background @ (system.noise * u)))
         explained = explained + back * background
     residual = system.y - explained
-    residual_ss = float(residual @ residual)
+    residual_ss = system.chi2(residual)
     dispersion = _dispersion(residual_ss, dof)
     return LeastSquares(
         usable, theta, covariance * dispersion, back, back_var * dispersion, residual_ss, dof,
-        "joint", loading if free else None,
+        "joint", None if back_cov is None else back_cov * dispersion,
     )
 
 
@@ -321,11 +358,13 @@ def refit(
             partial = dense - np.outer(free, loading)
         if columns.size:
             theta, _ = optimize.nnls(partial, target, maxiter=50 * columns.size + 100)
-            cov = np.linalg.pinv(partial.T @ partial, hermitian=True)
+            inverse = np.linalg.pinv(partial.T @ partial, hermitian=True)
         else:
-            theta, cov = np.zeros(0), np.zeros((0, 0))
+            theta, inverse = np.zeros(0), np.zeros((0, 0))
+        # the sandwich G^-1 X_p' S X_p G^-1 (S: the equations' own noise variances)
+        cov = inverse @ (partial.T @ (system.noise[:, None] * partial)) @ inverse
         residual = target - partial @ theta
-        residual_ss = float(residual @ residual)
+        residual_ss = system.chi2(residual)
         dof = system.equations - columns.size - (1 if free is not None else 0)
         dispersion = _dispersion(residual_ss, dof)
         cov = cov * dispersion
@@ -337,7 +376,9 @@ def refit(
             back = back_var = 0.0
             if free is not None:
                 back = float(free @ (y - dense @ theta)) / back_norm2
-                back_var = dispersion / back_norm2 + float(loading @ cov @ loading)
+                # back = u' y with u = b / b'b - X_p G^-1 loading
+                u = free / back_norm2 - partial @ (inverse @ loading)
+                back_var = dispersion * float(u @ (system.noise * u))
             return LeastSquares(columns, theta, cov, back, back_var, residual_ss, dof)
         columns = columns[keep]
     raise ParameterError("fit", "the selection did not settle; check the counts and map")

@@ -254,9 +254,7 @@ class StringDecoder:
         )
         self.summary_ = self._summary(reports, matrix, fitted_system, solution, settings, started)
         self.result_ = DecodeResult(
-            "string", STRING_COLUMNS, rows, self.summary_,
-            f"{self.summary_['detected']:,} of {self.summary_['candidates']:,} candidates detected "
-            f"({self.summary_['allocated_proportion']:.1%} of reports)",
+            "string", STRING_COLUMNS, rows, self.summary_, _description(self.summary_)
         )
         return self
 
@@ -293,7 +291,9 @@ class StringDecoder:
             0.0,
         )
         weights_variance = model_variances(self.params, reports, ones)
-        return WhitenedSystem.build(share, weights_variance, candidate_map, self.background)
+        return WhitenedSystem.build(
+            share, weights_variance, candidate_map, self.background, bit_variance=variance
+        )
 
     def _select(
         self, system: WhitenedSystem, settings: _Settings, n_candidates: int
@@ -316,7 +316,7 @@ class StringDecoder:
         fitted_system = system
         z_outlier = normal_isf(OUTLIER_RATE / max(system.equations, 1))
         for _ in range(MAX_REFITS):
-            residual = system.y - system.fitted(solution)
+            residual = system.standardized(system.y - system.fitted(solution))
             new = (system.weight > 0) & ~self.excluded_ & (residual > z_outlier)
             if not new.any():
                 break
@@ -340,7 +340,8 @@ class StringDecoder:
         residual = (system.y - system.fitted(solution))[excluded] / weight
         cohort_share = np.repeat(reports / reports.sum(), params.k)[excluded]
         excess = float(cohort_share @ residual) / params.bits_per_value
-        variance = float(cohort_share**2 @ (1.0 / weight**2)) / params.bits_per_value**2
+        own_variance = system.noise[excluded] / weight**2
+        variance = float(cohort_share**2 @ own_variance) / params.bits_per_value**2
         return excess, float(np.sqrt(variance))
 
     def _fit(self, system: WhitenedSystem, settings: _Settings, n_candidates: int) -> LeastSquares:
@@ -426,7 +427,7 @@ class StringDecoder:
         n_candidates = len(self.candidates_)
         columns = solution.columns
         p_star, q_star = params.effective_probs
-        total_ss = float(system.y @ system.y)
+        total_ss = system.chi2(system.y)
         residual_ss = solution.residual_ss
         dof = max(solution.dof, 1)
         explained_ss = max(total_ss - residual_ss, 0.0)
@@ -470,11 +471,7 @@ class StringDecoder:
             "allocated_proportion": shown_allocated,
             "allocated_proportion_unbiased": allocated,
             "allocated_reports": shown_allocated * total,
-            # shown within what the detected strings leave, so the two never add past 1
-            "missing_proportion": (None if missing is None
-                                   else float(np.clip(missing, 0.0, 1.0 - shown_allocated))),
-            "missing_proportion_unbiased": None if missing is None else float(missing),
-            "missing_proportion_std_error": None if missing_se is None else float(missing_se),
+            **_missing_fields(missing, missing_se, shown_allocated, settings.confidence),
             "signal_explained_by_detected": _ratio(bit_mass["detected"], bit_mass["total"]),
             "signal_attributed_to_missing": _ratio(bit_mass["missing"], bit_mass["total"]),
             "unexplained_variance_fraction": _ratio(unexplained_ss, signal_ss),
@@ -509,10 +506,12 @@ class StringDecoder:
             )
         if missing is not None and not 0.0 <= missing <= 1.0 - shown_allocated:
             notes.append(
-                f"the unbiased missing share {missing:.3g} (std error {missing_se:.2g}) lies "
-                f"outside [0, {1.0 - shown_allocated:.3g}] (1 less the allocated share) by "
-                "sampling noise; missing_proportion shows it clipped there, "
-                "missing_proportion_unbiased keeps it for averaging"
+                f"the missing share's unbiased estimate {missing:.3g} (std error "
+                f"{missing_se:.2g}) lies outside [0, {1.0 - shown_allocated:.3g}] (1 less the "
+                "allocated share) by sampling noise; read its interval "
+                f"[{summary['missing_proportion_low']:.3g}, "
+                f"{summary['missing_proportion_high']:.3g}], not the point; "
+                "missing_proportion_clipped is the estimate moved into that range"
             )
         if self.excluded_.any():
             excluded = summary["equations_excluded"]
@@ -547,12 +546,12 @@ class StringDecoder:
         scale = self.params.k / self.params.bits_per_value
         missing = solution.background_share * scale + self.excluded_share_
         variance = solution.background_variance * scale**2 + self._excluded_share_se**2
-        if solution.method == "joint" and solution.background_loading is not None:
+        if solution.method == "joint" and solution.background_covariance is not None:
             rest = ~self.detected_[solution.columns]
             cov = solution.covariance
             missing += float(solution.theta[rest].sum())
             variance += float(cov[np.ix_(rest, rest)].sum())
-            variance -= 2 * scale * float(solution.background_loading @ cov[:, rest].sum(axis=1))
+            variance += 2 * scale * float(solution.background_covariance[rest].sum())
         return missing, float(np.sqrt(max(variance, 0.0)))
 
     def _bit_mass(
@@ -575,6 +574,51 @@ class StringDecoder:
                 * row_reports.sum()
             ),
         }
+
+
+def _missing_fields(
+    missing: float | None, missing_se: float | None, allocated: float, confidence: float
+) -> dict[str, float | None]:
+    """The summary's missing share: the unbiased estimate with its standard error and its
+    interval (within [0, 1], where the truth lies), and the estimate clipped to
+    ``[0, 1 - allocated]`` as a separate figure.
+
+    The estimate is shown unclipped because clipping it to what the detected strings leave
+    biased it: the shown allocated and missing shares of a list that misses nothing added
+    up to 0.85 on average at 1,500 reports and 0.93 at 20,000. Its interval says what the
+    data can defend; at small N it spans most of [0, 1]."""
+    if missing is None or missing_se is None:
+        return {key: None for key in (
+            "missing_proportion", "missing_proportion_unbiased", "missing_proportion_std_error",
+            "missing_proportion_low", "missing_proportion_high", "missing_proportion_clipped")}
+    half = z_quantile(confidence) * missing_se
+    return {
+        "missing_proportion": float(missing),
+        "missing_proportion_unbiased": float(missing),
+        "missing_proportion_std_error": float(missing_se),
+        "missing_proportion_low": float(np.clip(missing - half, 0.0, 1.0)),
+        "missing_proportion_high": float(np.clip(missing + half, 0.0, 1.0)),
+        "missing_proportion_clipped": float(np.clip(missing, 0.0, 1.0 - allocated)),
+    }
+
+
+def _description(summary: dict[str, Any]) -> str:
+    """The one-line summary: detections, their share, and the share not in the table with
+    its interval (what the reader can conclude about it)."""
+    text = (
+        f"{summary['detected']:,} of {summary['candidates']:,} candidates detected "
+        f"({summary['allocated_proportion']:.1%} of reports)"
+    )
+    if summary["missing_proportion"] is None:
+        return text
+    low, high = summary["missing_proportion_low"], summary["missing_proportion_high"]
+    text += (
+        f"; not in the table: {summary['missing_proportion']:.1%} "
+        f"({summary['confidence']:.0%} interval {low:.1%} to {high:.1%})"
+    )
+    if high - low > 0.5:
+        text += ": too few reports to say how much of the population the table leaves out"
+    return text
 
 
 def _ratio(part: float, whole: float) -> float | None:
