@@ -283,14 +283,11 @@ def _draw_shares(ax: Axes, result: DecodeResult, top: int) -> None:
     colours = [ESTIMATE_COLOUR] * len(rows)
     missing = result.summary.get("missing_proportion")
     if missing is not None:
-        from veil.server.analysis.stats import z_quantile
-
-        z = z_quantile(result.summary["confidence"])
-        z_se = z * (result.summary.get("missing_proportion_std_error") or 0.0)
+        # the unbiased estimate with its interval within [0, 1] (the summary's)
         labels.append("not in the table\n(unlisted or undetected)")
         values.append(missing)
-        lows.append(max(missing - z_se, 0.0))
-        highs.append(min(missing + z_se, 1.0))
+        lows.append(result.summary["missing_proportion_low"])
+        highs.append(result.summary["missing_proportion_high"])
         colours.append(MISSING_COLOUR)
     if not values:
         ax.text(0.5, 0.5, "nothing to show", ha="center", va="center", transform=ax.transAxes)
