@@ -79,11 +79,11 @@ def test_95_percent_intervals_cover_the_truth_93_to_97_percent(fits: dict[str, n
     assert 0.92 <= missing_covered.mean() <= 0.98, missing_covered.mean()
 
 
-def test_an_impossible_missing_share_is_shown_clipped_with_a_note() -> None:
+def test_an_impossible_missing_share_comes_with_its_interval_and_a_note() -> None:
     """At 300 reports the missing share's standard error is about 0.5: it often leaves [0, 1]
     (and the detected strings' unbiased shares can add up past 1, or past 1 with the
-    missing share); every stated share is shown in [0, 1], the missing one within 1 less
-    the allocated one, with a note whenever the unbiased one is not."""
+    missing share); the allocated share is shown in [0, 1], the missing one unbiased with
+    its interval in [0, 1], with a note whenever it lies outside what it can be."""
     true_map = build_map(PARAMS, LISTED[:2] + UNLISTED)
     candidate_map = build_map(PARAMS, LISTED)
     rng = np.random.default_rng(17)
@@ -95,10 +95,11 @@ def test_an_impossible_missing_share_is_shown_clipped_with_a_note() -> None:
         allocated = summary["allocated_proportion_unbiased"]
         shown = summary["allocated_proportion"]
         assert shown == np.clip(allocated, 0.0, 1.0)
-        # the missing share is shown within what the detected strings leave: the two shares
-        # a user reads never add up past 1
-        assert summary["missing_proportion"] == np.clip(unbiased, 0.0, 1.0 - shown)
-        assert shown + summary["missing_proportion"] <= 1.0
+        # the missing share is shown unbiased, with its interval within [0, 1]; the estimate
+        # clipped to what the detected strings leave is a separate figure
+        assert summary["missing_proportion"] == unbiased
+        assert 0.0 <= summary["missing_proportion_low"] <= summary["missing_proportion_high"] <= 1.0
+        assert summary["missing_proportion_clipped"] == np.clip(unbiased, 0.0, 1.0 - shown)
         for fraction in ("signal_explained_by_detected", "signal_attributed_to_missing"):
             assert summary[fraction] is None or 0.0 <= summary[fraction] <= 1.0
         impossible = not 0.0 <= unbiased <= 1.0 - shown or allocated > 1.0
