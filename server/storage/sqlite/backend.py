@@ -16,6 +16,16 @@ Damage: opening runs ``PRAGMA quick_check`` and refuses a damaged file with a
 page met later fails that call (``StorageUnavailable``) and every readiness
 probe after it; a row SQLite reads but Veil never writes fails the calls that
 read it. :meth:`SQLiteStorage.check` (``veil check``) examines a file whole.
+
+The file under a running collector: every write transaction first checks that
+:attr:`~SQLiteStorage.path` still names the open file and that the file has not
+shrunk (:meth:`SQLiteStorage._open_file_problem`), and refuses with
+``StorageUnavailable`` otherwise: a moved or deleted file's acknowledged writes
+would land in a ``-wal`` beside the old name that the next opener discards, and a
+truncated one is damaged. Reads are not memory-mapped: a page mapped past the
+end of a file truncated under the collector kills the process with ``SIGBUS``,
+where a read answers SQLite's error. Opening refuses a ``-wal`` with no database
+file beside it (:func:`orphan_wal_problem`), which SQLite would delete.
 """
 
 from __future__ import annotations
@@ -84,9 +94,6 @@ CACHE_KIB = 64 * 1024
 #: WAL pages before an automatic checkpoint (~40 MiB): merges into the id index dirty many
 #: pages, and checkpointing less often writes each hot page to the database file fewer times
 WAL_CHECKPOINT_PAGES = (40 << 20) // PAGE_SIZE
-#: memory-mapped reads: when another process commits, a mapped page costs nothing to re-read,
-#: where a private page cache would be dropped and refilled by copying
-MMAP_BYTES = 1 << 30
 #: ids appended to ``recent_ids`` before they are merged into ``report_ids``. Each worker
 #: process keeps a copy of them in memory (about 100 bytes an id, 13 MiB at this limit); a
 #: larger limit merges less often (fewer index pages written per id) in longer pauses
@@ -132,6 +139,25 @@ def path_problem(path: Path, *, create: bool, what: str = "database") -> str | N
             f"create it first (mkdir -p {directory}) or choose another path")
 
 
+def orphan_wal_problem(path: Path) -> str | None:
+    """Why ``path`` must not be opened: a ``-wal`` file with transactions is beside it but the
+    database file is missing or empty, as when the file was moved or deleted under a running
+    collector. SQLite would delete that WAL on opening, and with it every transaction not yet
+    copied into the database: reports the collector acknowledged. A sentence that says what
+    to do; ``None`` if there is no such WAL."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        if wal.stat().st_size == 0 or (path.exists() and path.stat().st_size > 0):
+            return None
+    except FileNotFoundError:
+        return None
+    return (f"{wal} holds transactions of a database that is no longer at {path} (moved or "
+            f"deleted while a collector had it open); opening {path} would discard them. Move "
+            f"the database file back to {path}, or, to start a new database and give up what "
+            f"the WAL holds, move {wal} (and {path.name}-shm) aside first "
+            "(docs/operations.md, Recovery)")
+
+
 def _is_damage(exc: BaseException) -> bool:
     """Whether SQLite says the file is damaged (rather than busy, full or unreachable)."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -152,7 +178,7 @@ class SQLiteStorage(Storage):
                  migrate: bool = False, recent_ids_limit: int = RECENT_IDS_LIMIT,
                  min_free_bytes: int = MIN_FREE_BYTES) -> None:
         self.path = Path(path)
-        problem = path_problem(self.path, create=create)
+        problem = path_problem(self.path, create=create) or orphan_wal_problem(self.path)
         if problem is not None:
             raise StorageError(problem)
         if not create and not self.path.exists():
@@ -182,12 +208,13 @@ class SQLiteStorage(Storage):
         self._readers_lock = threading.Lock()
         self._closed = False
         self._damage: str | None = None
+        self._file_fd: int | None = None
         self._use_registry(Registry([], version=1))
         self._writer = self._connect()
         self._lock_fd = self._open_lock_file()
         try:
+            self._hold_file()
             with self._opening():
-                self._identity = self._file_identity()
                 self._verify()
                 self.migrated = self._migrate(migrate)
                 self._attach(registry)
@@ -266,9 +293,12 @@ class SQLiteStorage(Storage):
     def _connect(self) -> sqlite3.Connection:
         """A configured connection; :class:`StorageUnavailable` if the file cannot be used."""
         try:
+            # mode=rw: never create the file. A connection opened once the file was moved or
+            # deleted would otherwise make an empty one at the path, and opening an empty
+            # database deletes the -wal beside it, which holds the moved file's transactions
             conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False,
-                timeout=BUSY_TIMEOUT_MS / 1000,
+                f"{self.path.resolve().as_uri()}?mode=rw", uri=True, isolation_level=None,
+                check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000,
             )
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"cannot open the database {self.path}: {exc}") from None
@@ -280,7 +310,6 @@ class SQLiteStorage(Storage):
                 conn.execute("PRAGMA synchronous = FULL")
                 conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
                 conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
-                conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
                 conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.Error as exc:
             conn.close()
@@ -348,6 +377,9 @@ class SQLiteStorage(Storage):
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
+                problem = self._open_file_problem()
+                if problem is not None:
+                    raise StorageUnavailable(problem)
                 yield conn
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -361,6 +393,7 @@ class SQLiteStorage(Storage):
         with self.commits.lock:
             if self._closed:
                 return
+            self._rescue_unlinked()
             self._closed = True
             self._writer.close()
             if self._lock_fd is not None:
@@ -369,6 +402,8 @@ class SQLiteStorage(Storage):
             for conn in self._idle_readers:
                 conn.close()
             self._idle_readers.clear()
+        if self._file_fd is not None:  # after the connections: see _hold_file
+            os.close(self._file_fd)
 
     def ping(self) -> None:
         """Readiness: the file answers a query, is still the one at :attr:`path`, a write
@@ -394,23 +429,95 @@ class SQLiteStorage(Storage):
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
-    def _file_identity(self) -> tuple[int, int]:
-        """The device and inode of :attr:`path`, to notice the file being moved or replaced."""
-        status = self.path.stat()
-        return status.st_dev, status.st_ino
+    def _hold_file(self) -> None:
+        """Open a descriptor of the database file, so that ``os.fstat`` tells what became of
+        the file SQLite has open (:meth:`_open_file_problem`). It stays open until
+        :meth:`close` closes it after every connection: closing a descriptor of a file drops
+        the POSIX locks this process holds on it, SQLite's included."""
+        try:
+            self._file_fd = os.open(self.path, os.O_RDONLY)
+            #: the largest size the open file has had: Veil never shrinks it
+            self._largest = os.fstat(self._file_fd).st_size
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot open the database {self.path}: {exc.strerror}") \
+                from None
+
+    def _open_file_problem(self) -> str | None:
+        """Why writes to the open file would be lost, from ``os.stat`` of :attr:`path` and
+        ``os.fstat`` of the open file (two system calls, made before each write transaction
+        commits): the path names another file or none, so that the next collector to open it
+        would not see those writes (SQLite's ``-wal`` stays beside the old name, and the
+        next opener of a missing or empty file discards it); or the file is smaller than it
+        has been, truncated or overwritten in place (``cp backup.db veil.db``), which makes it
+        damaged (:meth:`_damaged`). ``None`` if neither."""
+        if self._file_fd is None or self._closed:
+            return "the storage is closed"
+        try:
+            held = os.fstat(self._file_fd)
+            named: os.stat_result | None = self.path.stat()
+        except FileNotFoundError:
+            named = None
+        except OSError as exc:
+            return f"cannot examine {self.path}: {exc.strerror}"
+        if held.st_size < self._largest:
+            return self._damaged(
+                f"it shrank from {self._largest:,} to {held.st_size:,} bytes while open: it was "
+                "truncated, or overwritten in place as 'cp backup.db veil.db' over a live file "
+                "does")
+        self._largest = held.st_size
+        if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            return None
+        if held.st_nlink == 0:
+            return (f"{self.path} was moved, deleted or replaced while open: the open file has "
+                    "no name left, and nothing is written to it. Stop the collector: it then "
+                    f"copies the open file to {self._rescue_path()} (docs/operations.md, "
+                    "Recovery)")
+        return (f"{self.path} was moved, deleted or replaced while open: the open file is now "
+                f"under another name, and nothing is written to it until it is back. Move it "
+                f"back to {self.path} (its -wal and -shm stay at the old name: keep them "
+                "there), and writes resume (docs/operations.md, Recovery)")
+
+    def _rescue_path(self) -> Path:
+        """Where :meth:`_rescue_unlinked` copies the open file: beside :attr:`path`, named by
+        the open file's inode, so that every process of one collector names the same copy."""
+        assert self._file_fd is not None
+        return self.path.with_name(f"{self.path.name}.rescued-{os.fstat(self._file_fd).st_ino}")
+
+    def _rescue_unlinked(self) -> None:
+        """Before the connections close: if the open file has no name left (deleted, or
+        replaced at :attr:`path`), copy it whole, with what its WAL holds, to
+        :meth:`_rescue_path` and log where. Once closed, such a file is gone, and its WAL
+        (which SQLite leaves beside the old name of a moved file) is of no use without it.
+        Another process of the collector may have made the copy already; then this one
+        logs that."""
+        if self._file_fd is None:
+            return
+        try:
+            if os.fstat(self._file_fd).st_nlink > 0:
+                return
+            target = self._rescue_path()
+            if target.exists():
+                logger.warning("%s was deleted or replaced while open; its copy is %s",
+                               self.path, target)
+                return
+            # the writer: a new connection would open whatever is at the path now
+            self._vacuum_into(target, contextlib.nullcontext(self._writer))
+        except (OSError, StorageError) as exc:
+            logger.error("%s was deleted or replaced while open, and copying it before closing "
+                         "failed: %s", self.path, exc)
+            return
+        logger.warning("%s was deleted or replaced while open; copied what it held to %s. To "
+                       "serve it, move %s-wal and %s-shm aside (they belong to the deleted file, "
+                       "and the copy holds what they held), then move the copy to %s "
+                       "(docs/operations.md, Recovery)",
+                       self.path, target, self.path, self.path, self.path)
 
     def _filesystem_problem(self) -> str | None:
         """Why writes would fail or be lost, as far as the filesystem tells; ``None`` if none."""
         directory = self.path.parent
-        try:
-            moved = self._file_identity() != self._identity
-        except FileNotFoundError:
-            moved = True
-        except OSError as exc:
-            return f"cannot examine {self.path}: {exc.strerror}"
-        if moved:
-            return (f"{self.path} was moved, deleted or replaced while open: writes would go to "
-                    "a file no longer there; restart the collector")
+        problem = self._open_file_problem()
+        if problem is not None:
+            return problem
         try:
             free = shutil.disk_usage(directory).free
             read_only = hasattr(os, "statvfs") and bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
@@ -765,7 +872,11 @@ class SQLiteStorage(Storage):
 
         Safe while the collector runs: the copy is one read transaction's snapshot.
         """
-        target = Path(target)
+        return self._vacuum_into(Path(target), self._reader())
+
+    def _vacuum_into(self, target: Path,
+                     connection: contextlib.AbstractContextManager[sqlite3.Connection]) -> Path:
+        """:meth:`backup` through the connection ``connection`` gives."""
         problem = path_problem(target, create=True, what="backup")
         if problem is not None:
             raise StorageError(problem)
@@ -777,7 +888,7 @@ class SQLiteStorage(Storage):
         except OSError as exc:
             raise StorageError(f"cannot create the backup {target}: {exc.strerror}") from None
         try:
-            with self._unavailable(f"write the backup to {target}"), self._reader() as conn:
+            with self._unavailable(f"write the backup to {target}"), connection as conn:
                 conn.execute("VACUUM INTO ?", (str(target),))
         except BaseException:
             target.unlink(missing_ok=True)
