@@ -84,7 +84,8 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-rate", type=float, default=DEFAULTS["TOKEN_RATE"],
                         help="reports a second each upload token may upload (default: no limit)")
     parser.add_argument("--token-daily-cap", type=int, default=DEFAULTS["TOKEN_DAILY_CAP"],
-                        help="reports each upload token may upload per UTC day (default: no cap)")
+                        help="reports each upload token may upload per UTC day, counted in the "
+                        "database; at least --max-reports (default: no cap)")
     parser.add_argument("--burst-seconds", type=float, default=DEFAULTS["RATE_BURST_SECONDS"],
                         help=f"seconds of a rate a burst may use "
                         f"(default {DEFAULTS['RATE_BURST_SECONDS']:g})")
@@ -142,6 +143,7 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Check the registry against the database, listen, and serve until SIGTERM or SIGINT."""
+    from veil.server.collector.limits import token_daily_cap
     from veil.server.storage import open_storage
     from veil.shared.registry import Registry
 
@@ -168,6 +170,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise VeilError(f"{option} (default ${ENVIRONMENT[name]}) must be one of "
                             f"{', '.join(allowed)}; got {value!r}")
     config = serve_config(args)
+    token_daily_cap(config)  # a cap that could not hold is refused before anything starts
     configure_logging(config["LOG_FORMAT"], config["LOG_LEVEL"])
     registry = Registry.load(args.config)
     for name, metric in registry.items():
