@@ -48,6 +48,7 @@ from veil.client.limits import DEFAULT_MAX_EPSILON_PER_VALUE, PrivacyLimits
 from veil.client.outbox import DROP_CAUSES, Outbox
 from veil.client.randomness import HmacStream
 from veil.client.registry_source import (
+    WaitingValues,
     fetch_registry,
     given_registry,
     read_cache,
@@ -62,7 +63,7 @@ from veil.client.state import (
     transaction,
 )
 from veil.client.transport import RequestsTransport, RetryPolicy, Transport
-from veil.client.worker import BackgroundWorker
+from veil.client.worker import BackgroundWorker, ExitHook
 from veil.shared.bits import realize
 from veil.shared.errors import ParameterError, VeilError
 from veil.shared.registry import Metric, Registry
@@ -79,6 +80,9 @@ OUTBOX_POLICIES = ("drop-newest", "drop-oldest")
 DEFAULT_FLUSH_TIMEOUT = 2.0
 #: seconds :meth:`Client.close` takes at most by default
 DEFAULT_CLOSE_TIMEOUT = 1.0
+#: seconds the client may take at interpreter exit, by default, to fetch the registry, encode the
+#: values that waited for it and upload (``shutdown_timeout``)
+DEFAULT_SHUTDOWN_TIMEOUT = 2.0
 #: values that may wait in memory for the registry (raw values: never written to disk) ...
 MAX_WAITING = 1_000
 #: ... and how long after it was reported each is kept for sure: the next value that has to
@@ -128,7 +132,10 @@ class FlushResult:
     :attr:`Client.dropped`, and logged). ``remaining`` reports are still queued
     (values waiting in memory for the registry included); ``held`` of them are
     being uploaded by another thread or process sharing the state directory, so
-    this flush could not send them. ``error`` says why the flush did not empty
+    this flush could not send them. ``dropped`` values were given up by
+    :meth:`Client.close`: they waited in memory for a registry that did not
+    come (counted as ``no_registry``; ``remaining`` then counts only what the
+    outbox keeps for the next start). ``error`` says why the flush did not empty
     the outbox (``None`` when it did).
     """
 
@@ -140,6 +147,7 @@ class FlushResult:
     remaining: int = 0
     error: str | None = None
     held: int = 0
+    dropped: int = 0
 
     @property
     def ok(self) -> bool:
@@ -229,7 +237,10 @@ class Client:
     and fetched in a background thread: the constructor never waits for the
     network. :meth:`report` never touches the network; :meth:`flush` uploads, or
     ``background=True`` lets a daemon thread do it about every ``flush_interval``
-    seconds or ``batch_size`` reports.
+    seconds or ``batch_size`` reports. At interpreter exit a client that was not
+    closed takes at most ``shutdown_timeout`` seconds to fetch the registry
+    (if values still wait for it), encode and upload (0: it only counts and logs
+    what it drops).
 
     ``budget`` caps the installation's total worst-case epsilon;
     ``max_epsilon_per_value``, ``max_epsilon_per_report`` and ``pinned`` are the
@@ -262,6 +273,7 @@ class Client:
         timeout: float = 10.0,
         max_retries: int = 5,
         flush_interval: float = 5.0,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         max_batch_bytes: int = 1_000_000,
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
@@ -293,6 +305,13 @@ class Client:
         _positive("batch_size", batch_size, integer=True, upper=MAX_BATCH_SIZE)
         _positive("timeout", timeout, upper=3600)
         _positive("flush_interval", flush_interval, upper=86400)
+        if isinstance(shutdown_timeout, bool) or not isinstance(shutdown_timeout, int | float) \
+                or not 0 <= shutdown_timeout <= 3600:
+            raise ParameterError(
+                "shutdown_timeout",
+                "shutdown_timeout must be a number of seconds from 0 (no upload at exit) to "
+                f"3600; got {shutdown_timeout!r}",
+            )
         _positive("max_batch_bytes", max_batch_bytes, integer=True)
         _positive("backoff_base", backoff_base, upper=3600)
         _positive("backoff_cap", backoff_cap, upper=3600)
@@ -326,6 +345,7 @@ class Client:
         self._batch_limit = batch_size
         self.timeout = float(timeout)
         self.flush_interval = float(flush_interval)
+        self.shutdown_timeout = float(shutdown_timeout)
         self.max_batch_bytes = max_batch_bytes
         self.max_outbox = max_outbox
         self.outbox_policy = outbox_policy
@@ -339,9 +359,7 @@ class Client:
         self._closed = False
         self._abandoned: list[sqlite3.Connection] = []
         self._metrics = _NOT_LOADED
-        #: values reported before the registry arrived: (metric, value, time.monotonic())
-        self._waiting: collections.deque[tuple[Any, Any, float]] = collections.deque()
-        self._waiting_lock = threading.Lock()
+        self._waiting = WaitingValues(MAX_WAITING, WAITING_SECONDS)
         self._fetching = False
         self._fetched = threading.Event()
         self._fetch_ended = -math.inf
@@ -356,6 +374,7 @@ class Client:
         #: reports dropped since the outbox was last found full (logged once per episode)
         self._outbox_full_drops = 0
         self._worker: BackgroundWorker | None = None
+        self._exit_hook: ExitHook[Client] | None = None
         if self.disabled:
             log.debug("Veil is disabled: reports are neither stored nor sent")
             return
@@ -389,6 +408,7 @@ class Client:
             log.error("Veil is disabled: %s", problem)
             self.disabled = True
             return
+        self._exit_hook = ExitHook(self, Client._close_at_exit)
         if given is not None:
             self._install(given)
         else:
@@ -399,7 +419,7 @@ class Client:
         if self.background:
             self._worker = BackgroundWorker(
                 self._flush_in_background, batch_size=self.batch_size,
-                interval=self.flush_interval, at_exit=self._close_at_exit,
+                interval=self.flush_interval,
             )
 
     @staticmethod
@@ -494,8 +514,7 @@ class Client:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._lock = threading.Lock()
-            self._waiting_lock = threading.Lock()
-            self._waiting = collections.deque()
+            self._waiting = WaitingValues(MAX_WAITING, WAITING_SECONDS)
             self._fetching = False
             # never close the parent's SQLite connection in the child: closing it would
             # release this process's POSIX locks on the database (SQLite's fork caveat)
@@ -518,60 +537,81 @@ class Client:
     def _install(self, registry: Registry) -> None:
         """Use ``registry`` from now on, and encode the values that waited for it."""
         refused = self._limits.refusals(registry)
-        previous, ready, _ = self._end_fetch(_Metrics(registry, refused), None)
-        if not previous.uses(registry):
-            for name, why in refused.items():
-                if previous.refused.get(name) != why:
-                    log.error("%s", why)
-            for name in sorted(set(self._limits.pinned) - set(registry)):
-                log.warning("pinned metric %r is not in the registry", name)
-        for metric, value, _ in ready:
-            self._submit(metric, value, strict=False)
+        with self._waiting.settling:
+            previous, ready, _ = self._end_fetch(_Metrics(registry, refused), None)
+            if not previous.uses(registry):
+                for name, why in refused.items():
+                    if previous.refused.get(name) != why:
+                        log.error("%s", why)
+                for name in sorted(set(self._limits.pinned) - set(registry)):
+                    log.warning("pinned metric %r is not in the registry", name)
+            for metric, value in ready:
+                self._submit(metric, value, strict=False)
 
     def _end_fetch(
         self, metrics: _Metrics | None, problem: str | None
-    ) -> tuple[_Metrics, list[tuple[Any, Any, float]], int]:
+    ) -> tuple[_Metrics, list[tuple[Any, Any]], int]:
         """A fetch of the registry ended (or a registry was given or cached): use ``metrics``
         unless its registry is in use already; ``None``: the fetch failed with ``problem``.
 
         Returns the metrics in use until now, the values to report now (once a
         registry is loaded, every value waiting) and, after a failed fetch, how
-        many values it removed for waiting too long (:meth:`_expire_waiting`).
+        many values it removed for waiting too long. Call it holding
+        ``self._waiting.settling`` until those values are reported.
         """
         now = time.monotonic()
-        ready: list[tuple[Any, Any, float]] = []
-        with self._waiting_lock:
+        ready: list[tuple[Any, Any]] = []
+        with self._waiting.lock:
             previous = self._metrics
             if metrics is not None and not previous.uses(metrics.registry):
                 self._metrics = metrics
             self._fetching = False
             self._fetch_ended = now
-            expired = 0 if metrics is not None else self._expire_waiting(now)
+            expired = 0 if metrics is not None else self._waiting.expire(now)
             if self._metrics.loaded:
-                ready = list(self._waiting)
-                self._waiting.clear()
+                ready = self._waiting.take()
+            self._hold_for_exit()
         self._registry_problem = problem
         if problem is None:
             self._registry_warned = False
         return previous, ready, expired
 
-    def _start_fetch(self, *, unless_within: float = 0.0) -> threading.Event:
-        """Fetch the registry in a daemon thread (unless one is at it, or the last attempt
-        ended less than ``unless_within`` seconds ago); the event is set when it ends."""
-        with self._waiting_lock:
+    def _hold_for_exit(self) -> None:
+        """Let the exit hook keep this client alive while values wait in its memory only (call it
+        holding ``self._waiting.lock``)."""
+        if self._exit_hook is not None:
+            self._exit_hook.hold(self if len(self._waiting) else None)
+
+    def _start_fetch(
+        self, *, unless_within: float = 0.0, inline: float | None = None
+    ) -> threading.Event:
+        """Fetch the registry in a daemon thread, or with ``inline`` (seconds at most) in this
+        one, unless a fetch is at it or the last attempt ended less than ``unless_within``
+        seconds ago; the event is set when it ends."""
+        with self._waiting.lock:
             if self._fetching or time.monotonic() - self._fetch_ended < unless_within:
                 return self._fetched
             self._fetching = True
             done = self._fetched = threading.Event()
-        thread = threading.Thread(target=self._fetch_registry, args=(done,),
+        if inline is not None:
+            self._fetch_registry(done, inline)
+            return done
+        thread = threading.Thread(target=self._fetch_registry, args=(done, self.timeout),
                                   name="veil-registry", daemon=True)
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:
+            # the interpreter is shutting down (Python 3.12 and later start no thread then):
+            # the values keep waiting, and the exit hook fetches in its own thread
+            with self._waiting.lock:
+                self._fetching = False
+            done.set()
         return done
 
-    def _fetch_registry(self, done: threading.Event) -> None:
+    def _fetch_registry(self, done: threading.Event, timeout: float) -> None:
         try:
             registry = fetch_registry(self.transport, self._url, self._directory,
-                                      token=self.token, timeout=self.timeout)
+                                      token=self.token, timeout=timeout)
         except VeilError as problem:
             self._registry_unavailable(str(problem))
         except Exception as problem:
@@ -585,31 +625,26 @@ class Client:
     def _registry_unavailable(self, problem: str) -> None:
         """A fetch failed: forget the values that waited too long; with a registry loaded (this
         was a refresh), the values that waited for it are reported against the one in use."""
-        previous, retry, expired = self._end_fetch(None, problem)
-        self._drop_waiting(
-            expired, f"for more than {WAITING_SECONDS:g} s (it could not be fetched: {problem})"
-        )
-        if previous.loaded:
-            log.info("could not refresh the metric registry; using the one loaded: %s", problem)
-        elif not self._registry_warned:
-            self._registry_warned = True
-            log.warning(
-                "the metric registry is not available yet: %s. Up to %d values wait in memory "
-                "for it; one reported more than %g s ago is dropped when the next value waits or "
-                "the next fetch fails, and counted in client.drops['no_registry']",
-                problem, MAX_WAITING, WAITING_SECONDS,
+        with self._waiting.settling:
+            previous, retry, expired = self._end_fetch(None, problem)
+            self._drop_waiting(
+                expired,
+                f"for more than {WAITING_SECONDS:g} s (it could not be fetched: {problem})",
             )
-        for metric, value, _ in retry:
-            self._submit(metric, value, strict=False)
-
-    def _expire_waiting(self, now: float) -> int:
-        """Remove the values reported more than :data:`WAITING_SECONDS` before ``now`` (call it
-        holding the waiting lock); return how many."""
-        waiting, expired = self._waiting, 0
-        while waiting and now - waiting[0][2] > WAITING_SECONDS:
-            waiting.popleft()
-            expired += 1
-        return expired
+            if previous.loaded:
+                log.info("could not refresh the metric registry; using the one loaded: %s",
+                         problem)
+            elif not self._registry_warned:
+                self._registry_warned = True
+                log.warning(
+                    "the metric registry is not available yet: %s. Up to %d values wait in "
+                    "memory for it; one reported more than %g s ago is dropped when the next "
+                    "value waits or the next fetch fails, and counted in "
+                    "client.drops['no_registry']",
+                    problem, MAX_WAITING, WAITING_SECONDS,
+                )
+            for metric, value in retry:
+                self._submit(metric, value, strict=False)
 
     def _drop_waiting(self, count: int, why: str) -> None:
         """Count and log ``count`` values dropped after waiting for the registry (``why`` ends
@@ -620,14 +655,11 @@ class Client:
 
     def _wait_for_registry(self, metrics: _Metrics, metric: Any, value: Any) -> None:
         """Keep ``value`` in memory until the registry arrives (bounded in count and time)."""
-        now = time.monotonic()
-        with self._waiting_lock:
+        with self._waiting.lock:
             current = self._metrics is metrics and (not metrics.loaded or self._fetching)
             if current:
-                expired = self._expire_waiting(now)
-                kept = len(self._waiting) < MAX_WAITING
-                if kept:
-                    self._waiting.append((metric, value, now))
+                kept, expired = self._waiting.add(metric, value, time.monotonic())
+                self._hold_for_exit()
         if not current:  # the registry arrived meanwhile
             self._report(metric, value)
             return
@@ -637,14 +669,19 @@ class Client:
                        "already wait in memory for the metric registry")
         self._start_fetch(unless_within=FETCH_RETRY_SECONDS)
 
-    def _await_registry(self, deadline: float | None) -> None:
+    def _await_registry(self, deadline: float | None, *, inline: bool = False) -> None:
         """Wait (at most until ``deadline``, or ``timeout``) for the registry, or for the refresh
-        values wait for, fetching it if no fetch is under way."""
+        values wait for, fetching it if no fetch is under way (``inline``: in this thread)."""
         if self._metrics.loaded and not self._waiting:
             return
-        done = self._start_fetch()
         limit = self.timeout if deadline is None else deadline - time.monotonic()
-        done.wait(max(limit, 0.0))
+        if not inline:
+            done = self._start_fetch()
+        elif limit > 0:
+            done = self._start_fetch(inline=min(limit, self.timeout))
+        else:
+            return
+        done.wait(max(limit if deadline is None else deadline - time.monotonic(), 0.0))
 
     # ---------------------------------------------------------------- reporting
 
@@ -799,8 +836,9 @@ class Client:
             )
             self._outbox_full_drops = 0
 
-    def _drop(self, cause: str, message: str, count: int = 1) -> None:
-        """Count ``count`` reports dropped for ``cause`` and log it (WARNING the first time).
+    def _drop(self, cause: str, message: str, count: int = 1, *, warn: bool = False) -> None:
+        """Count ``count`` reports dropped for ``cause`` and log it (WARNING the first time, or
+        with ``warn``).
 
         The count is durable, unless the client is closed or the state database fails:
         then it is kept in memory.
@@ -813,12 +851,13 @@ class Client:
                     self._outbox.count_dropped(cause, count)
                 except sqlite3.Error:
                     self._unsaved[cause] += count
-        self._log_drop(cause, message)
+        self._log_drop(cause, message, warn=warn)
 
-    def _log_drop(self, cause: str, message: str) -> None:
-        """Log a drop: at WARNING level the first time for ``cause``, at DEBUG afterwards."""
+    def _log_drop(self, cause: str, message: str, *, warn: bool = False) -> None:
+        """Log a drop: at WARNING level the first time for ``cause`` (or with ``warn``), at DEBUG
+        afterwards."""
         with self._lock:
-            first = cause not in self._warned
+            first = cause not in self._warned or warn
             self._warned.add(cause)
         if not first:
             log.debug("%s", message)
@@ -846,7 +885,12 @@ class Client:
         if self.disabled:
             return 0
         self._check_process()
-        with self._lock:
+        return self._pending()
+
+    def _pending(self) -> int:
+        """The outbox's reports and the values waiting for the registry, counted while no value
+        moves from one to the other (so none is counted twice or not at all)."""
+        with self._waiting.settling, self._lock:
             return self._outbox.pending() + len(self._waiting)
 
     @property
@@ -907,22 +951,31 @@ class Client:
         return self._flush_safely(deadline, None, self.retry_policy)
 
     def _flush_safely(
-        self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy
+        self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy,
+        *, closing: bool = False,
     ) -> FlushResult:
         """:meth:`_flush`, with a failing state database reported in the result (non-strict)."""
         try:
-            return self._flush(deadline, stop, policy)
+            return self._flush(deadline, stop, policy, closing=closing)
         except sqlite3.Error as problem:
             if self.strict:
                 raise
             log.error("the state database failed during an upload: %s", problem)
-            return FlushResult(error=f"the state database failed: {problem}")
+            try:
+                remaining = self._pending()
+            except sqlite3.Error:
+                remaining = len(self._waiting)  # at least these are not uploaded
+            return FlushResult(remaining=remaining, error=f"the state database failed: {problem}")
 
     def _flush(
-        self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy
+        self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy,
+        *, closing: bool = False,
     ) -> FlushResult:
+        """Upload until the outbox is empty, an upload fails, or ``deadline``; ``stop`` set:
+        the background worker's (it does not wait for the registry); ``closing``: fetch the
+        registry in this thread (the last chance, and at exit no thread may start)."""
         if stop is None:
-            self._await_registry(deadline)
+            self._await_registry(deadline, inline=closing)
         elif not self._metrics.loaded:
             self._start_fetch()
         totals = {"batches": 0, "sent": 0, "accepted": 0, "duplicates": 0, "rejected": 0}
@@ -932,8 +985,6 @@ class Client:
             with self._lock:
                 rows = self._outbox.claim(limit, self.max_batch_bytes)
                 if not rows:
-                    # nothing is ready: every report left is held by another upload
-                    remaining = held = self._outbox.pending()
                     break
             seqs = [seq for seq, _ in rows]
             body = join_batch(secrets.token_hex(16), [text for _, text in rows]).encode()
@@ -981,11 +1032,11 @@ class Client:
                 continue
             error = outcome.message
             self._note_upload(error, outcome.kind)
-            with self._lock:
-                remaining = self._outbox.pending()
-                held = self._outbox.held() if remaining else 0
             break
-        waiting = len(self._waiting)
+        with self._waiting.settling, self._lock:
+            remaining = self._outbox.pending()
+            held = self._outbox.held() if remaining else 0
+            waiting = len(self._waiting)
         if error is None and waiting:
             error = (f"{_values(waiting)} waiting in memory for the metric registry: "
                      f"{self._registry_problem or 'the fetch is still under way'}")
@@ -1021,54 +1072,90 @@ class Client:
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> FlushResult | None:
         """Stop the background uploader, then try one final flush of at most ``timeout`` seconds.
 
-        The final flush makes one attempt per batch (no backoff waits), so closing
-        is quick when the collector is down; undelivered reports stay in the
-        outbox for the next start, and values still waiting in memory for the
-        registry are dropped (counted as ``no_registry``). Returns that flush's
-        result, or ``None`` if the client was already closed (or is disabled) or
-        an upload in progress outlived ``timeout``.
+        The final flush fetches the registry if values still wait for it, and
+        makes one attempt per batch (no backoff waits), so closing is quick when
+        the collector is down. Undelivered reports stay in the outbox for the
+        next start (``remaining`` counts them); values still waiting in memory
+        for the registry are dropped (``dropped`` counts them; counted as
+        ``no_registry`` and logged as a WARNING). Returns that flush's result,
+        or ``None`` if the client was already closed (or is disabled) or an
+        upload in progress outlived ``timeout``.
         """
         if self.disabled or self._closed:
             return None
         _positive("timeout", timeout)
+        return self._close(timeout, f"in close(timeout={timeout:g})")
+
+    def _close_at_exit(self) -> None:
+        """At interpreter exit: close within ``shutdown_timeout``, unless already closed or
+        inherited through a fork unused."""
+        if not self.disabled and not self._closed and self._pid == os.getpid():
+            self._close(self.shutdown_timeout,
+                        f"at exit, within shutdown_timeout={self.shutdown_timeout:g} s")
+
+    def _close(self, timeout: float, when: str) -> FlushResult | None:
+        """:meth:`close` with ``timeout`` seconds (0: no upload); ``when`` says in log lines
+        which of close() and the exit hook it was."""
+        if self._exit_hook is not None:
+            self._exit_hook.cancel()
         if self._pid != os.getpid():
             # a forked child that never used the client: the parent's connection is not ours
             self._closed = True
             return None
         deadline = time.monotonic() + timeout
-        stopped = self._worker is None or self._worker.stop(max(deadline - time.monotonic(), 0.0))
+        stopped = self._worker is None or self._worker.stop(timeout)
         if not stopped:
-            log.warning("closing while an upload is still in progress; its reports stay queued")
-            self._stop_reporting()
+            if timeout > 0:
+                log.warning("closing while an upload is still in progress; its reports stay "
+                            "queued")
+            self._stop_reporting(when)
             return None
         policy = dataclasses.replace(self.retry_policy, max_retries=0)
+        result = FlushResult(remaining=len(self._waiting))
         try:
-            result = self._flush_safely(deadline, None, policy)
+            if timeout > 0:
+                result = self._flush_safely(deadline, None, policy, closing=True)
         finally:
-            self._stop_reporting()
+            lost, queued = self._stop_reporting(when)
             with self._lock:
                 self._connection.close()
             self.transport.close()
-        return result
+        if not lost:
+            return result
+        error = (f"dropped {_values(lost)} that waited in memory for the metric registry: "
+                 f"{self._registry_problem or 'the fetch was still under way'}")
+        return dataclasses.replace(
+            result, dropped=lost, error=error,
+            remaining=result.remaining - lost if queued is None else queued,
+        )
 
-    def _stop_reporting(self) -> None:
-        """At close: drop (and count) the values still waiting for the registry, then mark the
-        client closed and keep the drop counts readable (later drops are counted in memory)."""
-        with self._waiting_lock:
-            count = len(self._waiting)
-            self._waiting.clear()
-        self._drop_waiting(count, "until the client closed")
-        try:
-            with self._lock:
-                self._closed = True
-                self._drops_at_close = self._outbox.drops()
-        except sqlite3.Error as problem:
-            log.warning("cannot read the drop counts at close: %s", problem)
-
-    def _close_at_exit(self) -> None:
-        """Close at interpreter exit, unless already closed or inherited through a fork unused."""
-        if not self._closed and self._pid == os.getpid():
-            self.close()
+    def _stop_reporting(self, when: str) -> tuple[int, int | None]:
+        """At close: drop the values still waiting for the registry (counted, and logged as a
+        WARNING), then mark the client closed and keep the drop counts readable (later drops
+        are counted in memory). Returns how many values were dropped, and how many reports the
+        outbox keeps for the next start (``None`` if the state database cannot say)."""
+        queued: int | None = None
+        with self._waiting.settling:
+            with self._waiting.lock:
+                lost = len(self._waiting.take())
+                self._hold_for_exit()
+            if lost:
+                problem = self._registry_problem or "the fetch was still under way"
+                self._drop(
+                    "no_registry",
+                    f"lost {_values(lost)} reported before the metric registry arrived: it "
+                    f"could not be fetched {when} ({problem}); they are counted in "
+                    "client.drops['no_registry']",
+                    lost, warn=True,
+                )
+            try:
+                with self._lock:
+                    self._closed = True
+                    self._drops_at_close = self._outbox.drops()
+                    queued = self._outbox.pending()
+            except sqlite3.Error as problem:
+                log.warning("cannot read the drop counts at close: %s", problem)
+        return lost, queued
 
     def __enter__(self) -> Client:
         return self

@@ -6,15 +6,20 @@ starts while the collector is unreachable still knows its metrics. The client
 fetches in a background thread (:func:`fetch_registry`) and never waits for it
 when it is created; only ``strict=True`` resolves the registry before the
 constructor returns (:func:`resolve_registry`), raising when there is none.
+Until a registry is loaded, the values reported wait in memory
+(:class:`WaitingValues`).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
 import secrets
+import threading
 from pathlib import Path
+from typing import Any
 
 from veil.client.errors import RegistryUnavailableError
 from veil.client.state import REGISTRY_CACHE_FILE
@@ -26,6 +31,59 @@ log = logging.getLogger("veil.client")
 
 #: with a cached registry to fall back on, a strict client waits at most this long for the collector
 CACHED_FETCH_TIMEOUT = 2.0
+
+
+class WaitingValues:
+    """Values reported before the registry arrived, waiting to be encoded.
+
+    They are raw values, so they stay in memory, never on disk, and their wait
+    is bounded: at most ``limit`` values wait, and each is kept for sure for
+    ``seconds`` after it was reported (:meth:`expire` removes the older ones).
+
+    Two locks. ``lock`` guards the values; the client also holds it while it
+    switches registries, so that no value starts waiting for a registry that is
+    loaded already. ``settling`` is held while values move from here to the
+    outbox (taken, then encoded and queued one by one, or dropped), and by
+    whoever counts what is pending: a value is then always counted in exactly
+    one place, here or in the outbox, never in neither. It is reentrant, so a
+    logging handler that reads the count while values move does not deadlock.
+    """
+
+    def __init__(self, limit: int, seconds: float) -> None:
+        self.limit = limit
+        self.seconds = seconds
+        self.lock = threading.Lock()
+        self.settling = threading.RLock()
+        #: (metric, value, time.monotonic() when reported), oldest first
+        self._values: collections.deque[tuple[Any, Any, float]] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def add(self, metric: Any, value: Any, now: float) -> tuple[bool, int]:
+        """Keep a value reported at ``now`` unless ``limit`` values wait; return whether it was
+        kept and how many older values :meth:`expire` removed first. Hold ``lock``."""
+        expired = self.expire(now)
+        kept = len(self._values) < self.limit
+        if kept:
+            self._values.append((metric, value, now))
+        return kept, expired
+
+    def expire(self, now: float) -> int:
+        """Remove the values reported more than ``seconds`` before ``now``; return how many.
+        Hold ``lock``."""
+        values, expired = self._values, 0
+        while values and now - values[0][2] > self.seconds:
+            values.popleft()
+            expired += 1
+        return expired
+
+    def take(self) -> list[tuple[Any, Any]]:
+        """Remove and return every value waiting, oldest first, as (metric, value). Hold
+        ``lock``, and ``settling`` until each is queued or dropped."""
+        taken = [(metric, value) for metric, value, _ in self._values]
+        self._values.clear()
+        return taken
 
 
 def given_registry(registry: Registry | str | os.PathLike[str] | None) -> Registry | None:

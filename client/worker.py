@@ -1,32 +1,40 @@
-"""The background uploader: a daemon thread that flushes the outbox while the application runs.
+"""When the client uploads by itself: a daemon thread while the application runs, and a hook at exit.
 
-In the manner of sentry-python's ``BackgroundWorker``: the thread starts on
-first use, never blocks the caller (:meth:`BackgroundWorker.nudge` only counts
-a report and may wake the thread), is a daemon so it never keeps the
+:class:`BackgroundWorker`, in the manner of sentry-python's: the thread starts
+on first use, never blocks the caller (:meth:`BackgroundWorker.nudge` only
+counts a report and may wake the thread), is a daemon so it never keeps the
 interpreter alive, and starts afresh in a forked child (threads do not survive
-``fork()``, and the parent's locks may have been copied while held). At
-interpreter exit it calls its owner's ``at_exit`` (the client's time-limited
-final flush). Unlike sentry's worker it holds no queue: the reports wait in the
-durable outbox, and the thread only decides when to flush it. Each wait lasts
-the interval times a random factor in [0.8, 1.2] (:data:`INTERVAL_JITTER`), so
-that many installations started together do not upload in lockstep.
+``fork()``, and the parent's locks may have been copied while held). Unlike
+sentry's worker it holds no queue: the reports wait in the durable outbox, and
+the thread only decides when to flush it. Each wait lasts the interval times a
+random factor in [0.8, 1.2] (:data:`INTERVAL_JITTER`), so that many
+installations started together do not upload in lockstep.
+
+:class:`ExitHook`, like sentry-python's ``shutdown_timeout``: registered when
+the client is made (not when its first report is queued), it gives the client
+a bounded time at interpreter exit to fetch its registry, encode the values
+that waited for it and upload, whether or not the application flushed or
+closed it.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import random
 import threading
 import weakref
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 log = logging.getLogger("veil.client")
 
 #: each wait between background flushes is the interval times a factor drawn from this range
 INTERVAL_JITTER = (0.8, 1.2)
 _jitter = random.Random()
+_Owner = TypeVar("_Owner")
 
 
 class BackgroundWorker:
@@ -34,23 +42,15 @@ class BackgroundWorker:
     ``batch_size`` reports wait.
 
     ``stop`` is set when the worker is stopping, so that ``flush`` can end its
-    retry waits early. ``at_exit`` runs at interpreter exit if the worker was
-    started and not stopped since.
+    retry waits early.
     """
 
     def __init__(
-        self,
-        flush: Callable[[threading.Event], object],
-        *,
-        batch_size: int,
-        interval: float,
-        at_exit: Callable[[], object],
+        self, flush: Callable[[threading.Event], object], *, batch_size: int, interval: float
     ) -> None:
         self.batch_size = batch_size
         self.interval = interval
         self._flush = flush
-        self._at_exit = at_exit
-        self._exit_hook: Callable[[], None] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -66,10 +66,18 @@ class BackgroundWorker:
             self._reset()
 
     def nudge(self) -> None:
-        """Count one new report: start the thread if it is not running, wake it on a full batch."""
+        """Count one new report: start the thread if it is not running, wake it on a full batch.
+
+        Once :meth:`stop` was called the thread is not started again (the
+        client's final flush runs in the caller), nor during interpreter
+        shutdown (Python 3.12 and later start no thread then): the exit hook
+        uploads instead."""
         self._check_fork()
+        if self._stop.is_set():
+            return
         if self._thread is None or not self._thread.is_alive():
-            self._start()
+            with contextlib.suppress(RuntimeError):
+                self._start()
         with self._wake:
             self._waiting += 1
             if self._waiting >= self.batch_size:
@@ -79,12 +87,8 @@ class BackgroundWorker:
         """Ask the thread to finish and wait at most ``timeout`` seconds for it.
 
         Returns ``False`` if it is still running (an upload outlived ``timeout``).
-        The ``at_exit`` hook is withdrawn either way.
         """
         self._check_fork()
-        if self._exit_hook is not None:
-            atexit.unregister(self._exit_hook)
-            self._exit_hook = None
         thread = self._thread
         if thread is None:
             return True
@@ -96,19 +100,8 @@ class BackgroundWorker:
 
     def _start(self) -> None:
         thread = threading.Thread(target=self._run, name="veil-uploader", daemon=True)
-        self._thread = thread
         thread.start()
-        if self._exit_hook is None:
-            # a weak reference: the exit hook alone does not keep the worker (and client) alive
-            reference = weakref.ref(self)
-
-            def at_exit() -> None:
-                worker = reference()
-                if worker is not None:
-                    worker._at_exit()
-
-            self._exit_hook = at_exit
-            atexit.register(at_exit)
+        self._thread = thread
 
     def _run(self) -> None:
         stop, wake = self._stop, self._wake
@@ -124,3 +117,38 @@ class BackgroundWorker:
             except Exception:
                 log.exception("the background upload failed; the reports stay queued")
                 stop.wait(self.interval * _jitter.uniform(*INTERVAL_JITTER))
+
+
+class ExitHook(Generic[_Owner]):
+    """Calls ``at_exit(owner)`` at interpreter exit, once, unless :meth:`cancel` ran first.
+
+    It refers to ``owner`` (the client) weakly, so registering it does not keep
+    a client alive for the life of the process; a collected client is skipped.
+    While values exist only in the client's memory (values waiting for the
+    registry), :meth:`hold` keeps it alive so that exit can still deliver them
+    or count them as lost. A forked child inherits the hook; the client decides
+    whether it has anything to do in that process. The hook is withdrawn when
+    the client closes (:meth:`cancel`) or is collected.
+    """
+
+    def __init__(self, owner: _Owner, at_exit: Callable[[_Owner], object]) -> None:
+        self._owner = weakref.ref(owner)
+        self._at_exit = at_exit
+        self._held: _Owner | None = None
+        atexit.register(self._run)
+        weakref.finalize(owner, self.cancel).atexit = False
+
+    def hold(self, owner: _Owner | None) -> None:
+        """Keep ``owner`` alive until exit or :meth:`cancel` (``None``: refer to it weakly again)."""
+        self._held = owner
+
+    def cancel(self) -> None:
+        """Withdraw the hook: nothing runs at exit."""
+        self._held = None
+        atexit.unregister(self._run)
+
+    def _run(self) -> None:
+        owner = self._owner()
+        self.cancel()
+        if owner is not None:
+            self._at_exit(owner)

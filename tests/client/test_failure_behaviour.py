@@ -188,6 +188,26 @@ def test_the_values_waiting_for_the_registry_are_bounded_and_counted(tmp_path, o
     assert client.drops["no_registry"] == MAX_WAITING + 5 == client.dropped
 
 
+def test_close_says_how_many_values_it_drops_instead_of_calling_them_remaining(
+    tmp_path, offline_url, caplog
+):
+    """Issue 25, item 10: ``close()`` returned ``remaining=100`` for 100 values it dropped."""
+    client = Client(offline_url, tmp_path / "state")
+    for index in range(100):
+        client.report("load_time", float(index % 10))
+    assert client.pending == 100
+    with caplog.at_level(logging.WARNING, logger="veil.client"):
+        result = client.close()
+    assert result.remaining == 0  # nothing is kept for the next start ...
+    assert result.dropped == 100  # ... the values are dropped
+    assert result.error.startswith("dropped 100 values that waited in memory for the metric "
+                                   "registry: GET ")
+    assert client.drops["no_registry"] == 100
+    [warning] = [r for r in caplog.records if r.getMessage().startswith("lost 100 values")]
+    assert warning.levelno == logging.WARNING
+    assert "could not be fetched in close(timeout=1)" in warning.getMessage()
+
+
 # ---------------------------------------------------------------- report() never raises
 
 
@@ -366,7 +386,7 @@ def test_the_background_interval_is_jittered():
         if len(times) == 21:
             enough.set()
 
-    worker = BackgroundWorker(flush, batch_size=10**6, interval=0.1, at_exit=lambda: None)
+    worker = BackgroundWorker(flush, batch_size=10**6, interval=0.1)
     worker.nudge()
     assert enough.wait(15)
     assert worker.stop(5)

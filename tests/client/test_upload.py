@@ -92,6 +92,26 @@ def test_flush_delivers_every_kind_and_counts_match_the_payloads(live_collector,
     client.close()
 
 
+def test_pending_never_misses_the_values_that_move_to_the_outbox(collector, tmp_path):
+    """Issue 25, item 10: the registry fetch took the values waiting for it out of memory
+    before it queued them, so for a moment they were counted nowhere (1 fresh client in 200
+    said ``pending == 0`` right after 20 reports, and this file's first test failed once).
+    Fresh installations race their first fetch from ``veil serve``, their 20 reports spread
+    over the few milliseconds it takes; nothing is uploaded before ``close()``, so after the
+    n-th report ``pending`` must be exactly n."""
+    wrong = []
+    for index in range(40):
+        client = Client(collector.url, tmp_path / f"state{index}", max_retries=0)
+        for reported in range(1, 21):
+            client.report("dark_mode", True)
+            pending = client.pending
+            if pending != reported:
+                wrong.append((index, reported, pending))
+            time.sleep(0.0005)
+        client.close()
+    assert wrong == []
+
+
 def test_raw_values_never_reach_disk_or_network(live_collector, tmp_path):
     """Distinctive raw values appear nowhere: state files (WAL included), HTTP bodies, collector."""
     state = tmp_path / "state"

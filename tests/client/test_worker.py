@@ -6,16 +6,19 @@ The worker only decides *when* to call ``flush(stop)``; these tests give it a
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 import pytest
 
 from veil.client import worker as worker_module
-from veil.client.worker import BackgroundWorker
+from veil.client.worker import BackgroundWorker, ExitHook
 
 
 class Flushes:
@@ -32,9 +35,9 @@ class Flushes:
         self.then(stop)
 
 
-def make_worker(flush: Flushes, *, batch_size: int = 1000, interval: float = 60.0,
-                at_exit: Callable[[], object] = lambda: None) -> BackgroundWorker:
-    return BackgroundWorker(flush, batch_size=batch_size, interval=interval, at_exit=at_exit)
+def make_worker(flush: Flushes, *, batch_size: int = 1000, interval: float = 60.0
+                ) -> BackgroundWorker:
+    return BackgroundWorker(flush, batch_size=batch_size, interval=interval)
 
 
 def uploader_threads() -> list[threading.Thread]:
@@ -115,19 +118,58 @@ def test_a_failing_flush_is_logged_and_tried_again(caplog):
     assert worker.stop(5)
 
 
-def test_at_exit_runs_the_owners_hook_until_stopped(monkeypatch):
-    registered: list[Callable[[], None]] = []
-    monkeypatch.setattr(worker_module.atexit, "register", registered.append)
-    monkeypatch.setattr(worker_module.atexit, "unregister", registered.remove)
-    exits: list[str] = []
-    worker = make_worker(Flushes(), at_exit=lambda: exits.append("closed"))
-    assert registered == []  # nothing registered before the thread starts
+def test_a_stopped_worker_is_not_started_again_by_a_report():
+    """The client's final flush encodes the values that waited for the registry after the
+    worker stopped: their reports must not start a second uploader under the closing client."""
+    flushes = Flushes()
+    worker = make_worker(flushes, batch_size=1)
     worker.nudge()
+    assert flushes.called.wait(5)
+    assert worker.stop(5)
+    before = len(flushes.pids)
+    worker.nudge()
+    time.sleep(0.2)
+    assert len(flushes.pids) == before and not worker._thread.is_alive()
+
+
+class Owner:
+    def __init__(self) -> None:
+        self.exits = 0
+
+    def at_exit(self) -> None:
+        self.exits += 1
+
+
+def test_the_exit_hook_refers_weakly_to_its_owner_unless_held(monkeypatch):
+    registered: list[Callable[[], None]] = []
+    register, unregister = atexit.register, atexit.unregister
+
+    def record(hook: Callable[[], None]) -> None:
+        (registered.append if isinstance(getattr(hook, "__self__", None), ExitHook)
+         else register)(hook)
+
+    def withdraw(hook: Callable[[], None]) -> None:
+        (registered.remove if hook in registered else unregister)(hook)
+
+    monkeypatch.setattr(worker_module.atexit, "register", record)
+    monkeypatch.setattr(worker_module.atexit, "unregister", withdraw)
+    owner = Owner()
+    hook = ExitHook(owner, Owner.at_exit)
     assert len(registered) == 1
     registered[0]()
-    assert exits == ["closed"]
-    assert worker.stop(5)
-    assert registered == []
+    assert owner.exits == 1 and registered == []  # once only
+
+    held, dropped = Owner(), Owner()
+    held_hook = ExitHook(held, Owner.at_exit)
+    held_hook.hold(held)
+    ExitHook(dropped, Owner.at_exit)
+    reference = weakref.ref(dropped)
+    del held, dropped
+    gc.collect()
+    assert reference() is None  # a collected owner withdrew its hook
+    assert registered == [held_hook._run]
+    registered[0]()  # the held one is still there at exit
+    assert hook is not None and registered == []
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
