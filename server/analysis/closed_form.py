@@ -2,12 +2,16 @@
 
 Each takes the validated counts (:class:`~veil.server.analysis.counts.CountsArrays`)
 and returns a :class:`~veil.server.analysis.results.DecodeResult`. Standard
-errors treat reports as independent draws from the population, the same model
-as the string decoder.
+errors are for the population share (or mean): they treat reports as independent
+draws from the population, one per installation, the same model as the string
+decoder and the frequency oracles (docs/analysis.md, "What an interval covers").
 
 * Categories (basic RAPPOR, one bit per category): the share with category
   ``i`` is ``(c_i / N - p*) / (q* - p*)``, variance ``rho (1 - rho) / (N (q* - p*)^2)``
-  with ``rho = c_i / N`` (smoothed, clipped to ``[p*, q*]``).
+  with ``rho = c_i / N`` (smoothed, clipped to ``[p*, q*]``). The shares' sum (truth 1)
+  is ``(sum_i K_i / N - d p*) / (q* - p*)`` with ``K_i`` the set bits of report ``i``,
+  independent given the value, so its variance is
+  ``(q* (1 - q*) + (d - 1) p* (1 - p*)) / (N (q* - p*)^2)``, covariances included.
 * Booleans (Warner): with ``P(yes | false) = y0`` and ``P(yes | true) = y1``,
   ``share_true = (mean - y0) / (y1 - y0)``, variance ``mean (1 - mean) / (N (y1 - y0)^2)``.
 * Numbers, laplace/gaussian: the mean of the reports (the noise has mean zero),
@@ -134,17 +138,21 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
     share = (ones / total - p_star) / spread
     rho = np.clip((ones + 0.5) / (total + 1.0), p_star, q_star)
     se = np.sqrt(rho * (1 - rho) / (total * spread**2))
+    set_bits_variance = q_star * (1 - q_star) + (share.size - 1) * p_star * (1 - p_star)
     summary = base_summary(counts, started, confidence, len(params.categories), "categories")
     return category_shares_result(counts, list(params.categories), share, se, confidence,
                                   summary, {"p_star": p_star, "q_star": q_star},
-                                  "category shares")
+                                  "category shares", set_bits_variance / (total * spread**2))
 
 
 def category_shares_result(counts: CountsArrays, labels: list[str], share: np.ndarray,
                            se: np.ndarray, confidence: float, summary: dict[str, Any],
-                           details: dict[str, Any], description: str) -> DecodeResult:
-    """The result of a category decoder: a row per category, the allocated share, ``details``
-    and the notes on shares that sampling noise put outside [0, 1]."""
+                           details: dict[str, Any], description: str,
+                           allocated_variance: float) -> DecodeResult:
+    """The result of a category decoder: a row per category, the allocated share (whose
+    estimate has variance ``allocated_variance``: the shares' covariances make it differ
+    from the sum of their variances), ``details`` and the notes on shares that sampling
+    noise put outside [0, 1]."""
     rows = frequency_rows(counts.metric, "category", labels, share, se, counts.total_reports,
                           z_quantile(confidence))
     allocated = float(share.sum())
@@ -153,7 +161,7 @@ def category_shares_result(counts: CountsArrays, labels: list[str], share: np.nd
             "categories": len(labels),
             "allocated_proportion": float(np.clip(allocated, 0.0, 1.0)),
             "allocated_proportion_unbiased": allocated,
-            "allocated_proportion_std_error": float(np.sqrt(np.sum(se**2))),
+            "allocated_proportion_std_error": float(np.sqrt(allocated_variance)),
             **details,
         }
     )

@@ -3,14 +3,30 @@
 Every oracle's decoder reads a *support count* ``S_x`` per category ``x`` (how many
 reports are consistent with it, :mod:`veil.shared.kinds.oracles.base`) and then
 the same estimator. A report of category ``x`` supports ``x`` with probability
-``p`` and any other category with probability ``q`` (``params.support_probs``),
-independently across reports, so with ``n_x`` of ``N`` reports in category ``x``,
-``S_x`` is a sum of independent Bernoullis with ``E[S_x] = n_x p + (N - n_x) q`` and
+``p`` and any other category with probability ``q`` (``params.support_probs``).
 
-* ``share_x = (S_x / N - q) / (p - q)`` is unbiased;
-* its variance is ``(s p (1 - p) + (1 - s) q (1 - q)) / (N (p - q)^2)`` with
-  ``s = n_x / N`` (:meth:`~veil.shared.kinds.oracles.base.OracleParams.share_variance`),
-  stated with the estimate clipped to [0, 1] plugged in for ``s``.
+The estimand is the population share ``s_x`` (docs/analysis.md, "What an interval
+covers"): each installation's value is a draw from the population, its permanent
+response a randomization of that value and its one report a fresh randomization of
+the permanent response, independently across installations. So each report supports
+``x`` with probability ``rho_x = s_x p + (1 - s_x) q``, independently of the others,
+``S_x`` is ``Binomial(N, rho_x)`` and
+
+* ``share_x = (S_x / N - q) / (p - q)`` is unbiased for ``s_x``;
+* its variance is ``rho_x (1 - rho_x) / (N (p - q)^2)``, stated with the observed
+  support rate ``S_x / N`` clipped to ``[q, p]`` (where ``rho_x`` lies) for ``rho_x``.
+  It exceeds the variance given the realized composition,
+  :meth:`~veil.shared.kinds.oracles.base.OracleParams.share_variance`, by
+  ``s_x (1 - s_x) / N``: the sampling of the installations themselves.
+* The shares' sum (``allocated_proportion``, truth 1) is ``(sum_i K_i / N - d q) / (p - q)``
+  with ``K_i`` the number of categories report ``i`` supports; reports are independent,
+  so its variance is ``Var(K) / (N (p - q)^2)``, covariances between the shares
+  included. ``E[K | x] = p + (d - 1) q`` whatever ``x``, so ``Var(K) = E[Var(K | x)]``:
+  0 for GRR (every report supports exactly one category, the sum is identically 1),
+  ``p (1 - p) + (d - 1) q (1 - q)`` for OUE (the bits are independent given the value);
+  for OLH and Hadamard ``K`` is a function of the payload (:func:`olh_support_sizes`,
+  :func:`hadamard_support_sizes`) and ``Var(K)`` is its variance over the reports,
+  read from the response counts.
 
 The support counts, from the statistic's counts vector:
 
@@ -107,6 +123,61 @@ def hadamard_support(params: HadamardParams, counts: np.ndarray) -> np.ndarray:
     return out
 
 
+# ---------------------------------------------------------------- categories per report
+
+
+def olh_support_sizes(params: OlhParams) -> np.ndarray:
+    """``K[a * g + b] = #{x < d : h_a(x) = b}``: how many categories each payload supports.
+
+    With ``F[u] = sum_{x < d} w^(-u.x)`` the ``r``-dimensional DFT of the categories'
+    indicator over GF(g) digit axes, ``sum_{x < d} w^(-t a.x) = F[t a]`` (``t a`` digit by
+    digit), and ``K[a, b] = (1/g) sum_t w^(t b) F[t a]`` is an inverse DFT over ``t``:
+    ``O(g^(r+1) log g)`` for the whole table, whatever ``d``.
+    """
+    g, r = params.buckets, params.digits
+    indicator = np.zeros(params.functions)
+    indicator[: params.d] = 1.0
+    spectrum = np.fft.fftn(indicator.reshape((g,) * r)).reshape(-1)
+    t = np.arange(g, dtype=np.int64)
+    rest = np.arange(params.functions, dtype=np.int64)
+    scaled = np.zeros((params.functions, g), dtype=np.int64)
+    weight = 1
+    for _ in range(r):
+        scaled += (np.outer(rest % g, t) % g) * weight
+        rest //= g
+        weight *= g
+    sizes: np.ndarray = np.rint(np.fft.ifft(spectrum[scaled], axis=1).real).astype(np.int64)
+    return sizes.reshape(-1)
+
+
+def hadamard_support_sizes(params: HadamardParams) -> np.ndarray:
+    """``K[y] = #{x < d : popcount((x + 1) & y) even} = (d + H[y]) / 2``: how many categories
+    each response supports, with ``H`` the Walsh-Hadamard transform of the indicator of
+    the rows ``1 .. d``."""
+    rows = np.zeros(params.size)
+    rows[1 : params.d + 1] = 1.0
+    sizes: np.ndarray = np.rint((params.d + walsh_hadamard(rows, np.float64)) / 2).astype(np.int64)
+    return sizes
+
+
+def support_size_variance(params: OracleParams, counts: np.ndarray) -> float:
+    """``Var(K)``: the variance over reports of the number of categories one report
+    supports (see the module docstring), from the statistic's summed counts vector."""
+    if isinstance(params, OueParams):
+        p, q = params.support_probs
+        return float(p * (1 - p) + (params.d - 1) * q * (1 - q))
+    if isinstance(params, OlhParams):
+        sizes = olh_support_sizes(params)
+    elif isinstance(params, HadamardParams):
+        sizes = hadamard_support_sizes(params)
+    else:  # GRR: each payload names one category
+        return 0.0
+    weights = np.asarray(counts, dtype=np.float64).reshape(-1)
+    total = float(weights.sum())
+    mean = float(weights @ sizes) / total
+    return float(weights @ (sizes - mean) ** 2) / total
+
+
 # ---------------------------------------------------------------- the estimator
 
 
@@ -130,17 +201,19 @@ def _decode_oracle(
             f"another (p = {p:.6g}, q = {q:.6g}), so the reports carry no information",
         )
     # the statistic's one counts vector (``responses``, or ``ones`` for OUE), over cohorts
-    field = counts.fields[statistic_for(params).fields[0].name]
-    support = support_of(params, np.asarray(field).sum(axis=0))
+    field = np.asarray(counts.fields[statistic_for(params).fields[0].name]).sum(axis=0)
+    support = support_of(params, field)
     share = (support / total - q) / (p - q)
-    # share_variance(s, N) is linear in s: evaluate at the clipped estimates
-    floor, ceiling = params.share_variance(0.0, total), params.share_variance(1.0, total)
-    se = np.sqrt(floor + np.clip(share, 0.0, 1.0) * (ceiling - floor))
+    # population shares: S_x ~ Binomial(N, rho_x), rho_x in [q, p] (module docstring)
+    rate = np.clip(support / total, q, p)
+    se = np.sqrt(rate * (1 - rate) / total) / (p - q)
+    allocated_variance = support_size_variance(params, field) / (total * (p - q) ** 2)
     summary = base_summary(counts, started, confidence, len(params.categories), "categories")
     details = {"oracle": params.oracle, "support_probs": [p, q],
                "share_variance_per_report": params.share_variance(), **extra(params)}
     return category_shares_result(counts, list(params.categories), share, se, confidence,
-                                  summary, details, f"category shares ({params.oracle})")
+                                  summary, details, f"category shares ({params.oracle})",
+                                  allocated_variance)
 
 
 @decodes(GrrParams)

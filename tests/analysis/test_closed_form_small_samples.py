@@ -101,8 +101,7 @@ def test_categories(reports: int) -> None:
         assert ("allocated_proportion_unbiased keeps" in summary.get("note", "")) == clipped
         notes += "note" in summary
     # variance rho (1 - rho) / (N (q* - p*)^2) with rho = p* + share (q* - p*); the sum's
-    # stated variance adds them (it omits the multinomial covariances, which makes it
-    # 0.4% too large here: measured sd 0.1956 against a stated 0.1966 at N = 2,000)
+    # is Var(set bits of a report) / (N (q* - p*)^2), the shares' covariances included
     _check_unbiased_and_covered(estimates, std_errors, [*CATEGORY_SHARES, 1.0])
     assert notes > 0  # category "e" (share 0) reads below 0 in about half the runs
 

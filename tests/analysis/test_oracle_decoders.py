@@ -1,20 +1,25 @@
 """The category frequency oracles (GRR, OUE, OLH, Hadamard): support counts, decoders and
 simulation encoders, checked against exact laws with fixed seeds.
 
-* Support counts: the FFT (OLH) and Walsh-Hadamard (Hadamard) counts equal brute-force
-  loops over the responses, including ``d`` not a power of ``g`` or 2, ``d = 2`` and
-  ``g = 2``.
+* Support counts: the FFT (OLH) and Walsh-Hadamard (Hadamard) counts, and the number of
+  categories each payload supports, equal brute-force loops over the responses,
+  including ``d`` not a power of ``g`` or 2, ``d = 2`` and ``g = 2``.
 * Decoders: :data:`RUNS` independent collections per oracle and population size (2,000,
-  20,000 and 10^6 reports), drawn with the direct statistic sampler
-  (:func:`~veil.simulations.oracle_encoding.simulate_oracle_counts`):
+  20,000 and 10^6 reports), each of installations drawing their category from the
+  population (the composition ``Multinomial(N, shares)`` anew every run, the estimand
+  docs/analysis.md states), then the direct statistic sampler
+  (:func:`~veil.simulations.oracle_encoding.simulate_oracle_counts`), in the default
+  design and the one-shot one (``report_epsilon = epsilon``, where the population's
+  share of the variance is largest):
 
-  - unbiased: each category's mean estimate lies within 4 standard errors of its mean
-    of the truth, the standard error of a mean of ``RUNS`` runs being the stated one
-    over ``sqrt(RUNS)``;
-  - honest errors: the stated standard error (root mean square over runs) is within 10%
-    of the observed spread. An estimated standard deviation from ``RUNS`` runs has a
-    relative standard error of ``sqrt(1 / (2 (RUNS - 1)))`` = 2.2% at 1,000 runs, so
-    the 10% band is 4.5 of those;
+  - unbiased: each category's mean estimate lies within 4 standard errors of its
+    population share, the standard error of a mean of ``RUNS`` runs being the stated
+    one over ``sqrt(RUNS)``;
+  - honest errors: the stated standard error (root mean square over runs) of every
+    share and of their sum (``allocated_proportion_std_error``) is within 10% of the
+    observed spread. An estimated standard deviation from ``RUNS`` runs has a relative
+    standard error of ``sqrt(1 / (2 (RUNS - 1)))`` = 2.2% at 1,000 runs, so the 10%
+    band is 4.5 of those; GRR's sum is identically 1, so its stated error is 0;
   - coverage: 95% intervals cover the truth 93-97% of the time, pooled over the
     categories and runs of each (oracle, size). At the pooled 16,000 intervals the
     binomial standard error of the coverage is 0.17% (the band is 11 of them); were
@@ -43,7 +48,12 @@ from scipy import stats
 
 from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decode import DECODERS, decode_counts
-from veil.server.analysis.oracles import hadamard_support, olh_support
+from veil.server.analysis.oracles import (
+    hadamard_support,
+    hadamard_support_sizes,
+    olh_support,
+    olh_support_sizes,
+)
 from veil.server.cli import main
 from veil.server.storage import open_storage
 from veil.shared.bits import PROB_ONE
@@ -80,6 +90,11 @@ ORACLES: list[OracleParams] = [
     HadamardParams(categories=_categories(16), epsilon=1.0),
 ]
 IDS = [params.oracle for params in ORACLES]
+#: the same at epsilon 4 in the one-shot design (``report_epsilon = epsilon``)
+ONE_SHOT: list[OracleParams] = [
+    type(params)(categories=_categories(params.d), epsilon=4.0, report_epsilon=4.0)
+    for params in ORACLES
+]
 
 
 def _shares(d: int) -> np.ndarray:
@@ -108,6 +123,10 @@ def test_olh_support_counts_equal_a_brute_force_loop(d: int, g: int | None) -> N
     brute = [sum(int(table[a, params.hash(a, x)]) for a in range(params.functions))
              for x in range(d)]
     assert olh_support(params, counts).tolist() == brute
+    # the categories each payload supports (the allocated share's variance reads them)
+    sizes = [[sum(params.hash(a, x) == b for x in range(d)) for b in range(params.buckets)]
+             for a in range(params.functions)]
+    assert olh_support_sizes(params).tolist() == np.ravel(sizes).tolist()
 
 
 @pytest.mark.parametrize("d", [2, 3, 4, 5, 7, 8, 9, 20, 33])
@@ -117,6 +136,8 @@ def test_hadamard_support_counts_equal_a_brute_force_loop(d: int) -> None:
     brute = [sum(int(counts[y]) for y in range(params.size) if params.supports(x, y))
              for x in range(d)]
     assert hadamard_support(params, counts).tolist() == brute
+    sizes = [sum(params.supports(x, y) for x in range(d)) for y in range(params.size)]
+    assert hadamard_support_sizes(params).tolist() == sizes
 
 
 def test_olh_support_counts_stay_exact_at_large_counts() -> None:
@@ -132,32 +153,39 @@ def test_olh_support_counts_stay_exact_at_large_counts() -> None:
 # ---------------------------------------------------------------- unbiasedness and coverage
 
 
-@pytest.mark.parametrize("params", ORACLES, ids=IDS)
+@pytest.mark.parametrize("params", ORACLES + ONE_SHOT,
+                         ids=IDS + [f"{name}-one-shot" for name in IDS])
 def test_decoder_is_unbiased_with_honest_errors_and_coverage(params: OracleParams) -> None:
-    decoder = DECODERS[params.mechanism_name]
     z = stats.norm.isf(0.025)
     rng = np.random.default_rng(2024 + len(params.oracle))
+    truth = _shares(params.d)
     for reports in SIZES:
-        true_counts = np.round(_shares(params.d) * reports).astype(np.int64)
-        total = int(true_counts.sum())
-        truth = true_counts / total
-        estimates = np.zeros((RUNS, params.d))
-        std_errors = np.zeros((RUNS, params.d))
+        # columns: the shares, then their sum (allocated_proportion_unbiased, truth 1)
+        estimates = np.zeros((RUNS, params.d + 1))
+        std_errors = np.zeros((RUNS, params.d + 1))
         for run in range(RUNS):
-            counts = simulate_oracle_counts(params, true_counts, rng)
-            result = decoder(_counts_arrays(params, total, counts))
-            estimates[run] = result.column("proportion")
-            std_errors[run] = result.column("prop_std_error")
+            composition = rng.multinomial(reports, truth)
+            counts = simulate_oracle_counts(params, composition, rng)
+            result = decode_counts(_counts_arrays(params, reports, counts))
+            summary = result.summary
+            estimates[run] = [*result.column("proportion"),
+                              summary["allocated_proportion_unbiased"]]
+            std_errors[run] = [*result.column("prop_std_error"),
+                               summary["allocated_proportion_std_error"]]
         stated = np.sqrt(np.mean(std_errors**2, axis=0))
-        where = f"{params.oracle} N={reports}"
+        where = f"{params.oracle} N={reports} report_epsilon={params.report_epsilon}"
+        shares, total = estimates[:, :-1], estimates[:, -1]
         # unbiased: the mean of RUNS runs has standard error stated / sqrt(RUNS); 4 of them
-        bias = estimates.mean(axis=0) - truth
-        assert np.all(np.abs(bias) < 4 * stated / math.sqrt(RUNS)), (where, bias / stated)
+        bias = shares.mean(axis=0) - truth
+        assert np.all(np.abs(bias) < 4 * stated[:-1] / math.sqrt(RUNS)), (where, bias / stated[:-1])
         # honest errors: 10% band, 4.5 relative standard errors of a standard deviation
         observed = estimates.std(axis=0, ddof=1)
+        if isinstance(params, GrrParams):  # every report supports one category: the sum is 1
+            assert np.all(std_errors[:, -1] == 0) and np.allclose(total, 1.0, atol=1e-12), where
+            observed, stated = observed[:-1], stated[:-1]
         assert np.all(np.abs(observed / stated - 1) < 0.10), (where, observed / stated)
         # coverage of 95% intervals, pooled (binomial SE 0.17%-0.69%, see the module)
-        covered = np.abs(estimates - truth) <= z * std_errors
+        covered = np.abs(shares - truth) <= z * std_errors[:, :-1]
         assert 0.93 <= covered.mean() <= 0.97, (where, covered.mean())
 
 
