@@ -802,7 +802,9 @@ class Client:
         if why is not None:
             self._drop("privacy_limit", f"dropped a report of {metric!r}: {why}")
             return None
-        prepared = (spec, make_encoder(spec, self._secret, self._cohort_seed))
+        with self._lock:
+            layout = self._ledger.stream_layout(spec)
+        prepared = (spec, make_encoder(spec, self._secret, self._cohort_seed, layout=layout))
         metrics.prepared[metric] = prepared
         return prepared
 

@@ -8,6 +8,7 @@ sequential composition (sum) over metrics.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 
@@ -274,3 +275,32 @@ def test_two_layout_1_oracle_parameter_sets_still_add_up(tmp_path, offline_url):
         got = client.privacy_spent().per_metric["colour"]
     assert close_to(got, colour(1.0)["colour"].params.epsilon_1
                     + colour(2.0)["colour"].params.epsilon_1)
+
+
+def test_an_upgraded_client_reports_a_layout_1_parameter_set_with_its_old_responses(
+        tmp_path, offline_url):
+    """The client makes its encoders with the ledger's layout: after the upgrade, a parameter
+    set reported under layout 1 goes out with the layout 1 response (no second draw for an
+    observer to compare), a new parameter set with the layout 2 one."""
+    numbers = {"metrics": {"load": {"kind": "number", "low": 0.0, "high": 10.0,
+                                    "resolution": 100, "epsilon": 1.0}}}
+    registry = Registry.from_dict(numbers)
+    state = tmp_path / "state"
+    report_once(state, offline_url, registry, "load", 5.0)
+    as_layout_1_database(state)
+    connection, secret = open_state(state)
+    connection.close()
+    spec, values = registry["load"], [1.0, 2.0, 3.0, 4.0, 5.0]
+    old = [make_encoder(spec, secret, layout=1).encode(value) for value in values]
+    new = [make_encoder(spec, secret, layout=STREAM_LAYOUT).encode(value) for value in values]
+    # five independent discrete Laplace draws of scale 100 grid steps agree each with
+    # probability under 1%: the two layouts' lists differ but for a 1e-10 chance
+    assert old != new
+    with Client(offline_url, state, registry=registry) as client:
+        for value in values:
+            client.report("load", value)
+    database = sqlite3.connect(state / DATABASE_FILE)
+    bodies = [json.loads(body) for (body,) in database.execute(
+        "SELECT body FROM outbox ORDER BY seq")]
+    database.close()
+    assert [body["payload"] for body in bodies][-len(values):] == old
