@@ -179,7 +179,10 @@ def transaction(connection: sqlite3.Connection) -> Iterator[None]:
         yield
         connection.execute("COMMIT")
     except BaseException:
-        connection.execute("ROLLBACK")
+        # SQLite rolls back by itself after some errors (SQLITE_FULL, SQLITE_IOERR, ...):
+        # a ROLLBACK then fails and would hide the error that caused it
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
         raise
 
 
