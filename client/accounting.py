@@ -31,7 +31,7 @@ get layout 2, and a metric with two or more layout 1 parameter sets of those
 kinds is charged ``inf`` (:func:`entangled`).
 
 If the ledger was lost (the state database deleted or replaced while the
-secret stayed, see :func:`veil.client.state.open_state`), what the reports
+secret stayed, see :func:`veil.client.state_dir.open_state`), what the reports
 before the loss cost is unknown, and the ledger keeps its figures upper bounds
 with two rules:
 

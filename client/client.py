@@ -44,8 +44,8 @@ from veil.client.errors import (
     StateError,
     UnknownMetricError,
 )
-from veil.client.limits import DEFAULT_MAX_EPSILON_PER_VALUE, PrivacyLimits
 from veil.client.outbox import DROP_CAUSES, Outbox
+from veil.client.privacy_limits import DEFAULT_MAX_EPSILON_PER_VALUE, PrivacyLimits
 from veil.client.randomness import HmacStream
 from veil.client.registry_source import (
     WaitingValues,
@@ -54,7 +54,7 @@ from veil.client.registry_source import (
     read_cache,
     resolve_registry,
 )
-from veil.client.state import (
+from veil.client.state_dir import (
     cohort_seed,
     ledger_lost_at,
     open_database,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from veil.client.state import transaction
+from veil.client.state_dir import transaction
 
 READY = 0
 IN_FLIGHT = 1

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from veil.client.errors import RegistryUnavailableError
-from veil.client.state import REGISTRY_CACHE_FILE
+from veil.client.state_dir import REGISTRY_CACHE_FILE
 from veil.client.transport import Transport
 from veil.shared.errors import ParameterError, VeilError
 from veil.shared.registry import Registry

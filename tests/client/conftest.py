@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from veil.client.outbox import IN_FLIGHT
-from veil.client.state import DATABASE_FILE
+from veil.client.state_dir import DATABASE_FILE
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ from veil.client import BudgetExceededError, Client
 from veil.client.accounting import PrivacyLedger
 from veil.client.encoders import make_encoder
 from veil.client.randomness import STREAM_LAYOUT, HmacStream
-from veil.client.state import DATABASE_FILE, open_state, transaction
+from veil.client.state_dir import DATABASE_FILE, open_state, transaction
 from veil.shared.bits import realize
 from veil.shared.registry import Registry
 

@@ -38,12 +38,12 @@ from typing import Any
 
 import pytest
 
-import veil.client.state as state_module
+import veil.client.state_dir as state_module
 from tests.client.test_oracle_encoders import RawStream as OracleRawStream
 from veil.client import Client, UnknownMetricError
 from veil.client.client import reporting_channel
 from veil.client.encoders import ENCODERS, DiscoveryEncoder, make_encoder
-from veil.client.state import DATABASE_FILE, SECRET_FILE, derived_cohort_seed
+from veil.client.state_dir import DATABASE_FILE, SECRET_FILE, derived_cohort_seed
 from veil.shared.bits import realize
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import DiscoveryParams

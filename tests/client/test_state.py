@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from veil.client import Client, StateError
-from veil.client.state import DATABASE_FILE, SECRET_FILE
+from veil.client.state_dir import DATABASE_FILE, SECRET_FILE
 from veil.shared.registry import Registry
 
 

@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from veil.client import Client, RegistryUnavailableError
-from veil.client.state import REGISTRY_CACHE_FILE
+from veil.client.state_dir import REGISTRY_CACHE_FILE
 from veil.shared.bits import hex_to_bits
 from veil.shared.registry import Registry
 

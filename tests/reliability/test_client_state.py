@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from veil.client import BudgetExceededError, Client
-from veil.client.state import DATABASE_FILE, SECRET_FILE
+from veil.client.state_dir import DATABASE_FILE, SECRET_FILE
 from veil.shared.registry import Registry
 
 #: RAPPOR's default string parameters: epsilon_1 = 1.0743, epsilon_inf = 4 ln 3 = 4.3944

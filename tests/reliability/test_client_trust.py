@@ -17,7 +17,7 @@ import math
 import requests
 
 from veil.client import Client
-from veil.client.limits import DEFAULT_MAX_EPSILON_PER_VALUE
+from veil.client.privacy_limits import DEFAULT_MAX_EPSILON_PER_VALUE
 from veil.shared.registry import Registry
 
 HOSTILE = Registry.from_dict({"metrics": {

@@ -42,7 +42,7 @@ import pytest
 from veil.client import Client
 from veil.client.encoders import make_encoder
 from veil.client.encoders.base import Encoder
-from veil.client.state import derived_cohort_seed
+from veil.client.state_dir import derived_cohort_seed
 from veil.shared.bits import PROB_ONE, realized
 from veil.shared.kinds import (
     BooleanParams,

@@ -25,7 +25,7 @@ import pytest
 
 from veil.client.encoders import make_encoder
 from veil.client.randomness import STREAM_LAYOUT, HmacStream
-from veil.client.state import derived_cohort_seed
+from veil.client.state_dir import derived_cohort_seed
 from veil.shared import Metric
 from veil.shared.hashing import bloom_indices, bloom_indices_all_cohorts
 from veil.shared.kinds import params_from_dict
