@@ -10,19 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 from veil.server.cli.commands import iter_commands
 from veil.shared.errors import VeilError
+from veil.shared.version import __version__
 
 __all__ = ["build_parser", "main"]
-
-
-def _version() -> str:
-    try:
-        return version("veil")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="veil",
         description="Local-differential-privacy telemetry: encode on the device, collect, decode.",
     )
-    parser.add_argument("--version", action="version", version=f"veil {_version()}")
+    parser.add_argument("--version", action="version", version=f"veil {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text, configure, run in iter_commands():
         command = sub.add_parser(name, help=help_text, description=help_text)
