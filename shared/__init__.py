@@ -1,8 +1,10 @@
 """The contract the client and the collector both obey.
 
-Parameters and privacy math per kind of metric, the Bloom hashing
-specification, the metric registry, and the wire format. Pure and I/O-free:
-it imports nothing else from Veil.
+Parameters and privacy math per kind of metric, the registries of each
+mechanism's faces (:mod:`veil.shared.faces`), the Bloom hashing specification,
+the metric registry, and the wire format. It imports nothing else from Veil and
+does no I/O except reading the metric registry's TOML file when asked
+(:meth:`Registry.load`).
 """
 
 from veil.shared.errors import ParameterError, VeilError, WireFormatError

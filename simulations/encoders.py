@@ -1,7 +1,8 @@
 """The simulation face of each kind: many installations' reports at once, as wire payloads.
 
-Each kind's simulation encoder is marked with :func:`simulates`; :data:`SIMULATORS` maps
-the kind to that function ``(params, values, rng, clients=None)`` returning :class:`SimulatedReports`
+Each mechanism's simulation encoder is marked with :func:`simulates`, which adds it to
+:data:`SIMULATORS` under the mechanism's name: a function
+``(params, values, rng, clients=None)`` returning :class:`SimulatedReports`
 with the same law as the SDK's encoder (numpy's generators instead of the CSPRNG,
 which is fine for simulation and only for it).
 ``values`` are the metric's own values (strings, category names, booleans, numbers);
@@ -17,6 +18,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
+from veil.shared.faces import FaceRegistry
 from veil.shared.kinds import (
     BooleanParams,
     CategoryParams,
@@ -60,15 +62,19 @@ class Simulator(Protocol):
                  clients: np.ndarray | None = None) -> SimulatedReports: ...
 
 
+#: the simulation encoder of each mechanism, keyed by its parameter class's mechanism_name
+SIMULATORS: FaceRegistry[Simulator] = FaceRegistry("simulation encoder")
+
+
 def simulates(
     params_type: type[MechanismParams],
 ) -> Callable[[Callable[..., SimulatedReports]], Simulator]:
-    """Mark a function as the simulation encoder of ``params_type``.
+    """Make a function the simulation encoder of ``params_type`` (in :data:`SIMULATORS`).
 
-    :func:`~veil.shared.kinds.base.implements` sets the function's ``params_type`` at run
-    time; the cast tells the type checker the function is now a :class:`Simulator`.
+    :func:`~veil.shared.kinds.base.implements` sets the function's ``params_type`` and
+    registers it; the cast tells the type checker the function is now a :class:`Simulator`.
     """
-    mark = implements(params_type)
+    mark = implements(params_type, SIMULATORS)
 
     def simulator(function: Callable[..., SimulatedReports]) -> Simulator:
         return cast(Simulator, mark(function))
@@ -174,11 +180,3 @@ def simulate_discovery(params: DiscoveryParams, values: Sequence[str], rng: np.r
     rows, buckets = encode_discovery(params, vectors, rng, keyed)
     return SimulatedReports(cohorts, payload_hex(params, rows, buckets))
 
-
-#: the simulation encoder of each mechanism, keyed by its parameter class's mechanism_name
-SIMULATORS: dict[str, Simulator] = {
-    simulator.params_type.mechanism_name: simulator
-    for simulator in (simulate_strings, simulate_categories, simulate_grr, simulate_oue,
-                      simulate_olh, simulate_hadamard, simulate_booleans, simulate_numbers,
-                      simulate_discovery)
-}

@@ -24,14 +24,15 @@ fast, and NOT for production.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 
-from veil.server.analysis.counts import counts_document
+from veil.server.counts import counts_document
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError
+from veil.shared.faces import FaceRegistry
 from veil.shared.kinds import GrrParams, HadamardParams, OlhParams, OracleParams, OueParams
 from veil.shared.kinds.oracles.olh import bucket_channel
 from veil.simulations.encoding import (
@@ -46,6 +47,24 @@ from veil.simulations.encoding import (
 
 #: draws made at once by the direct samplers (bounds their memory to some tens of MB)
 CHUNK_DRAWS = 1 << 20
+
+#: a direct sampler: ``(params, true_counts, rng) -> the statistic's counts vector``
+Sampler = Callable[[Any, np.ndarray, np.random.Generator], np.ndarray]
+S = TypeVar("S", bound=Sampler)
+#: the direct sampler of each oracle's statistic (:func:`simulate_oracle_counts`), keyed by
+#: its parameter class's ``mechanism_name``
+COUNT_SAMPLERS: FaceRegistry[Sampler] = FaceRegistry("direct sampler of the statistic")
+
+
+def samples_counts(params_type: type[OracleParams]) -> Callable[[S], S]:
+    """Make a function the direct sampler of ``params_type``'s statistic (in
+    :data:`COUNT_SAMPLERS`)."""
+
+    def register(function: S) -> S:
+        COUNT_SAMPLERS.add(params_type.mechanism_name, function)
+        return function
+
+    return register
 
 
 def bernoulli(numerator: int, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -238,6 +257,7 @@ def _repeat_in_chunks(values: np.ndarray, repeats: np.ndarray) -> Iterator[np.nd
         start, done = stop, int(ends[stop - 1])
 
 
+@samples_counts(GrrParams)
 def _grr_counts(params: GrrParams, true_counts: np.ndarray, rng: np.random.Generator,
                 ) -> np.ndarray:
     p, q = params.support_probs
@@ -247,6 +267,7 @@ def _grr_counts(params: GrrParams, true_counts: np.ndarray, rng: np.random.Gener
     return out
 
 
+@samples_counts(OueParams)
 def _oue_counts(params: OueParams, true_counts: np.ndarray, rng: np.random.Generator,
                 ) -> np.ndarray:
     p, q = params.support_probs
@@ -255,6 +276,7 @@ def _oue_counts(params: OueParams, true_counts: np.ndarray, rng: np.random.Gener
     return ones.astype(np.int64)
 
 
+@samples_counts(OlhParams)
 def _olh_counts(params: OlhParams, true_counts: np.ndarray, rng: np.random.Generator,
                 ) -> np.ndarray:
     g, functions, cells = params.buckets, params.functions, params.responses
@@ -273,6 +295,7 @@ def _olh_counts(params: OlhParams, true_counts: np.ndarray, rng: np.random.Gener
     return counts
 
 
+@samples_counts(HadamardParams)
 def _hadamard_counts(params: HadamardParams, true_counts: np.ndarray,
                      rng: np.random.Generator) -> np.ndarray:
     size = params.size
@@ -333,15 +356,7 @@ def simulate_oracle_counts(params: OracleParams, true_counts: np.ndarray,
     true_counts = np.asarray(true_counts, dtype=np.int64).reshape(-1)
     if true_counts.size != params.d or (true_counts.size and true_counts.min() < 0):
         raise ParameterError("true_counts", f"need {params.d} non-negative counts, one per category")
-    if isinstance(params, GrrParams):
-        return _grr_counts(params, true_counts, rng)
-    if isinstance(params, OueParams):
-        return _oue_counts(params, true_counts, rng)
-    if isinstance(params, OlhParams):
-        return _olh_counts(params, true_counts, rng)
-    if isinstance(params, HadamardParams):
-        return _hadamard_counts(params, true_counts, rng)
-    raise ParameterError("params", f"no direct sampler for {type(params).__name__}")
+    return COUNT_SAMPLERS.lookup(params.mechanism_name)(params, true_counts, rng)
 
 
 def oracle_counts_document(params: OracleParams, counts: np.ndarray,
@@ -351,7 +366,7 @@ def oracle_counts_document(params: OracleParams, counts: np.ndarray,
     The total of reports is ``counts.sum()`` for the ``responses`` statistic; OUE's
     counts do not give it, so pass the total through :func:`oue_counts_document`.
     """
-    if isinstance(params, OueParams):
+    if params.statistic != "responses":
         raise ParameterError("params", "OUE's set-bit counts do not give the number of reports; "
                                        "use oue_counts_document")
     counts = np.asarray(counts, dtype=np.int64).reshape(-1)

@@ -5,7 +5,7 @@ epsilon and each domain size ``d``, ``n`` reports of a fixed population are draw
 with the oracle's own statistic sampler
 (:func:`veil.simulations.oracle_encoding.simulate_oracle_counts`, the exact law of
 the SDK's reports, one per installation) and decoded by the oracle's decoder
-(:data:`veil.server.analysis.decode.DECODERS`), ``rounds`` times. The empirical
+(:data:`veil.server.analysis.decoders.DECODERS`), ``rounds`` times. The empirical
 variance of every category's share estimate is compared with the formula the
 decoder states, ``params.share_variance(share, n)``. One-shot parameters
 (``report_epsilon = epsilon``: no instantaneous noise) make the figures
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from veil.server.analysis.counts import CountsArrays
-from veil.server.analysis.decode import DECODERS
+from veil.server.analysis.decoders import DECODERS
 from veil.shared.kinds.oracles import ORACLES, OracleParams
 from veil.shared.statistics import statistic_for
 from veil.simulations.oracle_encoding import simulate_oracle_counts

@@ -1,7 +1,8 @@
 """Every kind through every face, in the manner of scikit-learn's ``check_estimator``.
 
 For each mechanism in :data:`veil.shared.kinds.MECHANISMS` (every kind, and every
-oracle of a category metric) and each example parameter set:
+oracle of a category metric) and each example parameter set (:data:`EXAMPLES`), each
+check of :data:`COMMON_CHECKS` runs as a test of its own: the mechanism has every face,
 the parameters validate and round-trip, the SDK encoder's output passes wire
 validation, the statistic's fast accumulation equals the report-by-report fold
 and merges, counts documents round-trip, the decoder recovers a known
@@ -12,7 +13,9 @@ each payload value, GRR, OLH and Hadamard, or the payload is one bit, booleans a
 gaussian numbers; for discovery, whose bucket counts are uniform whatever is hashed,
 also whether each report's bucket is ``A x`` of its own value). A kind that lacks a
 face (encoder, statistic, decoder, simulation encoder) or an example here fails this
-file.
+file. The checks are functions ``check(params, shares, truth)`` that look every face up
+in its registry, so they run as well on a mechanism defined elsewhere
+(``tests/test_toy_mechanism.py`` defines one in the test itself).
 
 Randomness is seeded. Tolerances: the decoder's estimate lies within 4 of its
 stated standard errors of the truth (for discovery, of the share realized among the
@@ -32,12 +35,13 @@ import numpy as np
 import pytest
 
 from veil.client.encoders import ENCODERS, make_encoder
-from veil.server.analysis.counts import counts_arrays
-from veil.server.analysis.decode import DECODERS, decode_counts
+from veil.server.analysis.decoders import DECODERS, decode_counts
 from veil.server.analysis.discovery import PrefixSearch, payload_rows, reports_by_level
+from veil.server.counts import counts_arrays
 from veil.server.storage.base import payload_array
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import (
+    KINDS,
     MECHANISMS,
     BooleanParams,
     CategoryParams,
@@ -50,7 +54,7 @@ from veil.shared.kinds import (
     OueParams,
     StringParams,
 )
-from veil.shared.kinds.number import MECHANISMS as NUMBER_MECHANISMS
+from veil.shared.kinds.number import NUMBER_MECHANISMS
 from veil.shared.registry import Metric, Registry
 from veil.shared.statistics import STATISTICS, Statistic, statistic_for
 from veil.shared.wire import make_batch, make_report, validate_batch
@@ -96,14 +100,17 @@ def population(shares: dict[Any, float], n: int, seed: int) -> list[Any]:
 
 
 def metric_name(params: MechanismParams) -> str:
-    """The example's metric name: a discovery channel is named after its string metric."""
-    return "m.discovery" if isinstance(params, DiscoveryParams) else "m"
+    """The example's metric name: a channel (a discovery channel) is named after the metric
+    it belongs to, ``m``."""
+    return f"m.{params.kind}" if params.channel_of else "m"
 
 
 def registry_for(params: MechanismParams) -> Registry:
-    """A registry holding the example's metric (and a discovery channel's string metric)."""
-    if isinstance(params, DiscoveryParams):
-        return Registry([Metric("m", StringParams()), Metric("m.discovery", params, of="m")])
+    """A registry holding the example's metric (and, for a channel, the metric it belongs to,
+    with its kind's default parameters)."""
+    if params.channel_of:
+        return Registry([Metric("m", KINDS[params.channel_of]()),
+                         Metric(metric_name(params), params, of="m")])
     return Registry([Metric("m", params)])
 
 
@@ -158,17 +165,28 @@ def per_report_fields(params: MechanismParams, cohorts: list[int], payloads: lis
 def test_every_mechanism_has_every_face_and_an_example() -> None:
     mechanisms = set(MECHANISMS)
     assert set(ENCODERS) == mechanisms, "an encoder each (veil.client.encoders.ENCODERS)"
-    assert set(DECODERS) == mechanisms, "a decoder each (veil.server.analysis.decode.DECODERS)"
+    assert set(DECODERS) == mechanisms, "a decoder each (veil.server.analysis.decoders.DECODERS)"
     assert set(SIMULATORS) == mechanisms, "a simulation encoder each (veil.simulations.encoders)"
     assert {params.mechanism_name for params, _, _ in EXAMPLES} == mechanisms, "an example each here"
     numbers = {params.mechanism for params, _, _ in EXAMPLES if isinstance(params, NumberParams)}
     assert numbers == set(NUMBER_MECHANISMS), "an example of each number mechanism here"
-    for params, _, _ in EXAMPLES:
-        assert params.statistic in STATISTICS, f"{params.mechanism_name}: no statistic {params.statistic!r}"
+    for params, shares, truth in EXAMPLES:
+        check_every_face_is_registered(params, shares, truth)
 
 
-@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
-def test_parameters_round_trip_and_state_their_privacy(params, shares, truth) -> None:
+def check_every_face_is_registered(params: MechanismParams, shares: dict[Any, float],
+                                   truth: dict[str, float]) -> None:
+    """The mechanism of ``params`` is registered with every face, under its name."""
+    name = params.mechanism_name
+    assert MECHANISMS.get(name) is type(params), f"{name}: not in veil.shared.kinds.MECHANISMS"
+    assert name in ENCODERS, f"{name}: no encoder (veil.client.encoders.ENCODERS)"
+    assert name in DECODERS, f"{name}: no decoder (veil.server.analysis.decoders.DECODERS)"
+    assert name in SIMULATORS, f"{name}: no simulation encoder (veil.simulations.encoders)"
+    assert params.statistic in STATISTICS, f"{name}: no statistic {params.statistic!r}"
+
+
+def check_parameters_round_trip_and_state_their_privacy(
+        params: MechanismParams, shares: dict[Any, float], truth: dict[str, float]) -> None:
     assert type(params).from_dict(params.to_dict()) == params
     registry = Registry.from_dict(registry_for(params).to_dict())
     assert registry[metric_name(params)].params == params
@@ -176,15 +194,15 @@ def test_parameters_round_trip_and_state_their_privacy(params, shares, truth) ->
     assert params.privacy_map(2) >= 2 * params.epsilon_inf
 
 
-@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
-def test_encoder_output_passes_wire_validation(params, shares, truth) -> None:
+def check_encoder_output_passes_wire_validation(
+        params: MechanismParams, shares: dict[Any, float], truth: dict[str, float]) -> None:
     reports = sdk_reports(params, population(shares, 50, 1), 2)
     result = validate_batch(make_batch("f" * 32, reports), registry_for(params))
     assert result.errors == [] and len(result.reports) == len(reports)
 
 
-@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
-def test_statistic_accumulates_merges_and_round_trips(params, shares, truth) -> None:
+def check_statistic_accumulates_merges_and_round_trips(
+        params: MechanismParams, shares: dict[Any, float], truth: dict[str, float]) -> None:
     statistic = statistic_for(params)
     reports = sdk_reports(params, population(shares, 400, 3), 4)
     cohorts = np.array([r.get("cohort", 0) for r in reports])
@@ -214,8 +232,8 @@ def test_statistic_accumulates_merges_and_round_trips(params, shares, truth) -> 
         assert arrays.fields[field.name].tolist() == expected
 
 
-@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
-def test_array_accumulation_equals_accumulate(params, shares, truth) -> None:
+def check_array_accumulation_equals_accumulate(
+        params: MechanismParams, shares: dict[Any, float], truth: dict[str, float]) -> None:
     """``accumulate_arrays`` (what an archive's buckets use), the statistic's own and the
     generic default, gives exactly ``accumulate``'s result on random reports."""
     statistic = statistic_for(params)
@@ -234,8 +252,8 @@ def test_array_accumulation_equals_accumulate(params, shares, truth) -> None:
     assert statistic.accumulate_arrays(params, cohorts[:0], arrays[:0]) == []
 
 
-@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
-def test_simulation_encoder_has_the_sdk_law(params, shares, truth) -> None:
+def check_simulation_encoder_has_the_sdk_law(
+        params: MechanismParams, shares: dict[Any, float], truth: dict[str, float]) -> None:
     values = population(shares, SDK_REPORTS, 5)
     sdk = sdk_reports(params, values, 6)
     simulated = SIMULATORS[params.mechanism_name](params, values, np.random.default_rng(7))
@@ -248,8 +266,9 @@ def test_simulation_encoder_has_the_sdk_law(params, shares, truth) -> None:
         gap = np.abs(a.mean(axis=0) - b.mean(axis=0))
         # where both samples are constant (a bit never set) the means must agree exactly
         assert np.all(gap <= 5 * se + 1e-12), f"{name}: max gap {gap.max()} (se {se.max()})"
-    if isinstance(params, DiscoveryParams):
-        check_discovery_law(params, values, sdk, simulated)
+    further = FURTHER_LAW_CHECKS.get(params.mechanism_name)
+    if further is not None:
+        further(params, values, sdk, simulated)
 
 
 def own_bucket(params: DiscoveryParams, values: list[str], cohorts: Any, payloads: list[str],
@@ -332,14 +351,15 @@ def check_discovery(params: DiscoveryParams, cohorts: np.ndarray, stored: list[b
         decode_counts(document(params, np.bincount(cohorts, minlength=params.cohorts), states))
 
 
-@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
-def test_decoder_recovers_a_known_population(params, shares, truth) -> None:
+def check_decoder_recovers_a_known_population(
+        params: MechanismParams, shares: dict[Any, float], truth: dict[str, float]) -> None:
     values = population(shares, POPULATION, 8)
     simulated = SIMULATORS[params.mechanism_name](params, values, np.random.default_rng(9))
     statistic = statistic_for(params)
     stored = stored_payloads(params, simulated.payloads)
-    if isinstance(params, DiscoveryParams):  # its decoder is the search over raw reports
-        return check_discovery(params, simulated.cohorts, stored, truth, values)
+    if params.reads_raw_reports:  # its decoder is an analysis of the raw reports
+        return RAW_REPORT_CHECKS[params.mechanism_name](params, simulated.cohorts, stored,
+                                                        truth, values)
     states = [statistic.zero(params) for _ in range(params.cohorts)]
     sizes = np.bincount(simulated.cohorts, minlength=params.cohorts)
     for cohort, _, state in statistic.accumulate(params, simulated.cohorts, stored):
@@ -354,3 +374,49 @@ def test_decoder_recovers_a_known_population(params, shares, truth) -> None:
     for name, expected in truth.items():
         row = rows[name]
         assert abs(row[estimate] - expected) <= 4 * row[std_error], (name, row, expected)
+
+
+#: checks of a mechanism's own law beyond its statistic's, after the common one (by name)
+FURTHER_LAW_CHECKS = {DiscoveryParams.mechanism_name: check_discovery_law}
+#: the check of the analysis of a mechanism that reads its raw reports (``reads_raw_reports``)
+RAW_REPORT_CHECKS = {DiscoveryParams.mechanism_name: check_discovery}
+#: every check a mechanism must pass, each ``check(params, shares, truth)``
+COMMON_CHECKS = (
+    check_every_face_is_registered,
+    check_parameters_round_trip_and_state_their_privacy,
+    check_encoder_output_passes_wire_validation,
+    check_statistic_accumulates_merges_and_round_trips,
+    check_array_accumulation_equals_accumulate,
+    check_simulation_encoder_has_the_sdk_law,
+    check_decoder_recovers_a_known_population,
+)
+
+
+@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
+def test_parameters_round_trip_and_state_their_privacy(params, shares, truth) -> None:
+    check_parameters_round_trip_and_state_their_privacy(params, shares, truth)
+
+
+@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
+def test_encoder_output_passes_wire_validation(params, shares, truth) -> None:
+    check_encoder_output_passes_wire_validation(params, shares, truth)
+
+
+@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
+def test_statistic_accumulates_merges_and_round_trips(params, shares, truth) -> None:
+    check_statistic_accumulates_merges_and_round_trips(params, shares, truth)
+
+
+@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
+def test_array_accumulation_equals_accumulate(params, shares, truth) -> None:
+    check_array_accumulation_equals_accumulate(params, shares, truth)
+
+
+@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
+def test_simulation_encoder_has_the_sdk_law(params, shares, truth) -> None:
+    check_simulation_encoder_has_the_sdk_law(params, shares, truth)
+
+
+@pytest.mark.parametrize(("params", "shares", "truth"), EXAMPLES, ids=IDS)
+def test_decoder_recovers_a_known_population(params, shares, truth) -> None:
+    check_decoder_recovers_a_known_population(params, shares, truth)

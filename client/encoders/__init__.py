@@ -1,5 +1,6 @@
 """Encoders, one per mechanism (a kind, or a category oracle); :func:`make_encoder` picks the
-one for a metric."""
+one for a metric from :data:`ENCODERS`, where each encoder class registers itself when it
+is defined. This package imports the built-in ones."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from veil.client.encoders.base import Encoder
+from veil.client.encoders.base import ENCODERS, Encoder
 from veil.client.encoders.boolean import BooleanEncoder
 from veil.client.encoders.category import CategoryEncoder
 from veil.client.encoders.discovery import DiscoveryEncoder
@@ -16,13 +17,6 @@ from veil.client.encoders.oracles import GrrEncoder, HadamardEncoder, OlhEncoder
 from veil.client.encoders.string import StringEncoder
 from veil.client.randomness import STREAM_LAYOUT
 from veil.shared.registry import Metric
-
-#: the encoder of each mechanism, keyed by its parameter class's mechanism_name
-ENCODERS: dict[str, type[Encoder[Any]]] = {
-    cls.params_type.mechanism_name: cls
-    for cls in (StringEncoder, CategoryEncoder, GrrEncoder, OueEncoder, OlhEncoder,
-                HadamardEncoder, BooleanEncoder, NumberEncoder, DiscoveryEncoder)
-}
 
 
 def make_encoder(
@@ -35,7 +29,7 @@ def make_encoder(
     """The encoder for ``metric``, keyed by the installation ``secret``; ``layout`` is the
     stream layout of its memoized responses (:class:`~veil.client.encoders.base.Encoder`),
     which :meth:`veil.client.accounting.PrivacyLedger.stream_layout` says for an installation."""
-    cls = ENCODERS[metric.params.mechanism_name]
+    cls = ENCODERS.lookup(metric.params.mechanism_name)
     return cls(metric.params, metric.name, secret, cohort_seed, random_bytes, layout)
 
 

@@ -8,9 +8,13 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 from veil.client.randomness import STREAM_LAYOUT, FreshStream, HmacStream
+from veil.shared.faces import FaceRegistry
 from veil.shared.kinds import MechanismParams
 
 P = TypeVar("P", bound=MechanismParams)
+
+#: the encoder class of each mechanism, keyed by its parameter class's ``mechanism_name``
+ENCODERS: FaceRegistry[type[Encoder[Any]]] = FaceRegistry("encoder")
 
 #: how many memoized responses an encoder keeps in memory (recomputed on a miss)
 MEMO_CACHE_SIZE = 4096
@@ -26,12 +30,20 @@ class Encoder(Generic[P]):
     of the memoized responses (:meth:`permanent_stream`): :data:`STREAM_LAYOUT`, or 1 for
     parameters this installation reported under with an SDK of layout 1, whose memoized
     responses it keeps (:meth:`veil.client.accounting.PrivacyLedger.stream_layout`).
+
+    A subclass that sets ``params_type`` is that mechanism's encoder: defining it registers
+    it in :data:`ENCODERS`.
     """
 
     params_type: ClassVar[type[MechanismParams]]
     #: whether stream layout 1 keyed this encoder's memoized responses by the metric name
     #: alone (no fingerprint in the context): strings, RAPPOR categories, booleans, numbers
     name_keyed_in_layout_1: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "params_type" in cls.__dict__:
+            ENCODERS.add(cls.params_type.mechanism_name, cls)
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ from typing import Any
 
 from veil.server.analysis.candidate_map import read_candidates
 from veil.server.analysis.daily import DailyResult, decode_days
-from veil.server.analysis.decode import decode_counts
+from veil.server.analysis.decoders import decode_counts
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.sources import CountsSource
 
@@ -46,7 +46,7 @@ def decode_metric(
 
     ``candidates`` (string metrics) is a list of strings or a file with one per line.
     ``force`` (``db`` only) decodes below the metric's ``min_reports``. ``options`` go to
-    :func:`~veil.server.analysis.decode.decode_counts` (``correction``, ``alpha``,
+    :func:`~veil.server.analysis.decoders.decode_counts` (``correction``, ``alpha``,
     ``confidence``, ``background``). The summary's ``start`` and ``end`` are the first
     and last day that hold reports.
     """

@@ -114,7 +114,7 @@ def _collected_source(args: argparse.Namespace, files: bool) -> tuple[str, str] 
 
 def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     from veil.server.analysis.candidate_map import read_candidates
-    from veil.server.analysis.decode import decode_counts
+    from veil.server.analysis.decoders import decode_counts
     from veil.server.analysis.report import write_outputs
     from veil.server.analysis.results import period
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from veil.server.analysis.decode import decode_counts
+from veil.server.analysis.decoders import decode_counts
 from veil.server.analysis.report import TOP_SERIES
 from veil.server.analysis.results import DecodeResult, html_table, period, write_rows
 from veil.shared.errors import ParameterError

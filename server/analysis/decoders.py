@@ -1,22 +1,26 @@
-"""The decoder face of a kind: one decoding function per parameter class.
+"""The decoder face: what a decoder is, the registry of decoders, and the one entry point.
 
-A decoder takes validated counts (:class:`~veil.server.analysis.counts.CountsArrays`)
+A decoder takes validated counts (:class:`~veil.server.counts.CountsArrays`)
 and :class:`DecodeOptions` and returns a :class:`~veil.server.analysis.results.DecodeResult`.
-:func:`decodes` (:func:`veil.shared.kinds.base.implements`) marks a function as the
-decoder of a parameter class;
-:data:`veil.server.analysis.decode.DECODERS` collects them by kind.
+:func:`decodes` marks a function as the decoder of a parameter class and adds it to
+:data:`DECODERS`, keyed by the class's ``mechanism_name``; :func:`decode_counts` looks
+the decoder of a counts document up there.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.results import DecodeResult
+from veil.server.counts import CountsArrays, counts_arrays
+from veil.shared.faces import FaceRegistry
 from veil.shared.kinds import MechanismParams
 from veil.shared.kinds.base import implements
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,15 +49,27 @@ class Decoder(Protocol):
     def __call__(self, counts: CountsArrays, options: DecodeOptions = ...) -> DecodeResult: ...
 
 
+#: the decoder of each mechanism, keyed by its parameter class's ``mechanism_name``; the
+#: modules of the built-in decoders are imported on its first read, so that importing the
+#: analysis package stays cheap
+DECODERS: FaceRegistry[Decoder] = FaceRegistry("decoder", built_in=(
+    "veil.server.analysis.strings",
+    "veil.server.analysis.closed_form",
+    "veil.server.analysis.oracles",
+    "veil.server.analysis.discovery",
+))
+
+
 def decodes(
     params_type: type[MechanismParams],
 ) -> Callable[[Callable[[CountsArrays, DecodeOptions], DecodeResult]], Decoder]:
-    """Mark a function ``(counts, options) -> DecodeResult`` as the decoder of ``params_type``.
+    """Make a function ``(counts, options) -> DecodeResult`` the decoder of ``params_type``
+    (in :data:`DECODERS`).
 
-    :func:`~veil.shared.kinds.base.implements` sets the function's ``params_type`` at run
-    time; the cast tells the type checker the function is now a :class:`Decoder`.
+    :func:`~veil.shared.kinds.base.implements` sets the function's ``params_type`` and
+    registers it; the cast tells the type checker the function is now a :class:`Decoder`.
     """
-    mark = implements(params_type)
+    mark = implements(params_type, DECODERS)
 
     def decoder(function: Callable[[CountsArrays, DecodeOptions], DecodeResult]) -> Decoder:
         return cast(Decoder, mark(function))
@@ -63,3 +79,28 @@ def decodes(
 
 #: the options of a decode that asks for nothing in particular
 DEFAULT_OPTIONS = DecodeOptions()
+
+
+def decode_counts(
+    document: Mapping[str, Any] | CountsArrays,
+    candidates: Sequence[str] | None = None,
+    candidate_map: sp.spmatrix | None = None,
+    *,
+    correction: str = DEFAULT_OPTIONS.correction,
+    alpha: float = DEFAULT_OPTIONS.alpha,
+    confidence: float = DEFAULT_OPTIONS.confidence,
+    background: bool = DEFAULT_OPTIONS.background,
+    progress: bool | None = None,
+    source: str = "counts document",
+) -> DecodeResult:
+    """Decode a counts document (from the collector, its SQLite file, or google/rappor files).
+
+    String metrics need ``candidates`` (and optionally their ``candidate_map``,
+    e.g. from a google/rappor ``map.csv``); the other kinds ignore them.
+    ``correction``, ``alpha`` and ``background`` apply to strings only.
+    """
+    counts = document if isinstance(document, CountsArrays) else counts_arrays(document, source)
+    decoder = DECODERS.lookup(counts.params.mechanism_name, "params.kind")
+    options = DecodeOptions(candidates, candidate_map, correction, alpha, confidence, background,
+                            progress)
+    return decoder(counts, options)

@@ -1,5 +1,7 @@
 """One module per kind of metric (and per oracle of a category metric).
 
+Each parameter class registers itself where it is defined
+(:class:`~veil.shared.kinds.base.MechanismParams`'s subclass hook):
 :data:`MECHANISMS` maps a mechanism's name (its kind, or ``kind/oracle``) to its
 parameter class; :data:`KINDS` maps a kind to its default mechanism; the
 encoder, decoder and simulation registries key on ``params.mechanism_name``, the
@@ -7,21 +9,20 @@ statistics (:mod:`veil.shared.statistics`) on ``params.statistic``.
 :func:`parse_params` reads a registry's or counts document's parameters, picking
 the class from ``kind`` and ``oracle``.
 
-Adding a mechanism means one new module here, its class in :data:`MECHANISMS`
-(through ``_CLASSES``, or :data:`~veil.shared.kinds.oracles.ORACLES` for a
-category oracle), and its encoder, decoder and simulation encoder, each
-registered where its face lives (and a statistic, unless an existing one fits).
+This package imports the built-in mechanisms' modules, so importing any part of it
+registers them all; the order of the imports below is the order in which messages
+list the kinds and ``oracle = "auto"`` weighs the oracles.
 """
 
 from collections.abc import Mapping
 from typing import Any
 
 from veil.shared.errors import ParameterError
-from veil.shared.kinds.base import MechanismParams, implements
-from veil.shared.kinds.boolean import BooleanParams
+from veil.shared.kinds.base import KINDS, MECHANISMS, MechanismParams, implements
+
+# isort: off
+from veil.shared.kinds.string import StringParams
 from veil.shared.kinds.category import CategoryParams
-from veil.shared.kinds.discovery import DiscoveryParams
-from veil.shared.kinds.number import NumberParams
 from veil.shared.kinds.oracles import (
     ORACLES,
     GrrParams,
@@ -31,16 +32,10 @@ from veil.shared.kinds.oracles import (
     OueParams,
     choose_oracle,
 )
-from veil.shared.kinds.string import StringParams
-
-_CLASSES: tuple[type[MechanismParams], ...] = (
-    StringParams, CategoryParams, *ORACLES.values(), BooleanParams, NumberParams,
-    DiscoveryParams)
-MECHANISMS: dict[str, type[MechanismParams]] = {cls.mechanism_name: cls for cls in _CLASSES}
-
-KINDS: dict[str, type[MechanismParams]] = {
-    cls.kind: cls for cls in MECHANISMS.values() if cls.mechanism_name == cls.kind
-}
+from veil.shared.kinds.boolean import BooleanParams
+from veil.shared.kinds.number import NumberParams
+from veil.shared.kinds.discovery import DiscoveryParams
+# isort: on
 
 
 def parse_params(data: Mapping[str, Any]) -> tuple[MechanismParams, str]:
@@ -52,7 +47,7 @@ def parse_params(data: Mapping[str, Any]) -> tuple[MechanismParams, str]:
     Raises :class:`ParameterError` naming the offending key.
     """
     kind = data.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise ParameterError(
             "kind", f"kind must be one of {', '.join(map(repr, KINDS))}. Got {kind!r} instead.")
     settings = {key: value for key, value in data.items() if key != "kind"}
@@ -97,6 +92,7 @@ def params_from_dict(data: Mapping[str, Any]) -> MechanismParams:
 __all__ = [
     "KINDS",
     "MECHANISMS",
+    "ORACLES",
     "BooleanParams",
     "CategoryParams",
     "DiscoveryParams",
@@ -108,6 +104,7 @@ __all__ = [
     "OracleParams",
     "OueParams",
     "StringParams",
+    "choose_oracle",
     "implements",
     "params_from_dict",
     "parse_params",

@@ -10,8 +10,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from veil.shared.errors import ParameterError
+from veil.shared.faces import FaceRegistry
 from veil.shared.privacy import group_privacy
 from veil.shared.validation import reject_unknown
+
+#: every mechanism's parameter class, keyed by its ``mechanism_name``, in the order defined
+MECHANISMS: FaceRegistry[type[MechanismParams]] = FaceRegistry("parameter class")
+#: each kind's default mechanism (the class a metric naming no ``oracle`` gets), by kind
+KINDS: FaceRegistry[type[MechanismParams]] = FaceRegistry("kind")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +27,9 @@ class MechanismParams:
     Subclasses are frozen dataclasses that validate in ``__post_init__``, state
     their privacy cost (:attr:`epsilon_1`, :attr:`epsilon_inf`,
     :meth:`privacy_map`) and parse their wire payload (:meth:`parse_payload`).
+    Defining one registers it in :data:`MECHANISMS` (and, for its kind's default
+    mechanism, in :data:`KINDS`); a base class shared by several mechanisms says
+    ``abstract=True`` in its class statement and is not registered.
     """
 
     kind: ClassVar[str] = ""
@@ -46,10 +55,18 @@ class MechanismParams:
     #: hold their default: fields added later, so that existing parameters keep their names
     omitted_when_default: ClassVar[frozenset[str]] = frozenset()
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         default = cls.oracle in ("", cls.default_oracle)
         cls.mechanism_name = cls.kind if default else f"{cls.kind}/{cls.oracle}"
+        if abstract:
+            return
+        if not cls.kind:
+            raise TypeError(f"{cls.__name__} names no kind: set kind, or pass abstract=True "
+                            "for a base class of several mechanisms")
+        MECHANISMS.add(cls.mechanism_name, cls)
+        if default:
+            KINDS.add(cls.kind, cls)
 
     @property
     def cohorts(self) -> int:
@@ -145,12 +162,15 @@ class MechanismParams:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def implements(params_type: type[MechanismParams]) -> Callable[[F], F]:
-    """Mark a function as one face of the kind of ``params_type`` (its decoder, its
-    simulation encoder): sets ``function.params_type``, from which registries key it."""
+def implements(params_type: type[MechanismParams],
+               registry: FaceRegistry[Any]) -> Callable[[F], F]:
+    """A decorator that makes a function one face of ``params_type``'s mechanism (its
+    decoder, its simulation encoder): it sets ``function.params_type`` and adds the function
+    to ``registry`` under ``params_type.mechanism_name``."""
 
     def mark(function: F) -> F:
         function.params_type = params_type  # type: ignore[attr-defined]
+        registry.add(params_type.mechanism_name, function)
         return function
 
     return mark

@@ -37,7 +37,8 @@ from veil.shared.kinds.boolean import parse_bit
 from veil.shared.privacy import round_up, zcdp_gaussian_sigma
 from veil.shared.validation import Interval, OneOf, check_fields
 
-MECHANISMS = ("laplace", "gaussian", "1bitmean")
+#: the mechanisms a number metric may name in its ``mechanism`` field
+NUMBER_MECHANISMS = ("laplace", "gaussian", "1bitmean")
 
 #: the probability, at most, that an honest report's noise lies beyond the payload bound
 NOISE_TAIL = 2.0**-64
@@ -68,7 +69,7 @@ class NumberParams(MechanismParams):
             {
                 "low": Interval(float, None, None),
                 "high": Interval(float, None, None),
-                "mechanism": OneOf(MECHANISMS),
+                "mechanism": OneOf(NUMBER_MECHANISMS),
                 "epsilon": Interval(float, 0, 50, "right"),
                 "resolution": Interval(int, 1, 1 << 20),
             },

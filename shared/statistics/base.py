@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from veil.shared.errors import ParameterError
+from veil.shared.faces import FaceRegistry
 from veil.shared.kinds.base import MechanismParams
 
 FieldType = Literal["counts", "count", "real"]
@@ -30,6 +31,9 @@ FieldType = Literal["counts", "count", "real"]
 PayloadType = Literal["bytes", "int", "float"]
 #: one cohort's statistic: field name -> counts vector, count or real
 State = dict[str, Any]
+#: one instance of every statistic, keyed by its name (what ``params.statistic`` says), in
+#: the order defined
+STATISTICS: FaceRegistry[Statistic] = FaceRegistry("statistic")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +49,8 @@ class Statistic:
     """The sufficient statistic a kind of metric keeps; subclasses are stateless.
 
     ``name`` is the statistic's registry key (``params.statistic`` names it), ``fields``
-    its additive fields, ``payload_type`` what a store keeps per raw report.
+    its additive fields, ``payload_type`` what a store keeps per raw report. A subclass
+    that sets its own ``name`` registers an instance of itself in :data:`STATISTICS`.
     """
 
     name: ClassVar[str] = ""
@@ -53,6 +58,11 @@ class Statistic:
     payload_type: ClassVar[PayloadType] = "bytes"
     #: what the parameters call the counts vector's length, for error messages
     length_name: ClassVar[str] = "length"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("name"):
+            STATISTICS.add(cls.name, cls())
 
     def length(self, params: MechanismParams) -> int:
         """Length of the ``counts`` field (0 when there is none)."""

@@ -47,7 +47,7 @@ import pytest
 from scipy import stats
 
 from veil.server.analysis.counts import CountsArrays
-from veil.server.analysis.decode import DECODERS, decode_counts
+from veil.server.analysis.decoders import DECODERS, decode_counts
 from veil.server.analysis.oracles import (
     hadamard_support,
     hadamard_support_sizes,

@@ -8,7 +8,7 @@ from pathlib import Path
 from veil.server.analysis.candidate_map import read_candidates
 from veil.server.collector.starter import METRICS_TOML
 from veil.shared.kinds import MECHANISMS, NumberParams
-from veil.shared.kinds.number import MECHANISMS as NUMBER_MECHANISMS
+from veil.shared.kinds.number import NUMBER_MECHANISMS
 from veil.shared.registry import Registry
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

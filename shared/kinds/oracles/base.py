@@ -35,11 +35,15 @@ from typing import Any, ClassVar
 
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError, WireFormatError
+from veil.shared.faces import FaceRegistry
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.category import CategoryList, check_categories
 from veil.shared.privacy import round_up
 from veil.shared.validation import Interval, check_fields
 
+#: every frequency oracle of a category metric but RAPPOR, keyed by its ``oracle`` name, in
+#: the order defined (``oracle = "auto"`` chooses among them)
+ORACLES: FaceRegistry[type[OracleParams]] = FaceRegistry("oracle")
 #: most categories an oracle metric may list
 MAX_ORACLE_CATEGORIES = 65536
 #: largest declared epsilon (beyond it the realized probabilities saturate at 1 - 2**-32)
@@ -104,12 +108,13 @@ def largest_numerator(epsilon_of: Any, target: float, low: int, high: int) -> in
 
 
 @dataclasses.dataclass(frozen=True)
-class OracleParams(CategoryList, MechanismParams):
+class OracleParams(CategoryList, MechanismParams, abstract=True):
     """A category metric reported through a frequency oracle (see the module docstring).
 
     ``categories`` lists the values (the report of ``categories[i]`` encodes ``i``);
     ``epsilon`` bounds what all reports of one value reveal (``epsilon_inf``) and
     ``report_epsilon`` what one report reveals (``epsilon_1``, default ``epsilon / 2``).
+    Defining a subclass registers it in :data:`ORACLES` too.
     """
 
     kind: ClassVar[str] = "category"
@@ -119,6 +124,11 @@ class OracleParams(CategoryList, MechanismParams):
     categories: tuple[str, ...] = ()
     epsilon: float = 2.0
     report_epsilon: float | None = None
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(abstract=abstract, **kwargs)
+        if not abstract:
+            ORACLES.add(cls.oracle, cls)
 
     def __post_init__(self) -> None:
         owner = type(self).__name__

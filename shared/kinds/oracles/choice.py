@@ -13,14 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from veil.shared.errors import ParameterError
-from veil.shared.kinds.oracles.base import OracleParams
-from veil.shared.kinds.oracles.grr import GrrParams
-from veil.shared.kinds.oracles.hadamard import HadamardParams
-from veil.shared.kinds.oracles.olh import OlhParams
-from veil.shared.kinds.oracles.oue import OueParams
+from veil.shared.kinds.oracles.base import ORACLES, OracleParams
 
-#: the oracles ``auto`` chooses among
-CANDIDATES: tuple[type[OracleParams], ...] = (GrrParams, OueParams, OlhParams, HadamardParams)
 #: variances within this factor of the lowest count as ties, broken by report size
 TIE = 1.05
 
@@ -31,7 +25,8 @@ def choose_oracle(
     report_epsilon: float | None = None,
     max_report_bytes: int | None = None,
 ) -> tuple[OracleParams, str]:
-    """The chosen parameters and a sentence saying why."""
+    """The chosen parameters and a sentence saying why, among every registered oracle
+    (:data:`~veil.shared.kinds.oracles.base.ORACLES`)."""
     if max_report_bytes is not None and (
         isinstance(max_report_bytes, bool) or not isinstance(max_report_bytes, int)
         or max_report_bytes < 1
@@ -39,7 +34,7 @@ def choose_oracle(
         raise ParameterError("max_report_bytes",
                              f"must be a positive integer; got {max_report_bytes!r}")
     built = [cls(categories=tuple(categories), epsilon=epsilon, report_epsilon=report_epsilon)
-             for cls in CANDIDATES]
+             for cls in ORACLES.values()]
     fitting = [p for p in built if max_report_bytes is None or p.report_bytes <= max_report_bytes]
     if not fitting:
         smallest = min(built, key=lambda p: p.report_bytes)
