@@ -24,6 +24,20 @@ def round_up(epsilon: float) -> float:
     return math.nextafter(max(epsilon, 0.0) * (1 + ROUNDING_MARGIN), math.inf)
 
 
+def format_epsilon(epsilon: float, digits: int = 3) -> str:
+    """``epsilon`` written with ``digits`` significant digits, rounded up so a stated cost is
+    never below the true one (a relative 1e-9 absorbs the nudge :func:`round_up` gives)."""
+    if not math.isfinite(epsilon) or epsilon <= 0:
+        return f"{epsilon:g}"
+    decimals = digits - 1 - math.floor(math.log10(epsilon))
+    scale = 10.0**decimals
+    units = math.ceil(epsilon * scale * (1 - 1e-9))
+    # rounding up may reach the next power of ten (9.9999 -> 10.0), a digit longer
+    if units >= 10**digits:
+        decimals -= 1
+    return f"{units / scale:.{max(decimals, 0)}f}"
+
+
 def _log_ratio(numerator: float, denominator: float) -> float:
     if denominator <= 0.0:
         return math.inf if numerator > 0.0 else 0.0

@@ -129,7 +129,7 @@ class Metric:
             raise ParameterError(f"metrics.{name}", "must be a table of settings")
         settings = dict(data)
         kind = settings.pop("kind", None)
-        if kind not in KINDS:
+        if not isinstance(kind, str) or kind not in KINDS:
             raise ParameterError(
                 f"metrics.{name}.kind",
                 f"metrics.{name}.kind must be one of {', '.join(map(repr, KINDS))}. "
