@@ -20,14 +20,21 @@ room (``"drop-oldest"``, :meth:`Outbox.evict_oldest`). Triggers keep the count
 of rows in ``counters`` (``queued``), so that checking the cap costs no table scan.
 
 Methods run single statements or short transactions on a connection the caller
-serializes (the client holds a lock around every call).
+serializes (the client holds a lock around every call). :class:`DropCounter`
+keeps the drop counts the database cannot (the client is closed, or the
+database fails) and logs the drops.
 """
 
 from __future__ import annotations
 
+import collections
+import logging
 import sqlite3
+import threading
 
 from veil.client.state_dir import transaction
+
+log = logging.getLogger("veil.client")
 
 READY = 0
 IN_FLIGHT = 1
@@ -143,3 +150,85 @@ class Outbox:
     def _many(self, sql: str, rows: list[tuple[int, ...]]) -> None:
         with transaction(self.connection):
             self.connection.executemany(sql, rows)
+
+
+class DropCounter:
+    """What the client drops, per cause (:data:`DROP_CAUSES`), beside the outbox that keeps the
+    durable counts.
+
+    A drop is counted in the outbox's ``counters`` table (:meth:`count`), or in
+    memory when the client is closed or the state database fails, and the two
+    add up in :meth:`totals`. The first drop of each cause is logged at WARNING
+    level, later ones at DEBUG (:meth:`log`), so that a flood of bad values
+    does not flood the application's log; a full outbox is logged once when it
+    starts dropping reports and once when it has room again (:meth:`outbox_full`).
+    """
+
+    def __init__(self, *, debug: bool) -> None:
+        self.debug = debug
+        #: drops that could not be written to the state database (it was closed or failing)
+        self._unsaved: collections.Counter[str] = collections.Counter()
+        #: reports dropped since the outbox was last found full (logged once per episode)
+        self._full_drops = 0
+        #: drop causes already logged at WARNING level (once each)
+        self._warned: set[str] = set()
+        self.forked()
+
+    def forked(self) -> None:
+        """A fresh lock for this process (at creation, and in a forked child: a thread of the
+        parent may have held it)."""
+        self._lock = threading.Lock()
+
+    def count(self, outbox: Outbox | None, cause: str, count: int = 1) -> None:
+        """Count ``count`` reports dropped for ``cause`` in ``outbox`` (call it holding the
+        lock that serializes its connection), or in memory when ``outbox`` is ``None`` (the
+        client is closed) or the state database fails."""
+        if outbox is not None:
+            try:
+                outbox.count_dropped(cause, count)
+                return
+            except sqlite3.Error:
+                pass
+        self._unsaved[cause] += count
+
+    def totals(self, durable: dict[str, int]) -> dict[str, int]:
+        """The ``durable`` counts (:meth:`Outbox.drops`) with the ones kept in memory added."""
+        return {cause: durable[cause] + self._unsaved[cause] for cause in DROP_CAUSES}
+
+    def log(self, cause: str, message: str, *, warn: bool = False) -> None:
+        """Log a drop: at WARNING level the first time for ``cause`` (or with ``warn``), at DEBUG
+        afterwards."""
+        with self._lock:
+            first = cause not in self._warned or warn
+            self._warned.add(cause)
+        if not first:
+            log.debug("%s", message)
+            return
+        log.warning(
+            "%s. Further drops of this kind are counted in client.drops[%r] and logged at debug "
+            "level%s", message, cause, "" if self.debug else " (debug=True shows them)",
+        )
+
+    def outbox_full(
+        self, outbox: Outbox, dropped: int, *, max_outbox: int, drop_oldest: bool
+    ) -> None:
+        """Count the reports a full outbox dropped (the new one, or the oldest it evicted; call
+        it holding the connection's lock); log once when the outbox starts dropping reports,
+        and once when it has room again."""
+        if dropped:
+            outbox.count_dropped("outbox_full", dropped)
+            if not self._full_drops:
+                which = ("new reports are dropped" if not drop_oldest
+                         else "the oldest queued reports are dropped to make room")
+                log.warning(
+                    "the outbox holds max_outbox=%d reports that the collector has not taken: "
+                    "%s (counted in client.drops['outbox_full']) until an upload makes room",
+                    max_outbox, which,
+                )
+            self._full_drops += dropped
+        elif self._full_drops:
+            log.warning(
+                "the outbox has room again; %d reports were dropped while it was full",
+                self._full_drops,
+            )
+            self._full_drops = 0

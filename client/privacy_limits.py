@@ -28,7 +28,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from veil.shared.errors import ParameterError
 from veil.shared.registry import Metric, Registry
 
 #: the default cap of ``epsilon_inf`` (a likelihood ratio of e**10, about 22,000)
@@ -37,32 +36,13 @@ DEFAULT_MAX_EPSILON_PER_VALUE = 10.0
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 
-def _limit(name: str, value: Any) -> float | None:
-    """``value`` checked as a cap: ``None`` (no cap) or a number greater than 0."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ParameterError(
-            name, f"{name} must be a number greater than 0, or None for no limit; got {value!r}"
-        )
-    return float(value)
-
-
-def _pins(value: Any) -> dict[str, str]:
-    """``value`` checked as ``{metric name: 16 hex digits}`` (``None``: no pins)."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or not all(
-        isinstance(name, str) and isinstance(fp, str) and _FINGERPRINT.fullmatch(fp)
+def valid_pins(value: Any) -> bool:
+    """Whether ``value`` maps metric names to parameter fingerprints (16 lowercase hex digits):
+    the client's ``pinned`` argument (checked with the others in :mod:`veil.client.options`)."""
+    return isinstance(value, Mapping) and all(
+        isinstance(name, str) and isinstance(fp, str) and _FINGERPRINT.fullmatch(fp) is not None
         for name, fp in value.items()
-    ):
-        raise ParameterError(
-            "pinned",
-            "pinned must map metric names to parameter fingerprints of 16 lowercase hex digits "
-            "(registry[name].params.fingerprint), like {'homepage': '4304110a10d8a531'}; "
-            f"got {value!r}",
-        )
-    return dict(value)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,17 +52,6 @@ class PrivacyLimits:
     max_epsilon_per_report: float | None = None
     max_epsilon_per_value: float | None = DEFAULT_MAX_EPSILON_PER_VALUE
     pinned: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def checked(
-        cls, max_epsilon_per_report: Any, max_epsilon_per_value: Any, pinned: Any
-    ) -> PrivacyLimits:
-        """Limits from the client's arguments; a bad one raises ``ParameterError`` naming it."""
-        return cls(
-            _limit("max_epsilon_per_report", max_epsilon_per_report),
-            _limit("max_epsilon_per_value", max_epsilon_per_value),
-            _pins(pinned),
-        )
 
     def refusal(self, metric: Metric) -> str | None:
         """Why ``metric`` breaks these limits (naming it, its value and the limit), or ``None``."""

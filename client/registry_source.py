@@ -1,36 +1,50 @@
-"""Where the client's metric registry comes from: given locally, or fetched and cached.
+"""Where the client's metric registry comes from, and the values that wait for it.
 
-A registry fetched through the client's transport (``GET /v1/metrics``) is
-cached as ``registry.json`` in the state directory, so an application that
-starts while the collector is unreachable still knows its metrics. The client
-fetches in a background thread (:func:`fetch_registry`) and never waits for it
-when it is created; only ``strict=True`` resolves the registry before the
-constructor returns (:func:`resolve_registry`), raising when there is none.
-Until a registry is loaded, the values reported wait in memory
-(:class:`WaitingValues`).
+A registry is given locally, or fetched through the client's transport
+(``GET /v1/metrics``) and cached as ``registry.json`` in the state directory,
+so an application that starts while the collector is unreachable still knows
+its metrics. :class:`RegistryLoader` owns the registry in use: it installs a
+given or cached one, fetches the collector's in a background thread (the
+client never waits for it when it is created; only ``strict=True`` resolves
+the registry before the constructor returns, :func:`resolve_registry`,
+raising when there is none), and keeps the values reported before a registry
+arrived in memory (:class:`WaitingValues`), bounded in count and time.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
+import math
 import os
 import secrets
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from veil.client.encoders.base import Encoder
 from veil.client.errors import RegistryUnavailableError
+from veil.client.privacy_limits import PrivacyLimits
 from veil.client.state_dir import REGISTRY_CACHE_FILE
 from veil.client.transport import Transport
 from veil.shared.errors import ParameterError, VeilError
-from veil.shared.registry import Registry
+from veil.shared.registry import Metric, Registry
 
 log = logging.getLogger("veil.client")
 
 #: with a cached registry to fall back on, a strict client waits at most this long for the collector
 CACHED_FETCH_TIMEOUT = 2.0
+#: values that may wait in memory for the registry (raw values: never written to disk) ...
+MAX_WAITING = 1_000
+#: ... and how long after it was reported each is kept for sure: the next value that has to
+#: wait, or the next failed fetch of the registry, drops those reported longer ago
+WAITING_SECONDS = 10.0
+#: a report waiting for the registry starts a new fetch at most this often
+FETCH_RETRY_SECONDS = 5.0
 
 
 class WaitingValues:
@@ -40,7 +54,7 @@ class WaitingValues:
     is bounded: at most ``limit`` values wait, and each is kept for sure for
     ``seconds`` after it was reported (:meth:`expire` removes the older ones).
 
-    Two locks. ``lock`` guards the values; the client also holds it while it
+    Two locks. ``lock`` guards the values; the loader also holds it while it
     switches registries, so that no value starts waiting for a registry that is
     loaded already. ``settling`` is held while values move from here to the
     outbox (taken, then encoded and queued one by one, or dropped), and by
@@ -91,13 +105,7 @@ def given_registry(registry: Registry | str | os.PathLike[str] | None) -> Regist
     ``None`` when it passed none (fetch it from the collector)."""
     if registry is None or isinstance(registry, Registry):
         return registry
-    if isinstance(registry, str | os.PathLike):
-        return Registry.load(os.fspath(registry))
-    raise ParameterError(
-        "registry",
-        f"registry must be a Registry, a path to a TOML file, or None (fetch it from the "
-        f"collector); got {type(registry).__name__}",
-    )
+    return Registry.load(os.fspath(registry))
 
 
 def fetch_registry(
@@ -166,3 +174,252 @@ def write_cache(directory: Path, registry: Registry) -> None:
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         json.dump(registry.to_dict(), handle)
     os.replace(temporary, path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """The registry in use and what derives from it; replaced whole when another arrives.
+
+    ``refused`` names the metrics the application's limits refuse, with why;
+    ``prepared`` maps each metric reported so far (and not refused) to its
+    :class:`Metric` and encoder: the one lookup of a report.
+    """
+
+    registry: Registry
+    refused: dict[str, str]
+    prepared: dict[str, tuple[Metric, Encoder[Any]]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def loaded(self) -> bool:
+        """False for the stand-in used until a registry arrives."""
+        return self is not NOT_LOADED
+
+    def uses(self, registry: Registry) -> bool:
+        """Whether ``registry`` is the one loaded already."""
+        return self.loaded and self.registry == registry
+
+
+NOT_LOADED = Metrics(Registry([]), {})
+
+
+class Drop(Protocol):
+    """How the loader hands over the values it drops: ``count`` reports for ``cause``, logged
+    with ``message`` (at WARNING level the first time for the cause, or with ``warn``)."""
+
+    def __call__(self, cause: str, message: str, count: int = 1, *, warn: bool = False) -> None:
+        ...
+
+
+def counted_values(count: int) -> str:
+    """``1 value``, ``2 values``: counts in log lines and errors."""
+    return f"{count} value" if count == 1 else f"{count} values"
+
+
+class RegistryLoader:
+    """The metric registry a client uses, and the values reported before it arrived.
+
+    It installs a registry given or cached (:meth:`install`), fetches the
+    collector's in a daemon thread, ``veil-registry`` (:meth:`start_fetch`), or
+    in the caller's thread when the client closes, and works out which metrics
+    the application's ``limits`` refuse. Values reported while no registry is
+    loaded, or while a refresh that a value waits for is under way, wait in
+    :attr:`waiting` (:meth:`wait`); once a registry is loaded each goes to
+    ``submit`` (to be encoded and queued, or dropped), and the ones given up go
+    to ``drop``. ``hold(True)`` is called while values wait in memory only (the
+    client's exit hook then keeps it alive), ``hold(False)`` once none does.
+    """
+
+    def __init__(
+        self, transport: Transport, url: str, directory: Path, *, token: str | None,
+        timeout: float, limits: PrivacyLimits, submit: Callable[[Any, Any], None], drop: Drop,
+        hold: Callable[[bool], None],
+    ) -> None:
+        self.transport = transport
+        self.url = url
+        self.directory = directory
+        self.token = token
+        self.timeout = timeout
+        self.limits = limits
+        self._submit = submit
+        self._drop = drop
+        self._hold = hold
+        #: the registry in use (:data:`NOT_LOADED` until one arrives)
+        self.metrics = NOT_LOADED
+        #: why the last fetch failed (``None``: it did not)
+        self.problem: str | None = None
+        self._warned = False
+        self._fetched = threading.Event()
+        self._fetch_ended = -math.inf
+        self.forked()
+
+    def forked(self) -> None:
+        """Fresh waiting values and fetch state for this process (at creation, and in a forked
+        child: the values that waited in the parent stay the parent's to encode)."""
+        self.waiting = WaitingValues(MAX_WAITING, WAITING_SECONDS)
+        self._fetching = False
+
+    @property
+    def fetching(self) -> bool:
+        """Whether a fetch is under way."""
+        return self._fetching
+
+    def install(self, registry: Registry) -> None:
+        """Use ``registry`` from now on, and report the values that waited for it."""
+        refused = self.limits.refusals(registry)
+        with self.waiting.settling:
+            previous, ready, _ = self._end_fetch(Metrics(registry, refused), None)
+            if not previous.uses(registry):
+                for name, why in refused.items():
+                    if previous.refused.get(name) != why:
+                        log.error("%s", why)
+                for name in sorted(set(self.limits.pinned) - set(registry)):
+                    log.warning("pinned metric %r is not in the registry", name)
+            for metric, value in ready:
+                self._submit(metric, value)
+
+    def _end_fetch(
+        self, metrics: Metrics | None, problem: str | None
+    ) -> tuple[Metrics, list[tuple[Any, Any]], int]:
+        """A fetch of the registry ended (or a registry was given or cached): use ``metrics``
+        unless its registry is in use already; ``None``: the fetch failed with ``problem``.
+
+        Returns the metrics in use until now, the values to report now (once a
+        registry is loaded, every value waiting) and, after a failed fetch, how
+        many values it removed for waiting too long. Call it holding
+        ``waiting.settling`` until those values are reported.
+        """
+        now = time.monotonic()
+        ready: list[tuple[Any, Any]] = []
+        with self.waiting.lock:
+            previous = self.metrics
+            if metrics is not None and not previous.uses(metrics.registry):
+                self.metrics = metrics
+            self._fetching = False
+            self._fetch_ended = now
+            expired = 0 if metrics is not None else self.waiting.expire(now)
+            if self.metrics.loaded:
+                ready = self.waiting.take()
+            self._hold(bool(self.waiting))
+        self.problem = problem
+        if problem is None:
+            self._warned = False
+        return previous, ready, expired
+
+    def start_fetch(
+        self, *, unless_within: float = 0.0, inline: float | None = None
+    ) -> threading.Event:
+        """Fetch the registry in a daemon thread, or with ``inline`` (seconds at most) in this
+        one, unless a fetch is at it or the last attempt ended less than ``unless_within``
+        seconds ago; the event is set when it ends."""
+        with self.waiting.lock:
+            if self._fetching or time.monotonic() - self._fetch_ended < unless_within:
+                return self._fetched
+            self._fetching = True
+            done = self._fetched = threading.Event()
+        if inline is not None:
+            self._fetch(done, inline)
+            return done
+        thread = threading.Thread(target=self._fetch, args=(done, self.timeout),
+                                  name="veil-registry", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:
+            # the interpreter is shutting down (Python 3.12 and later start no thread then):
+            # the values keep waiting, and the exit hook fetches in its own thread
+            with self.waiting.lock:
+                self._fetching = False
+            done.set()
+        return done
+
+    def _fetch(self, done: threading.Event, timeout: float) -> None:
+        try:
+            registry = fetch_registry(self.transport, self.url, self.directory,
+                                      token=self.token, timeout=timeout)
+        except VeilError as problem:
+            self._unavailable(str(problem))
+        except Exception as problem:
+            log.exception("fetching the metric registry failed")
+            self._unavailable(f"{type(problem).__name__}: {problem}")
+        else:
+            self.install(registry)
+        finally:
+            done.set()
+
+    def _unavailable(self, problem: str) -> None:
+        """A fetch failed: forget the values that waited too long; with a registry loaded (this
+        was a refresh), the values that waited for it are reported against the one in use."""
+        with self.waiting.settling:
+            previous, retry, expired = self._end_fetch(None, problem)
+            self._drop_waiting(
+                expired,
+                f"for more than {WAITING_SECONDS:g} s (it could not be fetched: {problem})",
+            )
+            if previous.loaded:
+                log.info("could not refresh the metric registry; using the one loaded: %s",
+                         problem)
+            elif not self._warned:
+                self._warned = True
+                log.warning(
+                    "the metric registry is not available yet: %s. Up to %d values wait in "
+                    "memory for it; one reported more than %g s ago is dropped when the next "
+                    "value waits or the next fetch fails, and counted in "
+                    "client.drops['no_registry']",
+                    problem, MAX_WAITING, WAITING_SECONDS,
+                )
+            for metric, value in retry:
+                self._submit(metric, value)
+
+    def _drop_waiting(self, count: int, why: str) -> None:
+        """Count and log ``count`` values dropped after waiting for the registry (``why`` ends
+        the message: how long they waited)."""
+        if count:
+            self._drop("no_registry", f"dropped {counted_values(count)} that waited for the "
+                       f"metric registry {why}", count)
+
+    def wait(self, metrics: Metrics, metric: Any, value: Any) -> bool:
+        """Keep ``value`` in memory until the registry arrives (bounded in count and time), if
+        ``metrics`` are still those in use and need it; ``False``: the registry arrived
+        meanwhile, report the value now."""
+        with self.waiting.lock:
+            current = self.metrics is metrics and (not metrics.loaded or self._fetching)
+            if current:
+                kept, expired = self.waiting.add(metric, value, time.monotonic())
+                self._hold(True)
+        if not current:
+            return False
+        self._drop_waiting(expired, f"for more than {WAITING_SECONDS:g} s")
+        if not kept:
+            self._drop("no_registry", f"dropped a report of {metric!r}: {MAX_WAITING} values "
+                       "already wait in memory for the metric registry")
+        self.start_fetch(unless_within=FETCH_RETRY_SECONDS)
+        return True
+
+    def await_registry(self, deadline: float | None, *, inline: bool = False) -> None:
+        """Wait (at most until ``deadline``, or ``timeout``) for the registry, or for the refresh
+        values wait for, fetching it if no fetch is under way (``inline``: in this thread)."""
+        if self.metrics.loaded and not self.waiting:
+            return
+        limit = self.timeout if deadline is None else deadline - time.monotonic()
+        if not inline:
+            done = self.start_fetch()
+        elif limit > 0:
+            done = self.start_fetch(inline=min(limit, self.timeout))
+        else:
+            return
+        done.wait(max(limit if deadline is None else deadline - time.monotonic(), 0.0))
+
+    def abandon(self, when: str) -> int:
+        """At close: drop the values still waiting (counted, and logged as a WARNING naming
+        ``when`` it happened); return how many. Call it holding ``waiting.settling``."""
+        with self.waiting.lock:
+            lost = len(self.waiting.take())
+            self._hold(False)
+        if lost:
+            self._drop(
+                "no_registry",
+                f"lost {counted_values(lost)} reported before the metric registry arrived: it "
+                f"could not be fetched {when} ({self.problem or 'the fetch was still under way'}"
+                "); they are counted in client.drops['no_registry']",
+                lost, warn=True,
+            )
+        return lost

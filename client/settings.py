@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import platformdirs
-
-from veil.shared.errors import ParameterError
 
 URL_VARIABLE = "VEIL_URL"
 TOKEN_VARIABLE = "VEIL_UPLOAD_TOKEN"
@@ -45,27 +42,12 @@ def environment(variable: str) -> str | None:
     return os.environ.get(variable) or None
 
 
-def flag(name: str, argument: Any, variable: str) -> bool:
+def flag(argument: bool | None, variable: str) -> bool:
     """A yes/no setting: ``argument`` (``True``, ``False``), or when it is ``None`` the variable
     (anything but unset, empty, ``0``, ``false``, ``no`` or ``off`` means yes)."""
     if argument is None:
         return os.environ.get(variable, "").strip().lower() not in _FALSE
-    if not isinstance(argument, bool):
-        raise ParameterError(
-            name, f"{name} must be True, False or None (read {variable}); got {argument!r}"
-        )
     return argument
-
-
-def check_app_name(app_name: Any) -> None:
-    """Raise :class:`ParameterError` unless ``app_name`` is usable as one folder name."""
-    if (not isinstance(app_name, str) or not app_name.strip() or app_name in (".", "..")
-            or "/" in app_name or os.sep in app_name):
-        raise ParameterError(
-            "app_name",
-            f"app_name must be the application's name, usable as one folder name (no path "
-            f"separators), like 'myapp'; got {app_name!r}",
-        )
 
 
 def default_state_dir(app_name: str) -> Path:

@@ -1,7 +1,7 @@
 """The discovery channel of a string metric on the client.
 
 * **Assignment.** Each installation reports a string metric through one channel, chosen
-  from its secret (:func:`veil.client.client.reporting_channel`): deterministic per secret,
+  from its secret (:func:`veil.client.recorder.reporting_channel`): deterministic per secret,
   and over many secrets the discovery channel's frequency is ``share`` (its realized
   ``N / 2**32``). Among the installations on the channel, levels (``cohort_seed % levels``)
   are uniform.
@@ -41,8 +41,8 @@ import pytest
 import veil.client.state_dir as state_module
 from tests.client.test_oracle_encoders import RawStream as OracleRawStream
 from veil.client import Client, UnknownMetricError
-from veil.client.client import reporting_channel
 from veil.client.encoders import ENCODERS, DiscoveryEncoder, make_encoder
+from veil.client.recorder import reporting_channel
 from veil.client.state_dir import DATABASE_FILE, SECRET_FILE, derived_cohort_seed
 from veil.shared.bits import realize
 from veil.shared.errors import ParameterError

@@ -6,6 +6,7 @@ counts and logs instead (``tests/client/test_failure_behaviour.py``).
 
 from __future__ import annotations
 
+import inspect
 import math
 from fractions import Fraction
 
@@ -24,6 +25,7 @@ from veil.client import (
     UnknownMetricError,
     VeilError,
 )
+from veil.client.options import CONSTRAINTS
 
 
 @pytest.fixture
@@ -120,6 +122,43 @@ def test_bad_constructor_arguments_name_the_argument(tmp_path, test_registry, of
     with pytest.raises(ParameterError, match=field) as raised:
         Client(url, tmp_path / "state", **options)
     assert raised.value.field == field
+
+
+@pytest.mark.parametrize(("arguments", "field"), BAD_ARGUMENTS)
+def test_a_bad_argument_is_named_with_its_rule_and_value_in_one_form(
+    tmp_path, test_registry, offline_url, arguments, field
+):
+    """Every argument is checked against one table, as the metric parameters are, so every
+    message reads the same: the argument, what it must be, what it got (the token excepted: a
+    secret is never shown). Each check was written by hand before, each message its own."""
+    options = {"url": offline_url, "registry": test_registry, **arguments}
+    url = options.pop("url")
+    with pytest.raises(ParameterError) as raised:
+        Client(url, tmp_path / "state", **options)
+    message = str(raised.value)
+    if field == "token":
+        assert message.startswith("token must be ")
+        assert repr(arguments["token"]) not in message
+    else:
+        assert message.startswith(f"The {field!r} parameter of Client must be "), message
+        assert message.endswith(f" Got {arguments[field]!r} instead."), message
+    assert not (tmp_path / "state").exists()  # nothing was created for a rejected client
+
+
+def test_every_argument_of_the_constructor_has_a_rule():
+    """A new keyword argument cannot skip the check: the table names every one of them but
+    ``state_dir`` (checked with the directory) and ``token`` (checked apart: a secret)."""
+    arguments = set(inspect.signature(Client).parameters) - {"state_dir", "token"}
+    assert arguments == set(CONSTRAINTS)
+
+
+def test_flush_and_close_timeouts_are_named_in_the_same_form(client):
+    with pytest.raises(ParameterError, match=r"^The 'timeout' parameter of Client\.flush must "
+                       r"be a number of seconds greater than 0\. Got -1 instead\.$"):
+        client.flush(timeout=-1)
+    with pytest.raises(ParameterError, match=r"^The 'timeout' parameter of Client\.close must "
+                       r"be .+\. Got 0 instead\.$"):
+        client.close(timeout=0)
 
 
 def test_registry_file_problems_are_parameter_errors(tmp_path, offline_url):

@@ -33,7 +33,7 @@ from veil.client import (
     RequestsTransport,
     UnknownMetricError,
 )
-from veil.client.client import MAX_WAITING
+from veil.client.registry_source import MAX_WAITING
 from veil.client.state_dir import DATABASE_FILE, REGISTRY_CACHE_FILE, SECRET_FILE
 from veil.client.worker import BackgroundWorker
 from veil.shared.registry import Registry

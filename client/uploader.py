@@ -1,0 +1,251 @@
+"""Uploading: claim reports from the outbox, send them through the transport, settle the answer.
+
+:class:`Uploader` is the client's upload loop, on the model of sentry-python's
+split between the client, its ``Transport`` and the transport's
+``BackgroundWorker``: it claims batches from the outbox (at most
+``batch_size`` reports and ``max_batch_bytes``, fewer once the collector said a
+batch was too large), hands each to the :class:`~veil.client.transport.Transport`,
+and settles the outcome: acknowledged or finally refused reports leave the
+outbox (the refused ones counted as dropped), the others are released for a
+later flush. With ``background=True`` it owns the
+:class:`~veil.client.worker.BackgroundWorker` that flushes from a daemon thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import secrets
+import sqlite3
+import threading
+import time
+
+from veil.client.options import ClientOptions, Location
+from veil.client.recorder import Recorder
+from veil.client.registry_source import counted_values
+from veil.client.transport import Outcome, RetryPolicy, Transport
+from veil.client.worker import BackgroundWorker
+from veil.shared.wire import join_batch
+
+log = logging.getLogger("veil.client")
+
+
+@dataclasses.dataclass(frozen=True)
+class FlushResult:
+    """What one :meth:`Client.flush <veil.client.Client.flush>` did.
+
+    ``sent`` reports were answered by the collector: ``accepted`` new ones,
+    ``duplicates`` it already had (both leave the outbox), and ``rejected`` ones
+    it refused for good (dropped from the outbox, counted in
+    :attr:`Client.dropped`, and logged). ``remaining`` reports are still queued
+    (values waiting in memory for the registry included); ``held`` of them are
+    being uploaded by another thread or process sharing the state directory, so
+    this flush could not send them. ``dropped`` values were given up by
+    :meth:`Client.close`: they waited in memory for a registry that did not
+    come (counted as ``no_registry``; ``remaining`` then counts only what the
+    outbox keeps for the next start). ``error`` says why the flush did not empty
+    the outbox (``None`` when it did).
+    """
+
+    batches: int = 0
+    sent: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    remaining: int = 0
+    error: str | None = None
+    held: int = 0
+    dropped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing went wrong (every claimed batch was acknowledged)."""
+        return self.error is None
+
+
+class Uploader:
+    """Uploads what ``recorder`` queued to the collector at ``location``, through ``transport``."""
+
+    def __init__(
+        self, recorder: Recorder, transport: Transport, options: ClientOptions, location: Location
+    ) -> None:
+        self.recorder = recorder
+        self.transport = transport
+        self.options = options
+        self.location = location
+        #: the most reports per batch: ``batch_size``, halved each time the collector found a
+        #: batch too large (its limit holds for later flushes too)
+        self._batch_limit = options.batch_size
+        self._failing = False
+        self.worker: BackgroundWorker | None = None
+        if options.background:
+            self.worker = BackgroundWorker(
+                self._flush_in_background, batch_size=options.batch_size,
+                interval=options.flush_interval,
+            )
+            recorder.on_queue = self.worker.nudge
+
+    def flush(
+        self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy,
+        *, closing: bool = False,
+    ) -> FlushResult:
+        """Upload until the outbox is empty, an upload fails, or ``deadline``, with a failing
+        state database reported in the result (``strict``: raised).
+
+        ``stop`` set: the background worker's (it does not wait for the
+        registry); ``closing``: fetch the registry in this thread (the last
+        chance, and at exit no thread may start).
+        """
+        try:
+            return self._flush(deadline, stop, policy, closing=closing)
+        except sqlite3.Error as problem:
+            if self.options.strict:
+                raise
+            log.error("the state database failed during an upload: %s", problem)
+            try:
+                remaining = self.recorder.pending()
+            except sqlite3.Error:
+                remaining = len(self.recorder.loader.waiting)  # at least these are not uploaded
+            return FlushResult(remaining=remaining, error=f"the state database failed: {problem}")
+
+    def _flush(
+        self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy,
+        *, closing: bool,
+    ) -> FlushResult:
+        loader, recorder = self.recorder.loader, self.recorder
+        if stop is None:
+            loader.await_registry(deadline, inline=closing)
+        elif not loader.metrics.loaded:
+            loader.start_fetch()
+        totals: collections.Counter[str] = collections.Counter()
+        failed: Outcome | None = None
+        while failed is None:
+            with recorder.lock:
+                rows = recorder.outbox.claim(self._batch_limit, self.options.max_batch_bytes)
+            if not rows:
+                break
+            failed = self._upload(rows, totals, deadline, stop, policy)
+        with loader.waiting.settling, recorder.lock:
+            remaining = recorder.outbox.pending()
+            held = recorder.outbox.held() if remaining else 0
+            waiting = len(loader.waiting)
+        error = None if failed is None else failed.message
+        if error is None and waiting:
+            error = (f"{counted_values(waiting)} waiting in memory for the metric registry: "
+                     f"{loader.problem or 'the fetch is still under way'}")
+        elif error is None and held:
+            error = (f"{held} reports are held by another upload in progress (another thread, "
+                     "or another process sharing the state directory)")
+        return FlushResult(remaining=remaining + waiting, error=error, held=held, **totals)
+
+    def _upload(
+        self, rows: list[tuple[int, str]], totals: collections.Counter[str],
+        deadline: float | None, stop: threading.Event | None, policy: RetryPolicy,
+    ) -> Outcome | None:
+        """Send the claimed ``rows`` as one batch and settle the collector's answer, adding to
+        ``totals``; return the outcome if uploading cannot go on (``None``: it can)."""
+        recorder = self.recorder
+        seqs = [seq for seq, _ in rows]
+        body = join_batch(secrets.token_hex(16), [text for _, text in rows]).encode()
+        try:
+            outcome = self.transport.send(
+                self.location.url, body, len(rows), token=self.location.token,
+                timeout=self.options.timeout, policy=policy, deadline=deadline, stop=stop,
+            )
+        except BaseException:
+            with recorder.lock:
+                recorder.outbox.release(seqs)
+            raise
+        if outcome.kind == "acknowledged":
+            answer = outcome.answer or {}
+            rejected = answer["rejected"]
+            with recorder.lock:
+                recorder.outbox.delete(seqs)
+                if rejected:
+                    recorder.outbox.count_dropped("rejected", rejected)
+            for item in answer.get("errors", [])[:20]:
+                recorder.drops.log("rejected", f"the collector refused a report: {item}")
+            self._note_upload(None, outcome.kind)
+            totals.update(batches=1, sent=len(rows), accepted=answer["accepted"],
+                          duplicates=answer["duplicates"], rejected=rejected)
+            return None
+        if outcome.kind == "too_large" and len(rows) == 1:
+            with recorder.lock:
+                recorder.outbox.delete(seqs)
+                recorder.outbox.count_dropped("rejected")
+            recorder.drops.log(
+                "rejected", f"the collector refuses a report as too large: {outcome.message}"
+            )
+            totals.update(batches=1, sent=1, rejected=1)
+            return None
+        with recorder.lock:
+            recorder.outbox.release(seqs)
+        if outcome.kind == "too_large":
+            self._batch_limit = max(1, len(rows) // 2)
+            return None
+        self._note_upload(outcome.message, outcome.kind)
+        return outcome
+
+    def _note_upload(self, error: str | None, kind: str) -> None:
+        """Log an upload failure once per outage (then at DEBUG level), and the recovery."""
+        with self.recorder.lock:
+            was_failing, self._failing = self._failing, error is not None
+        if error is None:
+            if was_failing:
+                log.info("uploads to the collector succeed again")
+            return
+        if was_failing:
+            log.debug("upload failed; the reports stay queued: %s", error)
+            return
+        if kind == "refused":
+            log.error("the collector refused a batch; the reports stay queued: %s (further "
+                      "failures are logged at debug level until an upload succeeds)", error)
+        else:
+            log.warning("upload failed; the reports stay queued: %s (further failures are "
+                        "logged at debug level until an upload succeeds)", error)
+
+    def _flush_in_background(self, stop: threading.Event) -> None:
+        """The background worker's flush: retries as configured, waits end when ``stop`` is set."""
+        self.flush(None, stop, self.options.retry_policy)
+
+    def close(self, timeout: float, when: str) -> FlushResult | None:
+        """Close the client: stop the background worker, then make one final flush of at most
+        ``timeout`` seconds (0: none), then drop the values still waiting for the registry,
+        close the state database and the transport. ``when`` says in log lines which of
+        ``close()`` and the exit hook it was. ``None``: an upload in progress outlived
+        ``timeout`` (its reports stay queued, and the database and transport open for it)."""
+        recorder = self.recorder
+        deadline = time.monotonic() + timeout
+        if self.worker is not None and not self.worker.stop(timeout):
+            if timeout > 0:
+                log.warning("closing while an upload is still in progress; its reports stay "
+                            "queued")
+            self._stop_reporting(when)
+            return None
+        policy = dataclasses.replace(self.options.retry_policy, max_retries=0)
+        result = FlushResult(remaining=len(recorder.loader.waiting))
+        try:
+            if timeout > 0:
+                result = self.flush(deadline, None, policy, closing=True)
+        finally:
+            lost, queued = self._stop_reporting(when)
+            recorder.close()
+            self.transport.close()
+        if not lost:
+            return result
+        error = (f"dropped {counted_values(lost)} that waited in memory for the metric registry: "
+                 f"{recorder.loader.problem or 'the fetch was still under way'}")
+        return dataclasses.replace(
+            result, dropped=lost, error=error,
+            remaining=result.remaining - lost if queued is None else queued,
+        )
+
+    def _stop_reporting(self, when: str) -> tuple[int, int | None]:
+        """At close: drop the values still waiting for the registry (counted, and logged as a
+        WARNING), then mark the client closed and keep the drop counts readable (later drops
+        are counted in memory). Returns how many values were dropped, and how many reports the
+        outbox keeps for the next start (``None`` if the state database cannot say)."""
+        loader = self.recorder.loader
+        with loader.waiting.settling:
+            return loader.abandon(when), self.recorder.stop()
