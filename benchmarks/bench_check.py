@@ -22,7 +22,7 @@ from pathlib import Path
 from bench_ingest import prefill  # this folder: python puts the script's folder on sys.path
 
 from veil.server.storage import check_storage, open_storage
-from veil.server.storage.sqlite.backend import OPEN_CHECKED_TABLES
+from veil.server.storage.sqlite.files import OPEN_CHECKED_TABLES
 
 
 def timed(label: str, run: Callable[[], object], repeats: int) -> None:

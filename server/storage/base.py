@@ -174,6 +174,15 @@ class StoredReports:
     def __len__(self) -> int:
         return len(self.cohorts)
 
+    @classmethod
+    def of(cls, metric: str, day: str, ids: Sequence[bytes], cohorts: Sequence[int],
+           payloads: np.ndarray) -> StoredReports:
+        """The reports of ``metric`` on ``day`` from columns as a backend reads them: the
+        16-byte ``ids`` and the ``cohorts``, one per report, and the ``payloads`` as an array
+        (:func:`payload_array`); ``ValueError`` if an id is not 16 bytes."""
+        return cls(metric, day, np.frombuffer(b"".join(ids), dtype=np.uint8).reshape(-1, 16),
+                   np.fromiter(cohorts, dtype=np.int64, count=len(cohorts)), payloads)
+
 
 def payload_array(payload_type: str, stored: Sequence[Any]) -> np.ndarray:
     """Stored payloads (as a backend keeps them, one per report) as the array

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from veil.server.storage import StorageError, open_storage
-from veil.server.storage.sqlite.backend import PAGE_SIZE
+from veil.server.storage.sqlite.files import PAGE_SIZE
 from veil.shared.registry import Registry
 from veil.shared.wire import Report, make_batch, make_report
 

@@ -69,7 +69,7 @@ RECOUNT = "CREATE TEMP TABLE " + _AGGREGATES_TABLE
 
 # Reports stored per daily-cap key (a hash of an upload token, never the token) and UTC day,
 # counted in the transaction that stores them, so a cap holds across every process writing
-# to the file (a row per token and day: a few kilobytes a year).
+# to the file (a row per token and day; its size a year: docs/operations.md, Rate limits).
 CAP_COUNTS = """CREATE TABLE IF NOT EXISTS cap_counts (
     key BLOB NOT NULL,
     day TEXT NOT NULL,
@@ -91,10 +91,11 @@ def _migrate_1_to_2(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
 
 
 def _migrate_2_to_3(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
-    """Copy the raw reports to an append-only table, their ids to report_ids (4 s per million).
+    """Copy the raw reports to an append-only table, their ids to report_ids (reads them all).
 
     Version 2 kept raw reports in a table keyed by id; version 3 appends them to a
-    rowid table and keeps their ids in ``report_ids``."""
+    rowid table and keeps their ids in ``report_ids``. Its time per million reports is
+    in docs/operations.md (Durability)."""
     conn.execute("ALTER TABLE reports RENAME TO reports_v2")
     conn.execute(REPORTS)
     conn.execute(REPORT_IDS)
