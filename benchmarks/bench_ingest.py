@@ -36,7 +36,7 @@ from typing import Any
 
 import requests
 
-from veil.server.analysis.sources import fetch_counts
+from veil.server.http import fetch_counts
 from veil.server.storage import open_storage
 from veil.shared.registry import Registry
 from veil.shared.wire import Report, make_batch, make_report

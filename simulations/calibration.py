@@ -54,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import decode_counts
+from veil.server.counts import CountsArrays
 from veil.shared.bits import PROB_ONE
 from veil.shared.kinds import (
     BooleanParams,

@@ -164,7 +164,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 def configure_populate(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil populate``."""
-    from veil.server.cli.options import ENVIRONMENT, env_value
+    from veil.server.settings import ENVIRONMENT, env_value
 
     # veil.server.cli.options adds --server only with --token (a read token populate has no
     # use for), so --server is added here, with the same variable and "required unless set"

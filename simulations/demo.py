@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from veil.client import Client
-from veil.server.analysis.sources import fetch_counts
+from veil.server.analysis import DecodeResult, decode_counts
+from veil.server.http import fetch_counts
 from veil.shared.errors import VeilError
 from veil.shared.privacy import sequential
 from veil.shared.registry import Registry
@@ -172,13 +173,21 @@ def _interval(row: dict[str, Any], total: int) -> str:
     return f"[{row['prop_low_95'] * total:7.0f}, {row['prop_high_95'] * total:7.0f}]"
 
 
-def run_demo(config: DemoConfig) -> dict[str, Any]:
-    """Run the demo end to end; print the tables; return the figures for tests."""
-    from veil.server.analysis import decode_counts
+@dataclasses.dataclass
+class Collected:
+    """What the installations sent: each metric's counts document, read back over HTTP,
+    and what came of each installation's upload."""
 
-    started = time.perf_counter()
-    registry = config.registry()
-    truth = simulate_users(config)
+    documents: dict[str, dict[str, Any]]
+    outcomes: list[dict[str, Any]]
+    upload_seconds: float
+    workdir: Path
+
+
+def collect(config: DemoConfig, registry: Registry, truth: Truth) -> Collected:
+    """Start a collector in a temporary directory, let every installation report through
+    the real client, read the counts back with the read token, then stop the collector
+    and remove the directory."""
     workdir = Path(tempfile.mkdtemp(prefix="veil-demo-", dir=config.temp_root))
     collector = None
     try:
@@ -207,7 +216,13 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         if collector is not None:
             collector.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    return Collected(documents, outcomes, upload_seconds, workdir)
 
+
+def print_estimates(config: DemoConfig, truth: Truth, documents: dict[str, dict[str, Any]],
+                    ) -> tuple[DecodeResult, list[str], Counter[str]]:
+    """Decode every metric with the real analysis and print the estimates beside the truth;
+    return the string metric's result, the strings detected and the true counts."""
     decode_start = time.perf_counter()
     strings = decode_counts(documents["homepage"], candidates=list(SITES + DECOYS))
     dark = decode_counts(documents["dark_mode"])
@@ -239,13 +254,16 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
           f"{yes['prop_high_95']:.1%}]; truth {truth.dark_mode.mean():.1%}")
     print(f"session_minutes: mean {mean['estimate']:.1f}, 95% interval [{mean['low_95']:.1f}, "
           f"{mean['high_95']:.1f}]; truth {np.clip(truth.minutes, 0, 120).mean():.1f}")
+    return strings, detected, true_counts
 
+
+def print_privacy(config: DemoConfig, registry: Registry, spent: float) -> None:
+    """Each metric's privacy cost, and what one installation's ledger says it spent."""
     print()
     print("Privacy cost (worst case, per installation; lower is more private):")
     for name, metric in registry.items():
         print(f"  {name:<16} {metric.kind:<8} epsilon_1 = {metric.params.epsilon_1:5.2f} per report, "
               f"epsilon_inf = {metric.params.epsilon_inf:5.2f} per distinct value, however often reported")
-    spent = outcomes[0]["epsilon"]
     # each distinct value reported costs epsilon_inf (privacy_map of its values), metrics add up
     values_reported = {"homepage": config.sites_per_installation}
     bound = sequential(metric.params.privacy_map(values_reported.get(name, 1))
@@ -253,6 +271,17 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     print(f"  one installation's ledger: epsilon = {spent:.2f} in total (sequential composition: "
           f"{config.sites_per_installation} sites, 1 setting and 1 number, each reported once so "
           f"far); reporting the same values again, however often, costs at most {bound:.2f}")
+
+
+def run_demo(config: DemoConfig) -> dict[str, Any]:
+    """Run the demo end to end; print the tables; return the figures for tests."""
+    started = time.perf_counter()
+    registry = config.registry()
+    truth = simulate_users(config)
+    collected = collect(config, registry, truth)
+    strings, detected, true_counts = print_estimates(config, truth, collected.documents)
+    total = int(collected.documents["homepage"]["reports"])
+    print_privacy(config, registry, collected.outcomes[0]["epsilon"])
 
     config.out.mkdir(parents=True, exist_ok=True)
     plot = config.out / "demo.png"
@@ -269,7 +298,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     print(f"Demo finished in {elapsed:.1f} s; temporary files removed.")
     return {
         "detected": detected, "truth": true_counts, "reports": total, "elapsed": elapsed,
-        "workdir": workdir, "plot": plot, "upload_seconds": upload_seconds,
+        "workdir": collected.workdir, "plot": plot, "upload_seconds": collected.upload_seconds,
     }
 
 

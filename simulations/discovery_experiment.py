@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from veil.server.analysis.candidate_map import build_map
+from veil.server.analysis.charts import draw_prefix_search
 from veil.server.analysis.discovery import PrefixSearch
-from veil.server.analysis.report import draw_prefix_search
-from veil.server.analysis.results import STRING_COLUMNS, write_rows
 from veil.server.analysis.strings import StringDecoder
 from veil.server.analysis.synthetic import string_counts_from_values
+from veil.server.analysis.tables import STRING_COLUMNS, write_rows
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import StringParams
 from veil.shared.kinds.discovery import DiscoveryParams

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DECODERS
+from veil.server.counts import CountsArrays
 from veil.shared.kinds.oracles import ORACLES, OracleParams
 from veil.shared.statistics import statistic_for
 from veil.simulations.oracle_encoding import simulate_oracle_counts

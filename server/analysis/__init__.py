@@ -1,5 +1,18 @@
 """Offline analysis: decode frequencies and means with standard errors.
 
+One job per module. Inputs: :mod:`~veil.server.analysis.sources` (a collector, its
+database, google/rappor's files; the counts document itself is
+:mod:`veil.server.counts`) and :mod:`~veil.server.analysis.candidate_map`. Decoders: one
+module per mechanism family (:mod:`~veil.server.analysis.strings`,
+:mod:`~veil.server.analysis.closed_form`, :mod:`~veil.server.analysis.oracles`,
+:mod:`~veil.server.analysis.discovery`) on the statistics of
+:mod:`~veil.server.analysis.stats` and :mod:`~veil.server.analysis.selection`, found
+through :mod:`~veil.server.analysis.decoders`. Outputs: the result
+(:mod:`~veil.server.analysis.results`, :mod:`~veil.server.analysis.daily`), its tables
+(:mod:`~veil.server.analysis.tables`), charts (:mod:`~veil.server.analysis.charts`) and
+files (:mod:`~veil.server.analysis.files`). The entry points are in
+:mod:`~veil.server.analysis.api`.
+
 The public names load lazily (:mod:`veil.server.lazy`), so importing this
 package (as the ``veil`` command does to list its subcommands) does not pull in NumPy or SciPy.
 
@@ -21,16 +34,19 @@ from veil.server.lazy import lazy_getattr
 _EXPORTS = {
     "decode_metric": "veil.server.analysis.api",
     "decode_metric_by_day": "veil.server.analysis.api",
+    "discover": "veil.server.analysis.api",
+    "DiscoveryResult": "veil.server.analysis.discovery",
     "DailyResult": "veil.server.analysis.daily",
     "decode_days": "veil.server.analysis.daily",
-    "RAPPOR_COLUMNS": "veil.server.analysis.results",
-    "RESULT_COLUMNS": "veil.server.analysis.results",
-    "STRING_COLUMNS": "veil.server.analysis.results",
+    "RAPPOR_COLUMNS": "veil.server.analysis.tables",
+    "RESULT_COLUMNS": "veil.server.analysis.tables",
+    "STRING_COLUMNS": "veil.server.analysis.tables",
     "StringDecoder": "veil.server.analysis.strings",
     "build_map": "veil.server.analysis.candidate_map",
     "read_candidates": "veil.server.analysis.candidate_map",
     "DecodeResult": "veil.server.analysis.results",
-    "write_outputs": "veil.server.analysis.report",
+    "write_outputs": "veil.server.analysis.files",
+    "write_discovery": "veil.server.analysis.files",
     "decode_counts": "veil.server.analysis.decoders",
     "decode_category": "veil.server.analysis.closed_form",
     "decode_boolean": "veil.server.analysis.closed_form",
@@ -42,17 +58,17 @@ _EXPORTS = {
     "decode_strings": "veil.server.analysis.strings",
     "DecodeOptions": "veil.server.analysis.decoders",
     "DECODERS": "veil.server.analysis.decoders",
-    "CountsArrays": "veil.server.analysis.counts",
-    "counts_arrays": "veil.server.analysis.counts",
-    "counts_document": "veil.server.analysis.counts",
-    "RapporFiles": "veil.server.analysis.rappor_files",
-    "read_rappor_files": "veil.server.analysis.rappor_files",
-    "read_params": "veil.server.analysis.rappor_files",
-    "read_counts": "veil.server.analysis.rappor_files",
-    "read_map": "veil.server.analysis.rappor_files",
-    "write_params": "veil.server.analysis.rappor_files",
-    "write_counts": "veil.server.analysis.rappor_files",
-    "write_map": "veil.server.analysis.rappor_files",
+    "CountsArrays": "veil.server.counts",
+    "counts_arrays": "veil.server.counts",
+    "counts_document": "veil.server.counts",
+    "RapporFiles": "veil.server.analysis.sources",
+    "read_rappor_files": "veil.server.analysis.sources",
+    "read_params": "veil.server.counts",
+    "read_counts": "veil.server.counts",
+    "read_map": "veil.server.analysis.candidate_map",
+    "write_params": "veil.server.counts",
+    "write_counts": "veil.server.counts",
+    "write_map": "veil.server.analysis.candidate_map",
     "simulate_string_counts": "veil.server.analysis.synthetic",
 }
 

@@ -6,18 +6,27 @@ of its hashes collide: the Bloom filter is an OR). The hashing is exactly
 :func:`veil.shared.hashing.bloom_indices` with the parameters' ``hashing`` (all cohorts at
 once: :func:`~veil.shared.hashing.bloom_indices_all_cohorts`), the
 function the client encodes with.
+
+google/rappor's ``map.csv`` is the map as a file (:func:`read_map`, :func:`write_map`):
+no header; a candidate, then its ``m*h`` 1-based indices ``cohort*k + bit + 1`` (cohort
+0..m-1, hash 0..h-1). Empty fields are ignored (google/rappor's R tools leave them where
+hashes collide). The reader accepts google/rappor's files unchanged and names the file
+and the sizes when dimensions disagree.
 """
 
 from __future__ import annotations
 
+import csv
 import functools
 import sys
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
+from veil.server.counts import PathOrFile, open_output
 from veil.shared.errors import ParameterError
 from veil.shared.hashing import bloom_indices_all_cohorts, value_bytes
 from veil.shared.kinds import StringParams
@@ -116,6 +125,184 @@ def read_candidates(path: str | Path) -> list[str]:
     if not unique:
         raise ParameterError("candidates", f"candidates file {path} lists no candidate strings")
     return unique
+
+
+def read_map(
+    source: PathOrFile, params: StringParams, params_name: str = "params"
+) -> tuple[list[str], sp.csc_matrix]:
+    """Parse ``map.csv`` into candidates and a 0/1 CSC map of shape ``(m*k, n)``.
+
+    A file of plain rows (no quotes; indices of digits and commas only) is parsed in
+    bulk by NumPy, which keeps 100,000 candidates within a few hundred MB; any other
+    file goes through the CSV reader row by row.
+    """
+    name = str(source) if isinstance(source, str | Path) else str(getattr(source, "name", "<map>"))
+    parsed = _read_plain_map(source) if isinstance(source, str | Path) else None
+    if parsed is None:
+        parsed = _read_csv_map(source, name)
+    candidates, per_line, flat = parsed
+    if not candidates:
+        raise ParameterError("map", f"{name}: the file lists no candidates")
+    size = params.m * params.k
+    _check_map_indices(name, params, params_name, per_line, flat)
+    if len(set(candidates)) != len(candidates):
+        seen: set[str] = set()
+        for candidate in candidates:
+            if candidate in seen:
+                raise ParameterError("map", f"{name}: candidate {candidate!r} is listed twice")
+            seen.add(candidate)
+    # one sort of (line, index) keys: each line's indices sorted, repeats (Bloom OR) once
+    # (in place where it can: these arrays hold every index of the file)
+    key_dtype = np.int32 if len(candidates) * size < 2**31 else np.int64
+    keys: np.ndarray = np.repeat(np.arange(len(candidates), dtype=key_dtype), per_line)
+    keys *= size
+    keys += flat.astype(key_dtype, copy=False)  # checked: within 1..m*k
+    keys -= 1
+    del flat
+    keys.sort()  # np.unique hashes, far slower at millions of keys
+    if keys.size:
+        keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+    lines, rows = np.divmod(keys, size)
+    del keys
+    indptr = np.zeros(len(candidates) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(lines, minlength=len(candidates)), out=indptr[1:])
+    del lines
+    index_dtype = np.int32 if size < 2**31 and indptr[-1] < 2**31 else np.int64
+    matrix = sp.csc_matrix(
+        (np.ones(rows.size), rows.astype(index_dtype), indptr.astype(index_dtype)),
+        shape=(size, len(candidates)),
+    )
+    matrix.has_sorted_indices = True
+    return candidates, matrix
+
+
+#: a map file's candidates, how many indices each line lists, and all indices in line order
+MapRows = tuple[list[str], np.ndarray, np.ndarray]
+
+
+def _read_plain_map(path: str | Path) -> MapRows | None:
+    """``map.csv`` read in bulk, or ``None`` when a row needs the CSV reader (quotes,
+    spaces or other characters among the indices, a candidate that is not UTF-8).
+
+    Lines whose fields are all blank are skipped; empty index fields are ignored.
+    """
+    candidates: list[str] = []
+    per_line: list[int] = []
+    rests: list[bytes] = []
+    try:
+        with open(path, "rb") as handle:
+            for raw in handle:
+                line = raw[:-1] if raw.endswith(b"\n") else raw
+                line = line[:-1] if line.endswith(b"\r") else line
+                if b'"' in line or b"\r" in line:
+                    return None
+                if not line.replace(b",", b"").strip():
+                    continue
+                candidate, _, rest = line.partition(b",")
+                if rest.translate(None, b"0123456789,"):
+                    return None
+                rest = rest.strip(b",")
+                while b",," in rest:
+                    rest = rest.replace(b",,", b",")
+                candidates.append(candidate.decode("utf-8"))
+                per_line.append(rest.count(b",") + 1 if rest else 0)
+                if rest:
+                    rests.append(rest)
+    except OSError as exc:
+        raise ParameterError("map", f"cannot read map file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        return None
+    counts = np.array(per_line, dtype=np.int64)
+    joined = b",".join(rests)
+    rests.clear()
+    flat = np.fromstring(joined, dtype=np.int64, sep=",") if joined else np.zeros(0, np.int64)
+    del joined
+    if flat.size != counts.sum():  # a number too long for int64: let the CSV path say so
+        return None
+    return candidates, counts, flat
+
+
+def _read_csv_map(source: PathOrFile, name: str) -> MapRows:
+    """``map.csv`` through the CSV reader, one row at a time."""
+    candidates: list[str] = []
+    row_index: list[np.ndarray] = []
+    try:
+        with (
+            open(source, newline="", encoding="utf-8") if isinstance(source, str | Path)
+            else nullcontext(source)
+        ) as handle:
+            for row in csv.reader(handle):
+                if not (row and any(cell.strip() for cell in row)):
+                    continue
+                candidates.append(row[0])
+                try:
+                    row_index.append(
+                        np.array([int(cell) for cell in row[1:] if cell.strip()], dtype=np.int64)
+                    )
+                except (ValueError, OverflowError):
+                    raise ParameterError(
+                        "map", f"{name} line {len(candidates)}: indices must be integers"
+                    ) from None
+    except OSError as exc:
+        raise ParameterError("map", f"cannot read map file {name}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ParameterError("map", f"{name}: not UTF-8 text (byte {exc.start})") from None
+    except csv.Error as exc:
+        raise ParameterError("map", f"{name}: not valid CSV: {exc}") from None
+    counts = np.array([r.size for r in row_index], dtype=np.int64)
+    flat = np.concatenate(row_index) if row_index else np.zeros(0, dtype=np.int64)
+    return candidates, counts, flat
+
+
+def _check_map_indices(
+    name: str, params: StringParams, params_name: str, per_line: np.ndarray, flat: np.ndarray
+) -> None:
+    """At most ``m*h`` indices per line, each within ``1..m*k``; the error names the first
+    line that breaks either rule."""
+    size = params.m * params.k
+    too_many = per_line > params.m * params.h
+    ends = np.cumsum(per_line)
+    outside_lines = np.searchsorted(ends, np.flatnonzero((flat < 1) | (flat > size)), side="right")
+    bad = np.flatnonzero(too_many)
+    first = min(int(bad[0]) if bad.size else len(per_line),
+                int(outside_lines[0]) if outside_lines.size else len(per_line))
+    if first == len(per_line):
+        return
+    line = first + 1
+    if too_many[first]:
+        raise ParameterError(
+            "map",
+            f"{name} line {line} has {per_line[first]} indices but {params_name} says "
+            f"m*h = {params.m}*{params.h} = {params.m * params.h}",
+        )
+    indices = flat[ends[first] - per_line[first]: ends[first]]
+    raise ParameterError(
+        "map",
+        f"{name} line {line}: index {int(indices.max() if indices.max() > size else indices.min())} "
+        f"is outside 1..m*k = 1..{size} ({params_name}: m={params.m}, k={params.k})",
+    )
+
+
+def write_map(
+    params: StringParams,
+    candidates: Sequence[str],
+    target: PathOrFile,
+    progress: bool | None = None,
+) -> None:
+    """Write ``map.csv`` for ``candidates`` hashed as ``params.hashing`` says (all ``m*h``
+    indices): with ``md5-google``, the bytes google/rappor's ``hash_candidates.py`` writes
+    apart from line endings (LF here, CRLF there; google/rappor reads either)."""
+    indices = bloom_index_array(params, candidates, progress)
+    offsets = (np.arange(params.m, dtype=np.int64) * params.k)[None, :, None]
+    one_based = (indices + offsets + 1).reshape(len(candidates), -1)
+    handle, close = open_output(target)
+    try:
+        writer = csv.writer(handle, lineterminator="\n")
+        for candidate, row in zip(candidates, one_based.tolist(), strict=True):
+            writer.writerow([candidate, *row])
+    finally:
+        if close:
+            handle.close()
 
 
 def _show_progress(progress: bool | None, work: int) -> bool:

@@ -12,12 +12,11 @@ import sys
 from concurrent.futures import Executor
 
 from veil.server.cli.options import (
-    ENVIRONMENT,
     add_db_option,
     add_range_options,
     add_server_options,
-    env_value,
 )
+from veil.server.settings import ENVIRONMENT, env_value
 from veil.shared.errors import ParameterError
 from veil.shared.hashing import HASHINGS
 
@@ -80,7 +79,7 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
 
 def run_decode(args: argparse.Namespace) -> int:
     """Decode counts from files, a collector or its database, and write the outputs."""
-    from veil.server.analysis.report import ChartWorker
+    from veil.server.analysis.charts import ChartWorker
 
     if args.top < 1:
         raise ParameterError("top", f"--top must be at least 1; got {args.top}")
@@ -115,8 +114,8 @@ def _collected_source(args: argparse.Namespace, files: bool) -> tuple[str, str] 
 def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     from veil.server.analysis.candidate_map import read_candidates
     from veil.server.analysis.decoders import decode_counts
-    from veil.server.analysis.report import write_outputs
-    from veil.server.analysis.results import period
+    from veil.server.analysis.files import write_outputs
+    from veil.server.analysis.tables import period
 
     collected = _collected_source(args, bool(args.params or args.counts))
     # options not given on the command line keep the decoders' defaults (DEFAULT_OPTIONS)
@@ -125,7 +124,7 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     options = {"background": not args.no_background, **given}
     daily = None
     if collected is None:
-        from veil.server.analysis.rappor_files import read_rappor_files
+        from veil.server.analysis.sources import read_rappor_files
 
         if args.by:
             raise ParameterError("by", "--by day needs collected data (--server or --db): "
@@ -194,8 +193,8 @@ def configure_map(parser: argparse.ArgumentParser) -> None:
 
 def run_map(args: argparse.Namespace) -> int:
     """Write a google/rappor map.csv for the candidates with the clients' hashing."""
-    from veil.server.analysis.candidate_map import read_candidates
-    from veil.server.analysis.rappor_files import read_params, write_map
+    from veil.server.analysis.candidate_map import read_candidates, write_map
+    from veil.server.counts import read_params
 
     params = read_params(args.params, args.hashing)
     candidates = read_candidates(args.candidates)
@@ -225,8 +224,8 @@ def configure_discover(parser: argparse.ArgumentParser) -> None:
 
 def run_discover(args: argparse.Namespace) -> int:
     """Discover a string metric's frequent strings from its discovery channel, and write them."""
-    from veil.server.analysis.discovery import discover
-    from veil.server.analysis.report import write_discovery
+    from veil.server.analysis.api import discover
+    from veil.server.analysis.files import write_discovery
 
     if args.top < 1:
         raise ParameterError("top", f"--top must be at least 1; got {args.top}")

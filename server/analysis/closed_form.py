@@ -1,6 +1,6 @@
 """Closed-form unbiased estimators for categories, booleans and bounded numbers.
 
-Each takes the validated counts (:class:`~veil.server.analysis.counts.CountsArrays`)
+Each takes the validated counts (:class:`~veil.server.counts.CountsArrays`)
 and returns a :class:`~veil.server.analysis.results.DecodeResult`. Standard
 errors are for the population share (or mean): they treat reports as independent
 draws from the population, one per installation, the same model as the string
@@ -37,10 +37,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from veil.server.analysis.cost import privacy_cost
-from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
-from veil.server.analysis.results import RESULT_COLUMNS, DecodeResult, frequency_rows, number_row
+from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.stats import check_level, z_quantile
+from veil.server.analysis.tables import RESULT_COLUMNS, frequency_rows, number_row
+from veil.server.counts import CountsArrays
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import BooleanParams, CategoryParams, MechanismParams, NumberParams

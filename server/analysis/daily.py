@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from veil.server.analysis.charts import TOP_SERIES, plot_days
 from veil.server.analysis.decoders import decode_counts
-from veil.server.analysis.report import TOP_SERIES
-from veil.server.analysis.results import DecodeResult, html_table, period, write_rows
+from veil.server.analysis.results import DecodeResult
+from veil.server.analysis.tables import html_table, period, write_rows
 from veil.shared.errors import ParameterError
 
 if TYPE_CHECKING:
@@ -62,8 +63,6 @@ class DailyResult:
     def plot(self, ax: Axes | None = None, top: int = TOP_SERIES) -> Axes:
         """Draw each day's estimate with its 95% band (for strings and categories the
         ``top`` values most common over the days) on ``ax`` (a new figure when None)."""
-        from veil.server.analysis.report import plot_days
-
         return plot_days(self, ax, top)
 
     def _repr_html_(self) -> str:

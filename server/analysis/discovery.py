@@ -10,11 +10,10 @@ estimated share passes a threshold set by the known noise of the level and the
 stated number of false prefixes per level (``false_prefixes``): half of it is spent as a
 Bonferroni bound over every extension examined, the other half on extensions just below
 that bound which the next level confirms (:func:`pair_threshold`); extensions that hold
-the end marker (or fill
-``max_length``) are the discovered strings. Those then go to the string decoder over
-the string channel (:func:`discover`), which states estimates, standard errors,
-p-values and controls the false discovery rate: a false prefix that survives the
-search is one more candidate under that control.
+the end marker (or fill ``max_length``) are the discovered strings. Those then go to the
+string decoder over the string channel (:func:`~veil.server.analysis.api.discover`),
+which states estimates, standard errors, p-values and controls the false discovery rate:
+a false prefix that survives the search is one more candidate under that control.
 
 The share of an extension is corrected for the values of *other* prefixes with the
 same fingerprint: their mass at segment ``z`` is the mean over fingerprints that no
@@ -28,19 +27,16 @@ import functools
 import math
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.stats import normal_isf, walsh_hadamard
+from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.discovery import END, PAD, DiscoveryParams, prefix_fingerprint
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 #: most entries (``2**t`` per report, int64) of the span :func:`support_counts` builds at once
 SPAN_ENTRIES = 1 << 25
@@ -368,8 +364,9 @@ def reports_by_level(params: DiscoveryParams, chunks: Iterable[tuple[np.ndarray,
 
 @dataclasses.dataclass
 class DiscoveryResult:
-    """What :func:`discover` found: the string decoder's table over the discovered strings
-    (``result``, the tidy schema of ``veil decode``) and the prefix search (``search``)."""
+    """What :func:`~veil.server.analysis.api.discover` found: the string decoder's table
+    over the discovered strings (``result``, the tidy schema of ``veil decode``) and the
+    prefix search (``search``)."""
 
     result: DecodeResult
     search: PrefixSearch
@@ -388,65 +385,13 @@ class DiscoveryResult:
         return rows
 
 
-def discover(metric: str, *, db: str | Path | None = None, server: str | None = None,
-             token: str | None = None, start: str | None = None, end: str | None = None,
-             false_prefixes: float = DEFAULT_FALSE_PREFIXES, correction: str = "bh",
-             alpha: float = 0.05, force: bool = False, progress: Any = None) -> DiscoveryResult:
-    """Discover the frequent strings of string metric ``metric`` over days ``start``..``end``:
-    the prefix search over its discovery channel's raw reports, then the string decoder
-    over the string channel's counts with the strings found as candidates (``correction``,
-    default Benjamini-Hochberg, at ``alpha``).
-
-    The reports come from a collector's store (``db``, a path or URL; ``force`` reads below
-    the metrics' ``min_reports``) or from a running collector (``server``, with a read
-    ``token``, by default ``$VEIL_READ_TOKEN``: it serves the raw reports at
-    ``GET /v1/metrics/<name>/reports``), as for
-    :func:`~veil.server.analysis.api.decode_metric`. When the search finds no string,
-    the result has no rows and states the string channel's reports as not in the table.
-    """
-    from veil.server.analysis.decode import decode_counts
-    from veil.server.analysis.sources import CountsSource
-
-    with CountsSource(metric, db, server, token, start, end, force) as source:
-        channel = source.registry.channel(metric)
-        if channel is None:
-            raise ParameterError(
-                "metric", f"metric {metric!r} has no discovery channel: add a "
-                          f"[metrics.{metric}.discovery] table to the registry "
-                          "(docs/discovery.md)")
-        params = channel.params
-        assert isinstance(params, DiscoveryParams)
-        search = PrefixSearch(params, false_prefixes=false_prefixes, progress=progress).fit(
-            reports_by_level(params, source.reports(channel.name, params.payload_size)))
-        document = source.counts()
-    candidates = sorted(search.strings_)
-    result = decode_counts(document, candidates, correction=correction, alpha=alpha,
-                           source=source.name)
-    result.summary["discovery"] = {
-        "channel": channel.name,
-        "reports": sum(level.reports for level in search.levels_),
-        "levels": params.levels,
-        "levels_searched": len(search.levels_),
-        "candidates": len(candidates),
-        "false_prefixes_per_level": false_prefixes,
-        "epsilon_inf": params.epsilon_inf,
-        "seconds": round(search.seconds_, 3),
-    }
-    cost = max(params.epsilon_inf, result.summary["privacy"].get("epsilon_per_value") or 0.0)
-    result.summary["privacy"]["statement"] += (
-        f" (string channel). Discovery channel: epsilon_inf = {params.epsilon_inf:.4g} per "
-        f"prefix for the installations on it; each installation reports through one channel "
-        f"only, so the metric costs at most {cost:.4g} per value.")
-    return DiscoveryResult(result, search)
-
-
 @decodes(DiscoveryParams)
 def decode_discovery(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """A discovery channel's counts (buckets per level) hold no strings: its reports are
-    searched with :func:`discover` (``veil discover``), which reads them raw. Raises a
-    :class:`ParameterError` saying so."""
+    searched with :func:`~veil.server.analysis.api.discover` (``veil discover``), which
+    reads them raw. Raises a :class:`ParameterError` saying so."""
     raise ParameterError(
         "metric",
         f"{counts.metric or 'this metric'} is a discovery channel: its strings are found from "
         "the raw reports with veil discover --db ... --metric <its string metric> (or "
-        "veil.server.analysis.discovery.discover), not decoded from counts")
+        "veil.server.analysis.discover), not decoded from counts")

@@ -64,10 +64,10 @@ from veil.server.analysis.closed_form import (
     require_reports,
     start_decode,
 )
-from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.stats import walsh_hadamard
+from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import GrrParams, HadamardParams, OlhParams, OracleParams, OueParams
 from veil.shared.statistics import statistic_for

@@ -1,9 +1,12 @@
-"""Where counts come from: a running collector over HTTP, or its database file.
+"""Where counts come from: a running collector over HTTP, its database file, or
+google/rappor's files.
 
 A :class:`CountsSource` names one metric's counts (a ``db`` or a ``server``, a range of
 days) and reads them: :meth:`~CountsSource.counts` gives one counts document for the
 range, :meth:`~CountsSource.daily` one per day, and both share one look-up of the days
-with reports and one open database. :func:`get_json` asks a collector's HTTP API.
+with reports and one open database (the HTTP calls are :mod:`veil.server.http`'s).
+:func:`read_rappor_files` reads google/rappor's ``params.csv``, ``counts.csv`` and
+``map.csv`` together.
 """
 
 from __future__ import annotations
@@ -16,117 +19,29 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from veil.server.cli.options import ENVIRONMENT, env_value
-from veil.shared.errors import ParameterError, VeilError
+from veil.server.analysis.candidate_map import read_map
+from veil.server.counts import PathOrFile, counts_document, read_counts, read_params
+from veil.server.http import (
+    TooFewReports,
+    fetch_counts,
+    fetch_days,
+    fetch_reports,
+    get_json,
+)
+from veil.server.settings import ENVIRONMENT, env_value
+from veil.shared.errors import ParameterError
+from veil.shared.kinds import StringParams
 from veil.shared.registry import Registry
 
 if TYPE_CHECKING:
     import numpy as np
+    import scipy.sparse as sp
 
     from veil.server.storage import Storage
 
-TIMEOUT_SECONDS = 60.0
 DAY_FORMAT = "%Y-%m-%d"
 #: the most days :meth:`CountsSource.daily` asks a collector for one by one
 MAX_DAYS = 3660
-
-
-class SourceError(VeilError):
-    """The counts could not be fetched (network, authentication, too few reports)."""
-
-
-class TooFewReports(SourceError):
-    """The collector holds fewer reports in the range than the metric's ``min_reports``."""
-
-
-class NotFound(SourceError):
-    """The collector has no such metric, or does not serve the path asked for."""
-
-
-def fetch_counts(
-    server: str,
-    token: str | None,
-    metric: str,
-    start: str | None = None,
-    end: str | None = None,
-    timeout: float = TIMEOUT_SECONDS,
-) -> dict[str, Any]:
-    """GET ``/v1/metrics/<metric>/counts`` (JSON) from a collector with a read token."""
-    return get_json(server, f"/v1/metrics/{metric}/counts", token,
-                    {"format": "json", "start": start, "end": end}, timeout)
-
-
-def fetch_days(
-    server: str,
-    token: str | None,
-    metric: str,
-    start: str | None = None,
-    end: str | None = None,
-    timeout: float = TIMEOUT_SECONDS,
-) -> list[str] | None:
-    """The UTC days of ``start``..``end`` on which ``metric`` has reports, from the
-    collector's ``GET /v1/stats``; None from a collector that does not serve it (404)."""
-    try:
-        document = get_json(server, "/v1/stats", token,
-                            {"metric": metric, "start": start, "end": end}, timeout)
-    except NotFound:
-        return None
-    return [entry["day"] for metrics in document.get("metrics", []) if metrics["metric"] == metric
-            for entry in metrics.get("days", []) if entry.get("reports")]
-
-
-def get_json(server: str, path: str, token: str | None, query: dict[str, str | None],
-             timeout: float = TIMEOUT_SECONDS) -> dict[str, Any]:
-    """GET ``path`` from the collector at ``server`` with a read ``token`` and the ``query``
-    (empty values left out); its JSON object. Otherwise a :class:`SourceError` saying what
-    went wrong: :class:`NotFound` for a 404, :class:`TooFewReports` for a range holding
-    fewer reports than the metric's ``min_reports``."""
-    response, url = _get(server, path, token, query, timeout)
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise SourceError(f"GET {url} did not return a JSON object")
-    return body
-
-
-def _get(server: str, path: str, token: str | None, query: dict[str, str | None],
-         timeout: float, stream: bool = False) -> tuple[Any, str]:
-    """The answer to GET ``path`` (a ``requests`` response, streamed with ``stream``) and its
-    URL; a :class:`SourceError` as :func:`get_json` says unless it is 200."""
-    import requests
-
-    url = f"{server.rstrip('/')}{path}"
-    query = {key: value for key, value in query.items() if value}
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        response = requests.get(url, params=query, headers=headers, timeout=timeout,
-                                stream=stream)
-    except requests.RequestException as exc:
-        raise SourceError(f"cannot reach the collector at {server}: {exc}") from None
-    if response.status_code == 200:
-        return response, url
-    with response:
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):
-        code = str(error.get("code", "error"))
-        detail = f"{code}: {error.get('message', '')}"
-    else:
-        code, detail = "", response.text[:200]
-    hint = ""
-    if response.status_code == 401:
-        hint = " (give a read token: --token or $VEIL_READ_TOKEN)"
-    elif response.status_code == 404 and code in ("", "not_found"):
-        hint = f" (is {server} a Veil collector recent enough to serve GET {path}?)"
-    message = f"GET {url} answered {response.status_code} {detail}{hint}"
-    if code == "too_few_reports":
-        raise TooFewReports(message)
-    raise (NotFound if response.status_code == 404 else SourceError)(message)
 
 
 def _open(path: str, metric: str) -> Storage:
@@ -307,49 +222,34 @@ def _calendar_days(start: str | None, end: str | None) -> list[str]:
     return [(first + dt.timedelta(days=offset)).strftime(DAY_FORMAT) for offset in range(count)]
 
 
-def fetch_reports(
-    server: str,
-    token: str | None,
-    metric: str,
-    payload_size: int,
-    start: str | None = None,
-    end: str | None = None,
-    timeout: float = TIMEOUT_SECONDS,
-    chunk_reports: int = 262_144,
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """``(cohorts, payloads)`` chunks of a metric's stored reports from the collector's
-    ``GET /v1/metrics/<metric>/reports`` (records of a 2-byte big-endian cohort and
-    ``payload_size`` bytes), streamed; errors as :func:`get_json` raises them."""
-    import requests
+@dataclasses.dataclass(frozen=True)
+class RapporFiles:
+    """google/rappor inputs read together: parameters, counts document, and the map."""
 
-    response, url = _get(server, f"/v1/metrics/{metric}/reports", token,
-                         {"start": start, "end": end}, timeout, stream=True)
-    with response:
-        width = 2 + payload_size
-        stated = response.headers.get("X-Veil-Record-Bytes")
-        if stated not in (None, str(width)):
-            raise SourceError(f"GET {url} sends records of {stated} bytes; this registry's "
-                              f"parameters make them {width}")
-        pending = b""
-        try:
-            for block in response.iter_content(chunk_size=width * chunk_reports):
-                pending += block
-                whole = len(pending) - len(pending) % width
-                if whole >= width * chunk_reports:
-                    yield _records(pending[:whole], width)
-                    pending = pending[whole:]
-        except requests.RequestException as exc:
-            raise SourceError(f"reading {url} failed: {exc}") from None
-        if len(pending) % width:
-            raise SourceError(f"GET {url} ended inside a record")
-        if pending:
-            yield _records(pending, width)
+    params: StringParams
+    counts: dict[str, Any]
+    reports: np.ndarray
+    ones: np.ndarray
+    candidates: list[str] | None
+    candidate_map: sp.csc_matrix | None
 
 
-def _records(data: bytes, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cohorts and payloads of whole records."""
-    import numpy as np
+def read_rappor_files(
+    params: PathOrFile,
+    counts: PathOrFile,
+    map: PathOrFile | None = None,
+    hashing: str = "mmh3",
+) -> RapporFiles:
+    """Read ``params.csv``, ``counts.csv`` and (optionally) ``map.csv`` and check they agree.
 
-    rows = np.frombuffer(data, dtype=np.uint8).reshape(-1, width)
-    cohorts = (rows[:, 0].astype(np.int64) << 8) | rows[:, 1]
-    return cohorts, rows[:, 2:]
+    ``hashing`` is the clients' (:func:`read_params`): it hashes candidates given
+    later without a map, and it names the parameters in the counts document."""
+    params_name = str(params) if isinstance(params, str | Path) else "params"
+    parsed = read_params(params, hashing)
+    reports, ones = read_counts(counts, parsed, params_name)
+    candidates = candidate_map = None
+    if map is not None:
+        candidates, candidate_map = read_map(map, parsed, params_name)
+    document = counts_document(parsed, reports, ones, metric="rappor")
+    return RapporFiles(parsed, document, reports, ones, candidates, candidate_map)
+

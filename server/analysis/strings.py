@@ -36,7 +36,6 @@ The pipeline, with the variance of the mechanism known at every step:
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -46,10 +45,8 @@ import scipy.sparse as sp
 
 from veil.server.analysis.candidate_map import remembered_map
 from veil.server.analysis.closed_form import sample_summary
-from veil.server.analysis.cost import privacy_cost
-from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
-from veil.server.analysis.results import STRING_COLUMNS, DecodeResult, frequency_rows
+from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.selection import (
     MAX_REFITS,
     LeastSquares,
@@ -62,17 +59,16 @@ from veil.server.analysis.stats import (
     adjust_p_values,
     check_correction,
     check_level,
-    chi2_sf,
-    critical_z,
     normal_isf,
     one_sided_p_values,
     z_quantile,
 )
+from veil.server.analysis.string_summary import Settings, StringFit, description, fit_summary
+from veil.server.analysis.tables import STRING_COLUMNS, frequency_rows
+from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import MechanismParams, StringParams
 
-#: power at which :attr:`StringDecoder.summary_` states the smallest detectable share
-DETECTION_POWER = 0.8
 #: the share of fits of a list that misses nothing in which noise alone would leave out
 #: an equation (:meth:`StringDecoder._select`)
 OUTLIER_RATE = 0.01
@@ -170,15 +166,6 @@ def _check_counts(
     return reports, ones
 
 
-@dataclasses.dataclass(frozen=True)
-class _Settings:
-    """The checked test settings of one fit."""
-
-    correction: str
-    alpha: float
-    confidence: float
-
-
 class StringDecoder:
     """Estimate how many reports carry each candidate string.
 
@@ -239,7 +226,7 @@ class StringDecoder:
         names the metric in the result's rows.
         """
         started = time.perf_counter()
-        settings = _Settings(
+        settings = Settings(
             check_correction(self.correction),
             check_level(self.alpha, "alpha"),
             check_level(self.confidence, "confidence"),
@@ -252,9 +239,17 @@ class StringDecoder:
         self.excluded_share_, self._excluded_share_se = self._excluded_excess(
             reports, system, solution
         )
-        self.summary_ = self._summary(reports, matrix, fitted_system, solution, settings, started)
+        fit = StringFit(
+            params=self.params, settings=settings, reports=reports, candidate_map=matrix,
+            system=fitted_system, solution=solution, proportions=self.proportions_,
+            std_errors=self.std_errors_, detected=self.detected_, bit_shares=self.bit_shares_,
+            excluded=self.excluded_, excluded_share=self.excluded_share_,
+            excluded_share_se=self._excluded_share_se, background=self.background,
+            lasso_selected=self.lasso_selected_, selection_z=self.selection_z_,
+        )
+        self.summary_ = fit_summary(fit, started)
         self.result_ = DecodeResult(
-            "string", STRING_COLUMNS, rows, self.summary_, _description(self.summary_)
+            "string", STRING_COLUMNS, rows, self.summary_, description(self.summary_)
         )
         return self
 
@@ -296,7 +291,7 @@ class StringDecoder:
         )
 
     def _select(
-        self, system: WhitenedSystem, settings: _Settings, n_candidates: int
+        self, system: WhitenedSystem, settings: Settings, n_candidates: int
     ) -> tuple[LeastSquares, WhitenedSystem]:
         """:meth:`_fit`, then again without the equations (cohort, bit) that read far above
         the fit, until none is left; returns the fit and the equations it used.
@@ -304,9 +299,8 @@ class StringDecoder:
         A value missing from the candidate list that many reports carry sets its own bits
         in every cohort; the background column spreads its share over all bits, so those
         bits read far above the fit. Left in, they pass for signal of every listed string
-        that shares them: with the most common of 300 Zipf(1.5) values missing from a list
-        with 5,000 decoys, 22% of Storey's detections were decoys, and 37% of the runs
-        reported a decoy under Bonferroni (``benchmarks/error_rates.py``). An equation is
+        that shares them (docs/analysis.md, "What the string decoder guarantees", gives the
+        error rates measured with and without this step). An equation is
         left out when its residual passes the z that a :data:`OUTLIER_RATE` share of fits
         would reach somewhere by noise alone (one-sided, Bonferroni over the equations),
         so a list that misses nothing almost never loses one.
@@ -344,7 +338,7 @@ class StringDecoder:
         variance = float(cohort_share**2 @ own_variance) / params.bits_per_value**2
         return excess, float(np.sqrt(variance))
 
-    def _fit(self, system: WhitenedSystem, settings: _Settings, n_candidates: int) -> LeastSquares:
+    def _fit(self, system: WhitenedSystem, settings: Settings, n_candidates: int) -> LeastSquares:
         """The joint fit of every candidate when the equations afford it
         (:func:`~veil.server.analysis.selection.joint_fit`); otherwise selection by
         the Lasso, then least squares on it.
@@ -375,7 +369,7 @@ class StringDecoder:
         return solution
 
     def _infer(
-        self, candidates: list[str], solution: LeastSquares, settings: _Settings, total: int,
+        self, candidates: list[str], solution: LeastSquares, settings: Settings, total: int,
         metric: str,
     ) -> list[dict[str, Any]]:
         """Inference: estimates, standard errors, p-values and detections of every
@@ -411,220 +405,6 @@ class StringDecoder:
             std_errors[order], total, z_quantile(settings.confidence), STRING_COLUMNS,
             raw_p[order],
         )
-
-    def _summary(
-        self,
-        reports: np.ndarray,
-        candidate_map: sp.csc_matrix,
-        system: WhitenedSystem,
-        solution: LeastSquares,
-        settings: _Settings,
-        started: float,
-    ) -> dict[str, Any]:
-        """Sample, fit quality, the detection limit and the privacy cost of the fit."""
-        params = self.params
-        total = int(reports.sum())
-        n_candidates = len(self.candidates_)
-        columns = solution.columns
-        p_star, q_star = params.effective_probs
-        total_ss = system.chi2(system.y)
-        residual_ss = solution.residual_ss
-        dof = max(solution.dof, 1)
-        explained_ss = max(total_ss - residual_ss, 0.0)
-        unexplained_ss = max(residual_ss - dof, 0.0)
-        signal_ss = explained_ss + unexplained_ss
-        # unbiased, so at small N it can leave [0, 1]; shown clipped, with a note
-        missing, missing_se = self._missing_share(solution) if self.background else (None, None)
-        norms = system.lone_norms
-        usable = norms > 0
-        lone_se = float(np.median(1.0 / norms[usable])) if usable.any() else float("inf")
-        # the standard error a candidate gets in this fit: the joint fit's own, or a lone
-        # string's widened by the dispersion
-        typical_se = (
-            float(np.median(self.std_errors_[columns])) / total if solution.method == "joint"
-            else lone_se * float(np.sqrt(solution.dispersion))
-        )
-        detected = self.detected_
-        allocated = float(self.proportions_[detected].sum())
-        z_detect = critical_z(settings.alpha, settings.correction, n_candidates) + normal_isf(
-            1 - DETECTION_POWER
-        )
-        noise_sd = float(np.median(1.0 / system.weight[system.weight > 0]))
-        bit_mass = self._bit_mass(reports, candidate_map, solution)
-        shown_allocated = float(np.clip(allocated, 0.0, 1.0))
-        summary: dict[str, Any] = {
-            "kind": "string",
-            "reports": total,
-            "cohorts": params.m,
-            "cohorts_with_reports": int(np.count_nonzero(reports)),
-            "equations": system.equations,
-            "candidates": n_candidates,
-            "candidates_unusable": int(np.count_nonzero(~usable)),
-            "lasso_selected": self.lasso_selected_,
-            "selection_z": self.selection_z_,
-            "detected": int(np.count_nonzero(detected)),
-            "fit": solution.method,
-            "dispersion": solution.dispersion,
-            "correction": settings.correction,
-            "alpha": settings.alpha,
-            "confidence": settings.confidence,
-            "allocated_proportion": shown_allocated,
-            "allocated_proportion_unbiased": allocated,
-            "allocated_reports": shown_allocated * total,
-            **_missing_fields(missing, missing_se, shown_allocated, settings.confidence),
-            "signal_explained_by_detected": _ratio(bit_mass["detected"], bit_mass["total"]),
-            "signal_attributed_to_missing": _ratio(bit_mass["missing"], bit_mass["total"]),
-            "unexplained_variance_fraction": _ratio(unexplained_ss, signal_ss),
-            "explained_variance": explained_ss,
-            "unexplained_variance": unexplained_ss,
-            "noise_variance": float(dof),
-            "equations_excluded": int(np.count_nonzero(self.excluded_)),
-            "excluded_share": self.excluded_share_,
-            "residual_chi2": residual_ss,
-            "residual_dof": dof,
-            "residual_p_value": chi2_sf(residual_ss, dof),
-            "noise_sd_per_bit_share": noise_sd,
-            "std_error_lone_string": lone_se,
-            "std_error_typical": typical_se,
-            "min_detectable_proportion": min(z_detect * typical_se, 1.0),
-            "min_detectable_reports": min(z_detect * typical_se, 1.0) * total,
-            "detection_power": DETECTION_POWER,
-            "p_star": p_star,
-            "q_star": q_star,
-            "params": params.to_dict(),
-            "epsilon_1": params.epsilon_1,
-            "epsilon_inf": params.epsilon_inf,
-            "privacy": privacy_cost(params, None, "strings"),
-            "elapsed_seconds": time.perf_counter() - started,
-        }
-        notes = []
-        if not allocated <= 1.0:
-            notes.append(
-                f"the detected strings' unbiased shares add up to {allocated:.3g}, above 1 by "
-                "sampling noise; allocated_proportion shows it clipped, "
-                "allocated_proportion_unbiased keeps it"
-            )
-        if missing is not None and not 0.0 <= missing <= 1.0 - shown_allocated:
-            notes.append(
-                f"the missing share's unbiased estimate {missing:.3g} (std error "
-                f"{missing_se:.2g}) lies outside [0, {1.0 - shown_allocated:.3g}] (1 less the "
-                "allocated share) by sampling noise; read its interval "
-                f"[{summary['missing_proportion_low']:.3g}, "
-                f"{summary['missing_proportion_high']:.3g}], not the point; "
-                "missing_proportion_clipped is the estimate moved into that range"
-            )
-        if self.excluded_.any():
-            excluded = summary["equations_excluded"]
-            message = (
-                f"{excluded:,} of {system.equations + excluded:,} (cohort, bit) counts read far "
-                "above what the candidates and the background explain: values missing from "
-                f"the candidate list carry about {self.excluded_share_:.2%} of the reports in "
-                "them. They were left out of the fit, so that they cannot pass for listed "
-                "strings that share their bits"
-            )
-            if self.excluded_share_ >= summary["min_detectable_proportion"]:  # as a detection
-                summary["warning"] = (
-                    f"{message}; find the missing values with veil discover (a discovery "
-                    "channel) or add them to the candidates"
-                )
-            else:
-                notes.append(message)
-        if notes:
-            summary["note"] = "; ".join(notes)
-        return summary
-
-    def _missing_share(self, solution: LeastSquares) -> tuple[float, float]:
-        """The share of reports whose values are not in the table, with its standard error.
-
-        The background share per bit times ``scale`` (bits per share of values) counts the
-        values not listed, and :attr:`excluded_share_` those whose bits were left out of
-        the fit; the joint fit also estimates every listed candidate, so the ones not
-        detected are added (with their covariances, and the background's covariance with
-        them: ``-loading' C``). On the Lasso path the background already holds the
-        candidates left out of the selection.
-        """
-        scale = self.params.k / self.params.bits_per_value
-        missing = solution.background_share * scale + self.excluded_share_
-        variance = solution.background_variance * scale**2 + self._excluded_share_se**2
-        if solution.method == "joint" and solution.background_covariance is not None:
-            rest = ~self.detected_[solution.columns]
-            cov = solution.covariance
-            missing += float(solution.theta[rest].sum())
-            variance += float(cov[np.ix_(rest, rest)].sum())
-            variance += 2 * scale * float(solution.background_covariance[rest].sum())
-        return missing, float(np.sqrt(max(variance, 0.0)))
-
-    def _bit_mass(
-        self, reports: np.ndarray, candidate_map: sp.csc_matrix, solution: LeastSquares
-    ) -> dict[str, float]:
-        """Reports' set bits in all, explained by the detected strings, and by the values
-        missing from the table (the background and the bits left out of the fit)."""
-        found = np.flatnonzero(self.detected_)
-        row_reports = np.repeat(reports.astype(float), self.params.k)
-        strings_share = (
-            candidate_map[:, found] @ self.proportions_[found] if found.size
-            else np.zeros(candidate_map.shape[0])
-        )
-        return {
-            "total": float(row_reports @ self.bit_shares_.ravel()),
-            "detected": float(row_reports @ strings_share),
-            "missing": float(
-                (solution.background_share
-                 + self.excluded_share_ * self.params.bits_per_value / self.params.k)
-                * row_reports.sum()
-            ),
-        }
-
-
-def _missing_fields(
-    missing: float | None, missing_se: float | None, allocated: float, confidence: float
-) -> dict[str, float | None]:
-    """The summary's missing share: the unbiased estimate with its standard error and its
-    interval (within [0, 1], where the truth lies), and the estimate clipped to
-    ``[0, 1 - allocated]`` as a separate figure.
-
-    The estimate is shown unclipped because clipping it to what the detected strings leave
-    biased it: the shown allocated and missing shares of a list that misses nothing added
-    up to 0.85 on average at 1,500 reports and 0.93 at 20,000. Its interval says what the
-    data can defend; at small N it spans most of [0, 1]."""
-    if missing is None or missing_se is None:
-        return {key: None for key in (
-            "missing_proportion", "missing_proportion_unbiased", "missing_proportion_std_error",
-            "missing_proportion_low", "missing_proportion_high", "missing_proportion_clipped")}
-    half = z_quantile(confidence) * missing_se
-    return {
-        "missing_proportion": float(missing),
-        "missing_proportion_unbiased": float(missing),
-        "missing_proportion_std_error": float(missing_se),
-        "missing_proportion_low": float(np.clip(missing - half, 0.0, 1.0)),
-        "missing_proportion_high": float(np.clip(missing + half, 0.0, 1.0)),
-        "missing_proportion_clipped": float(np.clip(missing, 0.0, 1.0 - allocated)),
-    }
-
-
-def _description(summary: dict[str, Any]) -> str:
-    """The one-line summary: detections, their share, and the share not in the table with
-    its interval (what the reader can conclude about it)."""
-    text = (
-        f"{summary['detected']:,} of {summary['candidates']:,} candidates detected "
-        f"({summary['allocated_proportion']:.1%} of reports)"
-    )
-    if summary["missing_proportion"] is None:
-        return text
-    low, high = summary["missing_proportion_low"], summary["missing_proportion_high"]
-    text += (
-        f"; not in the table: {summary['missing_proportion']:.1%} "
-        f"({summary['confidence']:.0%} interval {low:.1%} to {high:.1%})"
-    )
-    if high - low > 0.5:
-        text += ": too few reports to say how much of the population the table leaves out"
-    return text
-
-
-def _ratio(part: float, whole: float) -> float | None:
-    """``part / whole`` as a fraction in [0, 1] (noise can push unbiased parts past the
-    whole at small N), or ``None`` when there is no positive whole to divide."""
-    return min(max(part / whole, 0.0), 1.0) if whole > 0 else None
 
 
 @decodes(StringParams)

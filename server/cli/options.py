@@ -1,7 +1,8 @@
 """Options that every ``veil`` command spells the same way, with their environment variables.
 
-An option left off the command line takes its environment variable, so a
-deployment sets ``VEIL_DB`` or ``VEIL_READ_TOKEN`` once for every command:
+An option left off the command line takes its environment variable
+(:data:`veil.server.settings.ENVIRONMENT`), so a deployment sets ``VEIL_DB`` or
+``VEIL_READ_TOKEN`` once for every command:
 
 ======================  ======================  ==================================================
 option                  variable                commands
@@ -35,36 +36,16 @@ import os
 import sys
 from collections.abc import Iterator
 
+from veil.server.settings import ENVIRONMENT, env_value
 from veil.shared.errors import ParameterError
 
 __all__ = [
-    "ENVIRONMENT",
     "add_config_option",
     "add_db_option",
     "add_range_options",
     "add_server_options",
-    "env_value",
     "token_list",
 ]
-
-#: each option's environment variable, by the option's ``dest``
-ENVIRONMENT = {
-    "config": "VEIL_CONFIG",
-    "db": "VEIL_DB",
-    "server": "VEIL_URL",
-    "token": "VEIL_READ_TOKEN",
-    "read_token": "VEIL_READ_TOKEN",
-    "upload_token": "VEIL_UPLOAD_TOKEN",
-    "metrics_token": "VEIL_METRICS_TOKEN",
-    "log_format": "VEIL_LOG_FORMAT",
-    "log_level": "VEIL_LOG_LEVEL",
-}
-
-
-def env_value(variable: str) -> str | None:
-    """The environment variable's value, or None when it is unset, empty or blank."""
-    value = os.environ.get(variable, "").strip()
-    return value or None
 
 
 def _add(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: str, name: str,

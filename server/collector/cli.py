@@ -1,8 +1,11 @@
-"""``veil metrics``, ``serve``, ``export``, ``rebuild-aggregates`` and ``backup``.
+"""``veil metrics``, ``serve`` and ``export``: the collector from the command line.
+
+The database's own commands (``check``, ``migrate``, ``stats``, ``retention``,
+``rebuild-aggregates``, ``backup``) are :mod:`veil.server.storage.cli`'s.
 
 Registered under the ``veil.commands`` entry points. Option defaults come from
 :data:`veil.server.collector.config.DEFAULTS`, or from the environment variables
-of :data:`veil.server.cli.options.ENVIRONMENT`. Heavy imports (Flask, waitress, NumPy,
+of :data:`veil.server.settings.ENVIRONMENT`. Heavy imports (Flask, waitress, NumPy,
 prometheus_client) happen inside the ``run`` functions so ``veil --help`` works
 with the light client install.
 """
@@ -21,15 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from veil.server.cli.options import (
-    ENVIRONMENT,
     add_config_option,
     add_db_option,
     add_range_options,
-    env_value,
     token_list,
 )
 from veil.server.collector.config import DEFAULTS
 from veil.server.collector.logs import FORMATS, LEVELS, configure_logging
+from veil.server.settings import ENVIRONMENT, env_value
 from veil.shared.errors import VeilError
 
 logger = logging.getLogger(__name__)
@@ -253,7 +255,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     """Write google/rappor params.csv and counts.csv for a metric from the database."""
-    from veil.server.analysis.rappor_files import rappor_params, write_counts_document, write_params
+    from veil.server.counts import rappor_params, write_counts_document, write_params
     from veil.server.storage import open_storage
     from veil.shared.registry import Registry
 
@@ -276,40 +278,6 @@ def run_export(args: argparse.Namespace) -> int:
                         "you may write to (one that is not a file)") from None
     print(f"veil export: {reports} reports of {args.metric!r} in {cohorts} cohorts "
           f"-> {out / 'params.csv'}, {out / 'counts.csv'}")
-    return 0
-
-
-def configure_db(parser: argparse.ArgumentParser) -> None:
-    """The ``--db`` argument of the maintenance commands (default ``$VEIL_DB``)."""
-    add_db_option(parser)
-
-
-def run_rebuild(args: argparse.Namespace) -> int:
-    """Recompute every aggregate from the stored raw reports."""
-    from veil.server.storage import open_storage
-
-    with open_storage(args.db) as storage:
-        total = storage.rebuild_aggregates()
-        where = storage.location
-    print(f"veil rebuild-aggregates: rebuilt aggregates from {total} reports in {where}")
-    return 0
-
-
-def configure_backup(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``veil backup``."""
-    add_db_option(parser, help_text="the collector's SQLite database: a file path or "
-                                    "sqlite:///path (back up PostgreSQL with pg_dump)")
-    parser.add_argument("--out", required=True, help="new file for the copy")
-
-
-def run_backup(args: argparse.Namespace) -> int:
-    """Copy the database consistently while the collector runs."""
-    from veil.server.storage import open_storage
-
-    with open_storage(args.db) as storage:
-        target = storage.backup(args.out)
-        where = storage.location
-    print(f"veil backup: wrote a consistent copy of {where} to {target}")
     return 0
 
 
@@ -346,8 +314,4 @@ COMMANDS = [
      configure_serve, run_serve),
     ("export", "write google/rappor params.csv and counts.csv for a metric",
      configure_export, run_export),
-    ("rebuild-aggregates", "recompute every aggregate from the stored raw reports",
-     configure_db, run_rebuild),
-    ("backup", "copy the database consistently while the collector runs (VACUUM INTO)",
-     configure_backup, run_backup),
 ]

@@ -15,7 +15,7 @@ import secrets
 import shlex
 from pathlib import Path
 
-from veil.server.cli.options import ENVIRONMENT
+from veil.server.settings import ENVIRONMENT
 from veil.shared.errors import ParameterError
 
 #: the files ``veil init`` writes, by role

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from veil.server.counts import build_document
 from veil.shared.errors import VeilError
 from veil.shared.registry import Metric, Registry
 from veil.shared.statistics import COLUMNS, State, Statistic, statistic_for
@@ -569,15 +570,8 @@ class Storage(abc.ABC):
         threshold = metric.min_reports if min_reports is None else min_reports
         if total < threshold:
             raise TooFewReportsError(metric.name, total, threshold)
-        return {
-            "metric": metric.name,
-            "kind": metric.kind,
-            "params": metric.to_dict(),
-            "start": start_text,
-            "end": end_text,
-            "reports": total,
-            "cohorts": [
-                {"cohort": c, "reports": int(reports[c]), **statistic.to_entry(states[c])}
-                for c in range(metric.params.cohorts)
-            ],
-        }
+        return build_document(
+            metric=metric.name, kind=metric.kind, params=metric.to_dict(), start=start_text,
+            end=end_text, reports=reports,
+            entries=[statistic.to_entry(states[c]) for c in range(metric.params.cohorts)],
+        )

@@ -1,5 +1,5 @@
-"""``veil check``, ``veil migrate``, ``veil stats`` and ``veil retention``: the database
-seen by its operator.
+"""``veil check``, ``migrate``, ``stats``, ``retention``, ``rebuild-aggregates`` and
+``backup``: the database seen by its operator.
 
 Registered under the ``veil.commands`` entry points. The storage package loads
 inside the ``run`` functions so that ``veil --help`` stays light.
@@ -15,12 +15,12 @@ import time
 from typing import Any
 
 from veil.server.cli.options import (
-    ENVIRONMENT,
     add_db_option,
     add_range_options,
     add_server_options,
     print_log,
 )
+from veil.server.settings import ENVIRONMENT
 from veil.shared.errors import ParameterError, VeilError
 
 #: problems listed of each kind; the rest are counted
@@ -151,6 +151,40 @@ def run_retention(args: argparse.Namespace) -> int:
     return 0
 
 
+def configure_db(parser: argparse.ArgumentParser) -> None:
+    """The ``--db`` argument of the maintenance commands (default ``$VEIL_DB``)."""
+    add_db_option(parser)
+
+
+def run_rebuild(args: argparse.Namespace) -> int:
+    """Recompute every aggregate from the stored raw reports."""
+    from veil.server.storage import open_storage
+
+    with open_storage(args.db) as storage:
+        total = storage.rebuild_aggregates()
+        where = storage.location
+    print(f"veil rebuild-aggregates: rebuilt aggregates from {total} reports in {where}")
+    return 0
+
+
+def configure_backup(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil backup``."""
+    add_db_option(parser, help_text="the collector's SQLite database: a file path or "
+                                    "sqlite:///path (back up PostgreSQL with pg_dump)")
+    parser.add_argument("--out", required=True, help="new file for the copy")
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    """Copy the database consistently while the collector runs."""
+    from veil.server.storage import open_storage
+
+    with open_storage(args.db) as storage:
+        target = storage.backup(args.out)
+        where = storage.location
+    print(f"veil backup: wrote a consistent copy of {where} to {target}")
+    return 0
+
+
 def configure_stats(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil stats``."""
     source = parser.add_argument_group("source (one of)")
@@ -210,7 +244,7 @@ def fetch_stats(server: str, token: str | None, metric: str | None, start: str |
                 end: str | None) -> dict[str, Any]:
     """GET ``/v1/stats`` from a collector with a read token; :class:`VeilError` saying what
     went wrong otherwise."""
-    from veil.server.analysis.sources import get_json
+    from veil.server.http import get_json
 
     body = get_json(server, "/v1/stats", token, {"metric": metric, "start": start, "end": end})
     if not isinstance(body.get("metrics"), list):
@@ -227,4 +261,8 @@ COMMANDS = [
      configure_stats, run_stats),
     ("retention", "drop old days of raw reports from a PostgreSQL store (counts stay)",
      configure_retention, run_retention),
+    ("rebuild-aggregates", "recompute every aggregate from the stored raw reports",
+     configure_db, run_rebuild),
+    ("backup", "copy the database consistently while the collector runs (VACUUM INTO)",
+     configure_backup, run_backup),
 ]

@@ -58,7 +58,8 @@ import sys
 from pathlib import Path
 import numpy as np
 from veil.server.analysis import StringDecoder, build_map, simulate_string_counts
-from veil.server.analysis.report import ChartWorker, plot_estimates, write_outputs
+from veil.server.analysis.charts import ChartWorker, plot_estimates
+from veil.server.analysis.files import write_outputs
 from veil.shared.kinds import StringParams
 
 out = Path(sys.argv[1])

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.test_common_checks import EXAMPLES, IDS, population, registry_for, sdk_reports
-from veil.server.analysis.results import RESULT_COLUMNS, STRING_COLUMNS, TEXT_COLUMNS
+from veil.server.analysis.tables import RESULT_COLUMNS, STRING_COLUMNS, TEXT_COLUMNS
 from veil.server.cli import main
 from veil.server.storage import open_storage
 from veil.server.storage.base import today

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from veil.server.analysis import counts_arrays, decode_counts
-from veil.server.analysis.report import write_outputs
+from veil.server.analysis.files import write_outputs
 from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import BooleanParams, CategoryParams, NumberParams

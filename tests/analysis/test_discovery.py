@@ -286,7 +286,7 @@ def test_discover_with_no_frequent_string_states_everything_as_missing(tmp_path:
     fits the background alone (no placeholder candidate): no rows, no candidates, and the
     string channel's reports all outside the table (the missing share within 4 of its
     stated standard errors of 1)."""
-    from veil.server.analysis.discovery import discover
+    from veil.server.analysis.api import discover
     from veil.server.storage import open_storage
     from veil.shared.wire import validate_batch
 

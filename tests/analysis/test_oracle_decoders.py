@@ -46,7 +46,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from veil.server.analysis.counts import CountsArrays
 from veil.server.analysis.decoders import DECODERS, decode_counts
 from veil.server.analysis.oracles import (
     hadamard_support,
@@ -55,6 +54,7 @@ from veil.server.analysis.oracles import (
     olh_support_sizes,
 )
 from veil.server.cli import main
+from veil.server.counts import CountsArrays
 from veil.server.storage import open_storage
 from veil.shared.bits import PROB_ONE
 from veil.shared.kinds import GrrParams, HadamardParams, OlhParams, OracleParams, OueParams
@@ -419,7 +419,7 @@ def test_tiny_or_uniform_populations_decode(params: OracleParams, reports: int) 
 
 
 def test_response_counts_add_up_to_the_reports() -> None:
-    from veil.server.analysis.counts import counts_arrays
+    from veil.server.counts import counts_arrays
     from veil.shared.errors import ParameterError
 
     params = GrrParams(categories=("a", "b", "c"))

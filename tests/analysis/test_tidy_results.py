@@ -30,8 +30,8 @@ from veil.server.analysis import (
     decode_metric,
     simulate_string_counts,
 )
+from veil.server.analysis.api import discover
 from veil.server.analysis.cost import shown_up
-from veil.server.analysis.discovery import discover
 from veil.server.cli import main
 from veil.server.storage import open_storage
 from veil.shared.kinds import (

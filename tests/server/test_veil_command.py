@@ -16,10 +16,10 @@ from veil.server.collector.config import DEFAULTS
 GROUPS = {
     "analysis": ["decode", "discover", "map"],
     "archive": ["archive", "aggregate"],
-    "collector": ["metrics", "serve", "export", "rebuild-aggregates", "backup"],
+    "collector": ["metrics", "serve", "export"],
     "init": ["init"],
     "simulations": ["demo", "experiment", "populate", "simulate"],
-    "storage": ["check", "migrate", "stats", "retention"],
+    "storage": ["check", "migrate", "stats", "retention", "rebuild-aggregates", "backup"],
 }
 
 

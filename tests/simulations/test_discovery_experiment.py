@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from veil.server.analysis.results import STRING_COLUMNS
+from veil.server.analysis.tables import STRING_COLUMNS
 from veil.server.cli import main
 from veil.simulations.discovery import url_population
 from veil.simulations.discovery_experiment import (

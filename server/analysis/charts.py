@@ -1,31 +1,72 @@
-"""Write a decoded result to a directory, and draw it.
+"""Charts of decoded results: one decode, a day-by-day decode, a prefix search.
 
-``results.csv``, ``summary.json`` and ``estimates.png``; with a day-by-day decode also
-``by_day.csv`` and ``by_day.png``. The drawing functions take a Matplotlib ``Axes`` (or
-make a figure with pyplot, for notebooks) and return it; files are drawn on a bare
-Agg canvas, without pyplot.
+The drawing functions take a Matplotlib ``Axes`` (or make a figure with pyplot, for
+notebooks) and return it; files are drawn on a bare Agg canvas, without pyplot.
+:class:`ChartWorker` loads matplotlib in a helper process while the caller decodes.
+matplotlib loads at the first chart.
+
+The charts read a result through the few attributes they draw (:class:`Charted`,
+:class:`ChartedDays`, :class:`SearchLevel`), so the result classes can offer ``plot()``
+without this module importing them.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from veil.server.analysis.cost import shown_up
-from veil.server.analysis.results import DecodeResult, period
-from veil.shared.errors import ParameterError
+from veil.server.analysis.tables import period
+from veil.shared.privacy import format_epsilon
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from veil.server.analysis.daily import DailyResult
-    from veil.server.analysis.discovery import DiscoveryResult, Level
+#: how a result is drawn: ``range`` one statistic on its metric's [low, high]; ``share``
+#: the first row's share alone (a yes-share); ``shares`` a bar per row
+Chart = Literal["range", "share", "shares"]
+
+
+class Charted(Protocol):
+    """What a chart of one decode reads (a :class:`~veil.server.analysis.results.DecodeResult`)."""
+
+    @property
+    def chart(self) -> Chart: ...
+    @property
+    def rows(self) -> list[dict[str, Any]]: ...
+    @property
+    def summary(self) -> dict[str, Any]: ...
+
+
+class ChartedDays(Protocol):
+    """What the day-by-day chart reads (a :class:`~veil.server.analysis.daily.DailyResult`)."""
+
+    @property
+    def metric(self) -> str: ...
+    @property
+    def days(self) -> Sequence[tuple[str, Charted]]: ...
+    @property
+    def skipped(self) -> Mapping[str, str]: ...
+
+
+class SearchLevel(Protocol):
+    """What the prefix-search chart reads of one level
+    (a :class:`~veil.server.analysis.discovery.Level`)."""
+
+    @property
+    def level(self) -> int: ...
+    @property
+    def threshold(self) -> float: ...
+    @property
+    def kept(self) -> tuple[tuple[bytes, float], ...]: ...
+    @property
+    def ended(self) -> tuple[tuple[bytes, float], ...]: ...
+
 
 #: how many rows the chart shows at most
 TOP = 30
@@ -43,8 +84,8 @@ class ChartWorker:
     """A helper process that loads matplotlib while the caller decodes, then draws.
 
     Loading matplotlib takes about as long as importing SciPy and decoding a small metric
-    (0.3 s each), so ``veil decode`` starts this first and the two overlap on a second
-    core::
+    (docs/analysis.md, Performance), so ``veil decode`` starts this first and
+    the two overlap on a second core::
 
         with ChartWorker() as charts:
             result = decode_counts(...)
@@ -83,50 +124,15 @@ def _load_matplotlib() -> None:
     from matplotlib.backends import backend_agg  # noqa: F401
 
 
-def write_outputs(
-    result: DecodeResult, out_dir: str | Path, top: int = TOP, charts: Executor | None = None,
-    daily: DailyResult | None = None,
-) -> dict[str, Path]:
-    """Write the files into ``out_dir`` (created if needed); return their paths.
-
-    ``charts`` (a :class:`ChartWorker`'s executor) draws the charts in another process.
-    With ``daily`` (a day-by-day decode of the same metric) also ``by_day.csv`` and
-    ``by_day.png``."""
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ParameterError("out", f"cannot create output directory {out}: {exc.strerror}") from None
-    paths = {
-        "results": out / "results.csv",
-        "summary": out / "summary.json",
-        "chart": out / "estimates.png",
-    }
-    result.write_csv(paths["results"])
-    result.write_summary(paths["summary"])
-    drawings: list[tuple[Any, ...]] = [(plot_estimates, result, paths["chart"], top)]
-    if daily is not None:
-        paths["by_day"], paths["by_day_chart"] = out / "by_day.csv", out / "by_day.png"
-        daily.write_csv(paths["by_day"])
-        drawings.append((plot_days_file, daily, paths["by_day_chart"], TOP_SERIES))
-    if charts is None:
-        for function, *args in drawings:
-            function(*args)
-    else:
-        for future in [charts.submit(*drawing) for drawing in drawings]:
-            future.result()
-    return paths
-
-
-def _title(result: DecodeResult) -> str:
+def _title(result: Charted) -> str:
     summary = result.summary
     name = summary.get("metric") or "decoded"
     title = (
         f"{name}: {summary['reports']:,} report{'s' * (summary['reports'] != 1)}"
         f"{period(summary.get('start'), summary.get('end'))}"
         "\nprivacy cost "
-        f"\u03b5\u2081 = {shown_up(summary['epsilon_1'])} per report, "
-        f"\u03b5\u221e = {shown_up(summary['epsilon_inf'])} per value"
+        f"\u03b5\u2081 = {format_epsilon(summary['epsilon_1'])} per report, "
+        f"\u03b5\u221e = {format_epsilon(summary['epsilon_inf'])} per value"
     )
     if "detected" in summary:  # a decoder that selects among candidates
         title += (
@@ -154,8 +160,7 @@ def _fit_margins(figure: Figure, ax: Axes) -> None:
     (texts inside the axes, such as the shares written beside bars, must fit there).
 
     It measures those few texts once, where the constrained layout measures every text
-    of the chart twice: 0.15 s against 0.3 s to draw a 30-row chart, a third of a short
-    ``veil decode``'s wall time.
+    of the chart twice (the time it saves: docs/analysis.md, Performance).
     """
     renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
     points = figure.dpi / 72.0
@@ -190,7 +195,7 @@ def _axes(ax: Axes | None, width: float, height: float) -> Axes:
     return new
 
 
-def chart_size(result: DecodeResult, top: int = TOP) -> tuple[float, float]:
+def chart_size(result: Charted, top: int = TOP) -> tuple[float, float]:
     """Width and height in inches that fit ``result``'s chart."""
     if result.chart != "shares":
         return 7.5, 2.3
@@ -198,7 +203,7 @@ def chart_size(result: DecodeResult, top: int = TOP) -> tuple[float, float]:
     return 9.0, max(2.6, 0.34 * bars + 1.6)
 
 
-def plot_result(result: DecodeResult, ax: Axes | None = None, top: int = TOP) -> Axes:
+def plot_result(result: Charted, ax: Axes | None = None, top: int = TOP) -> Axes:
     """Draw ``result`` on ``ax`` (a new figure when None) and return the axes: a number's
     mean and interval on its range, a boolean's share answering true, or a bar per value
     (the first ``top``) with the share no listed value accounts for."""
@@ -213,7 +218,7 @@ def plot_result(result: DecodeResult, ax: Axes | None = None, top: int = TOP) ->
     return ax
 
 
-def plot_estimates(result: DecodeResult, path: str | Path, top: int = TOP) -> None:
+def plot_estimates(result: Charted, path: str | Path, top: int = TOP) -> None:
     """Save :func:`plot_result`'s chart of ``result`` as a PNG at ``path``."""
     shares = result.chart == "shares"  # the long chart; the others are a few texts
     figure = _figure(*chart_size(result, top), layout=None if shares else "constrained")
@@ -230,7 +235,7 @@ def _percent_axis(axis: Any) -> None:
     axis.set_major_formatter(PercentFormatter(1.0, decimals=None))
 
 
-def _draw_range(ax: Axes, result: DecodeResult) -> None:
+def _draw_range(ax: Axes, result: Charted) -> None:
     """The mean's 95% interval as a band on a track from ``low`` to ``high``, the estimate
     as a tick, each labelled with its value."""
     row, summary = result.rows[0], result.summary
@@ -252,7 +257,7 @@ def _draw_range(ax: Axes, result: DecodeResult) -> None:
                   f"metric's range, {low:g} to {high:g} (grey)")
 
 
-def _draw_share(ax: Axes, result: DecodeResult) -> None:
+def _draw_share(ax: Axes, result: Charted) -> None:
     """The first row's share (a boolean's true answers) as one bar on [0, 1] with its
     interval: the other answer's share is the rest of the bar."""
     row = result.rows[0]
@@ -272,7 +277,7 @@ def _draw_share(ax: Axes, result: DecodeResult) -> None:
     ax.set_xlabel(f"share of reports that are {row['value']} (bar), with its 95% interval")
 
 
-def _draw_shares(ax: Axes, result: DecodeResult, top: int) -> None:
+def _draw_shares(ax: Axes, result: Charted, top: int) -> None:
     """A bar per value (the first ``top`` rows) with its interval and share written
     beside it, and below them the share of reports no row accounts for, when known."""
     rows = result.rows[:top]
@@ -313,7 +318,7 @@ def _draw_shares(ax: Axes, result: DecodeResult, top: int) -> None:
                 transform=ax.transAxes)
 
 
-def _series(daily: DailyResult, top: int) -> tuple[list[str], str]:
+def _series(daily: ChartedDays, top: int) -> tuple[list[str], str]:
     """The values to draw over the days, and the column to draw for them."""
     first = daily.days[0][1]
     if first.chart == "range":
@@ -328,7 +333,7 @@ def _series(daily: DailyResult, top: int) -> tuple[list[str], str]:
     return ranked[:top], "proportion"
 
 
-def plot_days(daily: DailyResult, ax: Axes | None = None, top: int = TOP_SERIES) -> Axes:
+def plot_days(daily: ChartedDays, ax: Axes | None = None, top: int = TOP_SERIES) -> Axes:
     """Draw each day's estimate with its 95% band, one line per value (the ``top`` most
     common over the days for strings and categories), on ``ax`` (a new figure when None);
     return the axes."""
@@ -378,7 +383,7 @@ def plot_days(daily: DailyResult, ax: Axes | None = None, top: int = TOP_SERIES)
     return ax
 
 
-def plot_days_file(daily: DailyResult, path: str | Path, top: int = TOP_SERIES) -> None:
+def plot_days_file(daily: ChartedDays, path: str | Path, top: int = TOP_SERIES) -> None:
     """Save :func:`plot_days`'s chart of ``daily`` as a PNG at ``path``."""
     figure = _figure(9.0, 4.2)
     plot_days(daily, figure.subplots(), top)
@@ -389,23 +394,7 @@ def _short(label: str, width: int = 40) -> str:
     return label if len(label) <= width else label[: width - 1] + "\u2026"
 
 
-def write_discovery(found: DiscoveryResult, out_dir: str | Path, top: int = TOP,
-                    ) -> dict[str, Path]:
-    """Write what :func:`~veil.server.analysis.discovery.discover` found into ``out_dir``:
-    ``results.csv``, ``summary.json`` and ``estimates.png`` as ``veil decode`` writes them,
-    ``prefixes.csv`` (the prefixes kept at each level) and ``prefixes.png``."""
-    from veil.server.analysis.results import write_rows
-
-    paths = write_outputs(found.result, out_dir, top)
-    out = Path(out_dir)
-    paths["prefixes"] = out / "prefixes.csv"
-    write_rows(paths["prefixes"], ("level", "prefix", "share", "ended"), found.prefix_rows())
-    paths["prefixes_chart"] = out / "prefixes.png"
-    plot_prefix_search(found, paths["prefixes_chart"])
-    return paths
-
-
-def draw_prefix_search(ax: Axes, levels: Sequence[Level]) -> None:
+def draw_prefix_search(ax: Axes, levels: Sequence[SearchLevel]) -> None:
     """The prefixes each level of a search kept, and the strings that ended there."""
     x = [level.level for level in levels]
     ax.plot(x, [len(level.kept) for level in levels], "o-", ms=3, label="prefixes kept")
@@ -414,11 +403,11 @@ def draw_prefix_search(ax: Axes, levels: Sequence[Level]) -> None:
     ax.legend(fontsize=8)
 
 
-def plot_prefix_search(found: DiscoveryResult, path: str | Path) -> None:
-    """The search level by level (:func:`draw_prefix_search`), and the share a prefix had to
-    pass where other prefixes' values add no spread (the reports' noise alone; common
-    segments, and prefixes the next level confirms, have their own cut)."""
-    levels = found.search.levels_
+def plot_prefix_search(levels: Sequence[SearchLevel], path: str | Path) -> None:
+    """Save the search's ``levels`` as a PNG at ``path``: the prefixes kept level by level
+    (:func:`draw_prefix_search`), and the share a prefix had to pass where other prefixes'
+    values add no spread (the reports' noise alone; common segments, and prefixes the next
+    level confirms, have their own cut)."""
     figure = _figure(8.0, 3.4)
     counts, threshold = figure.subplots(1, 2)
     draw_prefix_search(counts, levels)

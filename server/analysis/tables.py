@@ -1,0 +1,201 @@
+"""The result's tables: the columns every decoder fills, its rows, and the table as CSV
+and HTML.
+
+Every decoder builds its rows here (:func:`frequency_rows`, :func:`number_row`), so a
+table's keys are always its declared columns: :data:`RESULT_COLUMNS` for every kind,
+and for string metrics also google/rappor's ``string`` column (:data:`STRING_COLUMNS`),
+so google/rappor's tools still read a string metric's ``results.csv``.
+:func:`write_rows` writes a table as CSV, :func:`html_table` as HTML for a notebook.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from veil.server.analysis.stats import one_sided_log10_p_values, one_sided_p_values
+from veil.shared.privacy import format_epsilon
+
+#: results.csv columns, the same for every kind (docs/analysis.md describes each)
+RESULT_COLUMNS = (
+    "metric",
+    "kind",
+    "value",
+    "estimate",
+    "std_error",
+    "low_95",
+    "high_95",
+    "proportion",
+    "prop_std_error",
+    "prop_low_95",
+    "prop_high_95",
+    "p_value",
+    "log10_p_value",
+)
+#: google/rappor's results.csv columns: a string metric's table carries them all
+RAPPOR_COLUMNS = (
+    "string",
+    "estimate",
+    "std_error",
+    "proportion",
+    "prop_std_error",
+    "prop_low_95",
+    "prop_high_95",
+)
+#: results.csv columns of string metrics: :data:`RESULT_COLUMNS` plus ``string`` (= ``value``)
+STRING_COLUMNS = (*RESULT_COLUMNS[:3], "string", *RESULT_COLUMNS[3:])
+#: columns holding text; every other column holds a number
+TEXT_COLUMNS = frozenset({"day", "metric", "kind", "value", "string"})
+#: rows shown by :meth:`DecodeResult._repr_html_`
+HTML_ROWS = 12
+
+
+def frequency_rows(
+    metric: str,
+    kind: str,
+    labels: Sequence[str],
+    shares: np.ndarray,
+    std_errors: np.ndarray,
+    total: int,
+    z: float,
+    columns: tuple[str, ...] = RESULT_COLUMNS,
+    p_values: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of ``columns``: each share of ``total`` reports as a count and a proportion,
+    with its ``z`` interval intersected with [0, 1] (where the true share lies; both ends
+    are clipped, so an interval wholly below 0 becomes [0, 0], never empty), and the
+    one-sided p-value of "this share is 0" with its base-10 logarithm. ``p_values`` are
+    the shares' :func:`~veil.server.analysis.stats.one_sided_p_values` when the caller
+    has them already."""
+    shares = np.asarray(shares, dtype=float)
+    std_errors = np.asarray(std_errors, dtype=float)
+    if p_values is None:
+        p_values = one_sided_p_values(shares, std_errors)
+    log10_p_values = one_sided_log10_p_values(shares, std_errors)
+    rows = []
+    for label, share, se, p_value, log10_p in zip(
+        labels, shares, std_errors, p_values, log10_p_values, strict=True
+    ):
+        low = min(max(share - z * se, 0.0), 1.0)
+        high = max(min(share + z * se, 1.0), 0.0)
+        row = {
+            "metric": metric,
+            "kind": kind,
+            "value": str(label),
+            "string": str(label),
+            "estimate": float(share * total),
+            "std_error": float(se * total),
+            "low_95": float(low * total),
+            "high_95": float(high * total),
+            "proportion": float(share),
+            "prop_std_error": float(se),
+            "prop_low_95": float(low),
+            "prop_high_95": float(high),
+            "p_value": float(p_value),
+            "log10_p_value": float(log10_p),
+        }
+        rows.append({name: row[name] for name in columns})
+    return rows
+
+
+def number_row(
+    metric: str, statistic: str, estimate: float, std_error: float, z: float, low: float,
+    high: float,
+) -> dict[str, Any]:
+    """A row of :data:`RESULT_COLUMNS` for ``statistic`` (``mean``) of a number in
+    ``[low, high]``: ``estimate`` in the metric's unit with its ``z`` interval clipped to
+    ``[low, high]`` (where the true value lies; the estimate itself stays unclipped), and
+    as a ``proportion`` of the way from ``low`` to ``high``. The p-value tests "the mean is
+    ``low``" against "above it", as a frequency row tests "the share is 0"."""
+    width = high - low
+    interval_low = min(max(estimate - z * std_error, low), high)
+    interval_high = max(min(estimate + z * std_error, high), low)
+    position = np.array([(estimate - low) / width])
+    position_se = np.array([std_error / width])
+    return {
+        "metric": metric,
+        "kind": "number",
+        "value": statistic,
+        "estimate": float(estimate),
+        "std_error": float(std_error),
+        "low_95": float(interval_low),
+        "high_95": float(interval_high),
+        "proportion": float(position[0]),
+        "prop_std_error": float(position_se[0]),
+        "prop_low_95": float((interval_low - low) / width),
+        "prop_high_95": float((interval_high - low) / width),
+        "p_value": float(one_sided_p_values(position, position_se)[0]),
+        "log10_p_value": float(one_sided_log10_p_values(position, position_se)[0]),
+    }
+
+
+def write_rows(path: str | Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
+    """Rows as CSV with a header row of ``columns`` (floats at full precision, None empty)."""
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_csv_value(row[name]) for name in columns])
+
+
+def format_p_value(p_value: float, log10_p_value: float) -> str:
+    """A p-value for people: three digits, or its power of ten where it underflows."""
+    if p_value > 0:
+        return f"{p_value:.3g}"
+    return f"1e{math.floor(log10_p_value):d}" if math.isfinite(log10_p_value) else "0"
+
+
+def period(start: str | None, end: str | None) -> str:
+    """The days counts cover, to follow a number of reports: " on DAY", " from START to
+    END", or "" when either is not known."""
+    if not (start and end):
+        return ""
+    return f" on {start}" if start == end else f" from {start} to {end}"
+
+
+def html_table(title: str, headline: str, summary: dict[str, Any],
+               rows: Sequence[dict[str, Any]], extra: Sequence[str] = ()) -> str:
+    """A headline paragraph and the first :data:`HTML_ROWS` rows (``extra`` text columns
+    first, then value, estimate, standard error, 95% interval, share, p-value)."""
+    def cell(value: Any) -> str:
+        return f"<td>{html.escape(value if isinstance(value, str) else f'{value:.4g}')}</td>"
+
+    reports = summary.get("reports")
+    cost = summary.get("privacy", {}).get("epsilon_per_value")
+    head = [*extra, "value", "estimate", "std error", "95% interval", "share", "p-value"]
+    body = []
+    for row in rows[:HTML_ROWS]:
+        interval = f"{row['low_95']:.4g} \u2013 {row['high_95']:.4g}"
+        body.append(
+            "<tr>" + "".join(cell(str(row[name])) for name in extra)
+            + cell(str(row["value"])) + cell(row["estimate"]) + cell(row["std_error"])
+            + cell(interval) + cell(f"{row['proportion']:.2%}")
+            + cell(format_p_value(row["p_value"], row["log10_p_value"])) + "</tr>"
+        )
+    more = (f"<p>{len(rows) - HTML_ROWS:,} more rows: .to_pandas() has them all.</p>"
+            if len(rows) > HTML_ROWS else "")
+    facts = ", ".join(part for part in (
+        (f"{reports:,} reports{period(summary.get('start'), summary.get('end'))}"
+         if isinstance(reports, int) else ""),
+        f"\u03b5\u221e = {format_epsilon(cost)} per value" if isinstance(cost, float) else "",
+    ) if part)
+    return (
+        f"<div><p><b>{html.escape(title)}</b>: {html.escape(headline)}"
+        f"{' (' + html.escape(facts) + ')' if facts else ''}</p>"
+        "<table><thead><tr>" + "".join(f"<th>{html.escape(name)}</th>" for name in head)
+        + "</tr></thead><tbody>" + "".join(body) + f"</tbody></table>{more}</div>"
+    )
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return value
