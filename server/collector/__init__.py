@@ -13,8 +13,8 @@ from veil.server.lazy import lazy_getattr
 _EXPORTS = {
     "create_app": "veil.server.collector.app",
     "DEFAULTS": "veil.server.collector.config",
-    "Collector": "veil.server.collector.state",
-    "EXTENSION": "veil.server.collector.state",
+    "Collector": "veil.server.collector.app_state",
+    "EXTENSION": "veil.server.collector.app_state",
     "ApiError": "veil.server.collector.responses",
     "openapi_document": "veil.server.collector.openapi",
 }

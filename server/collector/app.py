@@ -14,11 +14,11 @@ from typing import Any
 from flask import Flask, Response
 from werkzeug.middleware.proxy_fix import ProxyFix
 
+from veil.server.collector.app_state import EXTENSION, Collector
 from veil.server.collector.config import DEFAULTS
-from veil.server.collector.limits import upload_limits
+from veil.server.collector.rate_limits import upload_limits
 from veil.server.collector.responses import json_response, register_error_handlers
 from veil.server.collector.routes import api
-from veil.server.collector.state import EXTENSION, Collector
 from veil.server.storage import open_storage
 from veil.shared.errors import VeilError
 from veil.shared.registry import Registry

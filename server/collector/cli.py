@@ -145,7 +145,7 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Check the registry against the database, listen, and serve until SIGTERM or SIGINT."""
-    from veil.server.collector.limits import token_daily_cap
+    from veil.server.collector.rate_limits import token_daily_cap
     from veil.server.storage import open_storage
     from veil.shared.registry import Registry
 

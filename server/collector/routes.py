@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 from flask import Blueprint, Response, current_app, request
 
-from veil.server.collector.limits import network_of
+from veil.server.collector.app_state import Collector, current_collector
 from veil.server.collector.openapi import openapi_document
 from veil.server.collector.prometheus import CONTENT_TYPE
+from veil.server.collector.rate_limits import network_of
 from veil.server.collector.responses import ANSWERED, ApiError, error_code, json_response
-from veil.server.collector.state import Collector, current_collector
 from veil.server.counts import write_counts_document
 from veil.server.storage import DailyCapReached, StorageUnavailable, TooFewReportsError
 from veil.shared.errors import WireFormatError

@@ -48,8 +48,8 @@ from waitress.server import TcpWSGIServer
 from waitress.task import ErrorTask
 
 from veil.server.collector.app import create_app
+from veil.server.collector.app_state import EXTENSION
 from veil.server.collector.responses import http_error_body, too_large_message
-from veil.server.collector.state import EXTENSION
 from veil.shared.errors import VeilError
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import os
 import pytest
 import requests
 
-from veil.server.collector.limits import (
+from veil.server.collector.rate_limits import (
     MAX_BUCKETS,
     RateLimiter,
     UploadLimits,

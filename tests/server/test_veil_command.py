@@ -33,7 +33,7 @@ def test_each_package_registers_its_commands_and_help_lists_them_by_group_name()
         "analysis": "veil.server.analysis.cli:COMMANDS",
         "archive": "veil.server.archive.cli:COMMANDS",
         "collector": "veil.server.collector.cli:COMMANDS",
-        "init": "veil.server.collector.init:COMMANDS",
+        "init": "veil.server.collector.bootstrap:COMMANDS",
         "simulations": "veil.simulations.cli:COMMANDS",
         "storage": "veil.server.storage.cli:COMMANDS",
     }

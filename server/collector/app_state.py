@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 from flask import current_app
 
-from veil.server.collector.limits import UploadLimits
 from veil.server.collector.prometheus import ServerMetrics
+from veil.server.collector.rate_limits import UploadLimits
 from veil.server.storage import Storage
 from veil.shared.registry import Registry
 
