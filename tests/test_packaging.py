@@ -7,9 +7,11 @@ operator and an analyst need into a fresh virtual environment, from the package 
 configured with, it must import, answer ``veil --version``, serve ``/healthz``, take an SDK
 report and decode it.
 
-Both tests are marked ``slow``: they build the wheel with ``python -m build`` (a few seconds,
-in an isolated build environment) and the second installs it with its dependencies (about
-20 seconds here: NumPy, SciPy, scikit-learn, matplotlib, pandas, Flask).
+The release also passes ``twine check --strict`` and ``check-wheel-contents``, as CI requires.
+
+These tests are marked ``slow``: they build the sdist and the wheel with ``python -m build``
+(a few seconds, in an isolated build environment) and one installs the wheel with its
+dependencies (about 20 seconds here: NumPy, SciPy, scikit-learn, matplotlib, pandas, Flask).
 """
 
 from __future__ import annotations
@@ -78,6 +80,15 @@ def test_the_wheel_holds_every_module_of_the_tree_and_nothing_else(wheel: Path) 
     assert others == sorted(f"veil/{folder}/py.typed" for folder in FOLDERS)
     assert f"{dist_info}licenses/LICENSE" in names
     assert "Apache License" in zipfile.ZipFile(wheel).read(f"{dist_info}licenses/LICENSE").decode()
+
+
+def test_the_release_passes_the_checks_an_index_makes(wheel: Path) -> None:
+    """``twine check --strict`` reads the metadata and README as an index would render them;
+    ``check-wheel-contents`` looks for duplicates, stray top-level modules, empty or
+    missing packages and compiled files."""
+    (sdist,) = wheel.parent.glob("veil-*.tar.gz")
+    _run([sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(wheel)])
+    _run([sys.executable, "-m", "check_wheel_contents", str(wheel)])
 
 
 class _WheelCollector(CollectorHandle):
