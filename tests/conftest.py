@@ -131,6 +131,18 @@ TEST_REGISTRY = Registry.from_toml(TEST_REGISTRY_TOML)
 START_TIMEOUT = 60.0
 
 
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    """Poll ``condition`` until it returns a true value, and return that value; fail naming
+    ``what`` once ``timeout`` seconds pass. Tests wait for the state they need this way, not
+    for a fixed time: as short as the machine allows, and no flakiness when it is slow."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:g} s for {what}")
+        time.sleep(0.01)
+    return value
+
+
 class CollectorHandle:
     """A collector under test: where it listens, its credentials, and its lifecycle."""
 

@@ -48,7 +48,7 @@ def test_the_thread_starts_on_the_first_nudge_as_a_daemon():
     flushes = Flushes()
     before = uploader_threads()
     worker = make_worker(flushes, interval=0.02)
-    time.sleep(0.1)
+    assert not flushes.called.wait(0.1)  # five intervals pass without a flush
     assert flushes.pids == [] and uploader_threads() == before
     worker.nudge()
     assert flushes.called.wait(5)

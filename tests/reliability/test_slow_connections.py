@@ -26,6 +26,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from tests.conftest import wait_until
 from veil.shared.wire import make_batch, make_report
 
 LIMIT = 8
@@ -79,7 +80,10 @@ def test_an_upload_gets_through_slow_senders_holding_every_connection(collector_
     for sender in senders:
         sender.start()
     try:
-        time.sleep(1.0)  # every connection the collector serves is a slow sender's
+        # every connection the collector serves is a slow sender's
+        wait_until(lambda: "reached the connection limit" in
+                   (collector.workdir / "serve.log").read_text(),
+                   "the slow senders to hold every connection")
         started = time.monotonic()
         response = requests.post(collector.url + "/v1/reports", json=batch, timeout=15)
         elapsed = time.monotonic() - started

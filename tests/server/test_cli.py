@@ -11,10 +11,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import requests
 
+from tests.conftest import wait_until
 from veil.server.collector import EXTENSION
 from veil.server.storage import open_storage
 
@@ -97,13 +97,18 @@ def test_serve_with_two_worker_processes(collector_factory, wire, children_of):
     workers = children_of(parent)
     assert len(workers) == 2
     assert collector.stop() == 0
-    time.sleep(0.2)
-    for pid in workers:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        raise AssertionError(f"worker {pid} still running after SIGTERM")
+
+    def running() -> list[int]:
+        alive = []
+        for pid in workers:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            alive.append(pid)
+        return alive
+
+    wait_until(lambda: not running(), f"workers {workers} to end after SIGTERM", timeout=10)
 
 
 def test_serve_refuses_bad_configuration(tmp_path):

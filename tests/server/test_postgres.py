@@ -23,7 +23,7 @@ import psycopg
 import pytest
 import requests
 
-from tests.conftest import TEST_REGISTRY_TOML
+from tests.conftest import TEST_REGISTRY_TOML, wait_until
 from veil.server.storage import (
     DailyCap,
     DailyCapReached,
@@ -403,7 +403,9 @@ def test_postgres_down_during_uploads_gives_503_and_loses_nothing(
             assert response.json()["error"]["code"] == "unavailable"
             assert requests.get(collector.url + "/readyz", timeout=60).status_code == 503
             acked_while_down = len(uploaders.acked)
-            time.sleep(1)
+            refused = uploaders.statuses.count(503)
+            wait_until(lambda: uploaders.statuses.count(503) > refused,
+                       "an uploader's batch refused while PostgreSQL is down")
             assert len(uploaders.acked) == acked_while_down
         finally:
             postgres_server.start()
