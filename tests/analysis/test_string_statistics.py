@@ -9,9 +9,12 @@ from a stated sampling distribution.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 from scipy import stats
+from threadpoolctl import threadpool_limits
 
 from veil.server.analysis import StringDecoder, build_map, simulate_string_counts
 from veil.shared.kinds import StringParams
@@ -223,6 +226,16 @@ def _most_common_value_unlisted(
     return tallies
 
 
+@pytest.fixture
+def one_blas_thread() -> Iterator[None]:
+    """BLAS on one thread: the fits invert matrices of a few hundred rows, too small to gain
+    from threads, and on a busy machine threads that wait for each other made them take up
+    to six times as long."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+@pytest.mark.usefixtures("one_blas_thread")
 @pytest.mark.parametrize(
     ("decoys", "fit", "runs", "seed"), [(300, "joint", 150, 41), (3000, "lasso", 60, 43)]
 )
