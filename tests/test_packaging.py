@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.conftest import TEST_REGISTRY, CollectorHandle
 
@@ -142,8 +143,6 @@ def test_the_installed_wheel_serves_takes_a_report_and_decodes_it(
     collector = _WheelCollector(bin_dir / "veil", workdir)
     collector.start()
     try:
-        import requests
-
         assert requests.get(collector.url + "/healthz", timeout=10).status_code == 200
         reported = _run([str(bin_dir / "python"), "-c", (
             "import sys\n"
