@@ -39,6 +39,20 @@ noise):
   below 2^-64), so the histogram of the reports is ``Multinomial(N, law of j + Z)`` (the
   convolution) and the sum and sum of squares follow from it exactly.
 
+* Strings: the population shapes of
+  :data:`~veil.simulations.calibration_strings.STRING_CASES` (the google/rappor-format
+  cases' and the discovery channel's, with and without mass on unlisted values), each at
+  its own parameters and number of reports (its epsilon is their ``epsilon_inf``),
+  :data:`STRING_RUNS` collections a cell, counts drawn exactly from the RAPPOR model and
+  decoded with the string decoder: the shares of the :data:`STRING_TOP` most common
+  listed values, the missing share against 1 less the true shares of the strings each
+  collection detects, and the achieved false-discovery rate (a :class:`Ceiling`: the mean
+  share of detected strings that are decoys may exceed the decoder's level by at most
+  :data:`ALLOWANCE` standard errors of that mean). Where docs/analysis.md states that a
+  quantity leaves its band on a shape (the missing share near the detection limit;
+  Storey's rate with a mid-share unlisted value) the cell is flagged ``documented``, with
+  a link to that text, instead of failing.
+
 Further decoders join through :func:`register`: a case is a name and a ``draw`` function
 returning :class:`Draws` (estimates and stated standard errors of ``runs`` collections,
 and the truth) for a number of reports and an epsilon.
@@ -49,7 +63,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,6 +83,13 @@ from veil.shared.kinds import (
     OueParams,
 )
 from veil.shared.statistics import statistic_for
+from veil.simulations.calibration_strings import (
+    FDR,
+    MISSING_SHARE,
+    STRING_CASES,
+    StringCase,
+    draw_strings,
+)
 from veil.simulations.encoding import aggregate_categories
 from veil.simulations.oracle_encoding import simulate_oracle_counts
 from veil.simulations.report import Results, new_figure, progress
@@ -95,6 +116,17 @@ CATEGORY_SHARES = (0.4, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.0)
 TRUE_SHARE = 0.3
 GRID_SHARE = 0.3
 NUMBER_RANGE = (0.0, 10.0)
+#: string population shapes (:data:`~veil.simulations.calibration_strings.STRING_CASES`):
+#: collections per cell, the most common listed values whose shares are calibrated, and
+#: the shapes in the reduced grid with their (small) numbers of reports
+STRING_RUNS = 200
+STRING_TOP = 3
+QUICK_STRING_REPORTS = {"strings: defaults": 20_000, "strings: channel eps 4": 20_000}
+#: where docs/analysis.md states that a string quantity leaves its band
+DOCUMENTED = {
+    MISSING_SHARE: "analysis.md#what-the-string-decoder-guarantees",
+    FDR: "analysis.md#what-the-string-decoder-guarantees",
+}
 #: the two-sided 95% normal quantile
 Z95 = 1.959963984540054
 #: the label of the shares' sum (``allocated_proportion_unbiased``, truth 1)
@@ -102,26 +134,64 @@ ALLOCATED = "sum of shares"
 
 
 @dataclasses.dataclass(frozen=True)
+class Ceiling:
+    """A rate that must stay at or below ``level``: its value in each of ``runs``
+    collections (``values``), e.g. the share of detected strings that are false."""
+
+    label: str
+    values: np.ndarray
+    level: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Draws:
     """``runs`` decoded collections: ``estimates`` and stated ``std_errors`` (``runs x
-    quantities``) of the quantities ``labels``, whose true values are ``truth``."""
+    quantities``) of the quantities ``labels``, whose true values are ``truth`` (one per
+    quantity, or ``runs x quantities`` when the truth depends on the collection, as the
+    missing share's does on which strings it detects); ``ceilings``, rates kept below a
+    level; ``documented``, for a quantity that docs/analysis.md says leaves its band in
+    this case, the link to where it says so."""
 
     labels: tuple[str, ...]
     truth: np.ndarray
     estimates: np.ndarray
     std_errors: np.ndarray
+    ceilings: tuple[Ceiling, ...] = ()
+    documented: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+#: a point of the grid: (reports, epsilon)
+Point = tuple[int, float]
 
 
 @dataclasses.dataclass(frozen=True)
 class CalibrationCase:
     """A decoder in one design: ``draw(reports, epsilon, runs, rng)`` decodes ``runs``
-    collections of ``reports`` reports at ``epsilon`` (:class:`Draws`)."""
+    collections of ``reports`` reports at ``epsilon`` (:class:`Draws`).
+
+    A case whose mechanism fixes its parameters (a string population shape) runs at its
+    own ``points`` instead of the grid's N x epsilon, and in the reduced grid at
+    ``quick_points`` (none: it is left out there); ``runs``, when given, replaces the
+    grid's number of collections a cell (a string decode costs far more than a
+    closed-form one)."""
 
     name: str
     draw: Callable[[int, float, int, np.random.Generator], Draws]
+    points: tuple[Point, ...] = ()
+    quick_points: tuple[Point, ...] = ()
+    runs: int | None = None
+
+    def grid(self, reports: Sequence[int], epsilons: Sequence[float],
+             quick: bool = False) -> list[Point]:
+        """The points this case runs at, given the grid's ``reports x epsilons``."""
+        if self.points:
+            return list(self.quick_points if quick else self.points)
+        return [(n, eps) for n in reports for eps in epsilons]
 
 
 #: the cases of the grid, by name (:func:`register` adds one)
+#:
+#: :meta hide-value:
 CASES: dict[str, CalibrationCase] = {}
 
 
@@ -137,7 +207,14 @@ def register(case: CalibrationCase) -> CalibrationCase:
 class Cell:
     """The calibration of one quantity of one case at one (reports, epsilon) (see the
     module docstring). ``exact`` marks a quantity known without error (the stated
-    standard error is 0 and every estimate equals the truth): it has no ratio."""
+    standard error is 0 and every estimate equals the truth): it has no ratio.
+
+    ``kind`` is ``interval`` for an estimate with a stated standard error (``truth`` is
+    then the mean of its true values, ``mean`` the mean estimate and ``mean_mc`` the Monte
+    Carlo error of the mean error) or ``ceiling`` for a rate whose level is ``truth``
+    (``mean`` the achieved rate, ``mean_mc`` its Monte Carlo error; no ratio or
+    coverage). ``documented`` links to where docs/analysis.md says the quantity leaves
+    its band in this case."""
 
     case: str
     reports: int
@@ -151,12 +228,21 @@ class Cell:
     coverage_mc: float
     bias_z: float
     exact: bool = False
+    kind: str = "interval"
+    mean: float = math.nan
+    mean_mc: float = math.nan
+    documented: str = ""
 
     def problems(self, allowance: float = ALLOWANCE) -> list[str]:
         """Why the cell leaves its band by more than ``allowance`` Monte Carlo errors."""
         if self.exact:
             return []
         where = f"{self.case}, N={self.reports}, epsilon={self.epsilon:g}, {self.quantity}"
+        if self.kind == "ceiling":
+            if self.mean > self.truth + allowance * self.mean_mc:
+                return [f"{where}: {self.mean:.4f} above its level {self.truth:g} (Monte "
+                        f"Carlo error {self.mean_mc:.4f})"]
+            return []
         out = []
         if abs(self.se_ratio - 1) > SE_BAND + allowance * self.se_ratio_mc:
             out.append(f"{where}: SE ratio {self.se_ratio:.3f} (Monte Carlo error "
@@ -168,17 +254,26 @@ class Cell:
                        f"{binomial:.4f})")
         return out
 
+    def status(self, allowance: float = ALLOWANCE) -> str:
+        """``in band`` (up to ``allowance`` Monte Carlo errors), ``documented`` (out of it
+        where docs/analysis.md says so) or ``out of band``."""
+        if not self.problems(allowance):
+            return "in band"
+        return "documented" if self.documented else "out of band"
+
     def as_row(self) -> dict[str, Any]:
         """The cell as a flat row (``metrics.csv``)."""
         return dataclasses.asdict(self)
 
 
 def cells_of(case: str, reports: int, epsilon: float, draws: Draws) -> list[Cell]:
-    """One :class:`Cell` per quantity of ``draws``."""
+    """One :class:`Cell` per quantity and per ceiling of ``draws``. The observed spread is
+    the standard deviation of the errors (the estimates' own when the truth is fixed)."""
     runs = draws.estimates.shape[0]
-    errors = draws.estimates - draws.truth
+    truth = np.broadcast_to(draws.truth, draws.estimates.shape)
+    errors = draws.estimates - truth
     stated = np.sqrt(np.mean(draws.std_errors**2, axis=0))
-    spread = draws.estimates.std(axis=0, ddof=1)
+    spread = errors.std(axis=0, ddof=1)
     covered = np.abs(errors) <= Z95 * draws.std_errors + 1e-9
     cells = []
     for i, label in enumerate(draws.labels):
@@ -186,9 +281,18 @@ def cells_of(case: str, reports: int, epsilon: float, draws: Draws) -> list[Cell
         ratio = math.nan if exact else float(stated[i] / spread[i])
         coverage = float(covered[:, i].mean())
         bias = float(errors[:, i].mean() / (stated[i] / math.sqrt(runs))) if stated[i] else 0.0
-        cells.append(Cell(case, reports, epsilon, label, float(draws.truth[i]), runs, ratio,
+        cells.append(Cell(case, reports, epsilon, label, float(truth[:, i].mean()), runs, ratio,
                           ratio / math.sqrt(2 * (runs - 1)),
-                          coverage, math.sqrt(coverage * (1 - coverage) / runs), bias, exact))
+                          coverage, math.sqrt(coverage * (1 - coverage) / runs), bias, exact,
+                          mean=float(draws.estimates[:, i].mean()),
+                          mean_mc=float(spread[i] / math.sqrt(runs)),
+                          documented=draws.documented.get(label, "")))
+    for ceiling in draws.ceilings:
+        cells.append(Cell(case, reports, epsilon, ceiling.label, ceiling.level, runs,
+                          math.nan, math.nan, math.nan, math.nan, math.nan, kind="ceiling",
+                          mean=float(ceiling.values.mean()),
+                          mean_mc=float(ceiling.values.std(ddof=1) / math.sqrt(runs)),
+                          documented=draws.documented.get(ceiling.label, "")))
     return cells
 
 
@@ -201,13 +305,15 @@ def cell_seed(seed: int, case: str, reports: int, epsilon: float) -> np.random.G
 
 def calibrate(cases: Sequence[CalibrationCase] | None = None,
               reports: Sequence[int] = REPORTS, epsilons: Sequence[float] = EPSILONS,
-              runs: int = RUNS, seed: int = 1) -> list[Cell]:
-    """Every cell of ``cases`` (default: all registered) over ``reports x epsilons``."""
+              runs: int = RUNS, seed: int = 1, quick: bool = False) -> list[Cell]:
+    """Every cell of ``cases`` (default: all registered) over ``reports x epsilons``, or
+    over a case's own points (the reduced grid's with ``quick``)."""
     chosen = list(CASES.values()) if cases is None else list(cases)
-    grid = [(case, n, eps) for case in chosen for n in reports for eps in epsilons]
+    grid = [(case, n, eps) for case in chosen
+            for n, eps in case.grid(reports, epsilons, quick)]
     cells: list[Cell] = []
     for case, n, eps in progress(grid, "calibration"):
-        draws = case.draw(n, eps, runs, cell_seed(seed, case.name, n, eps))
+        draws = case.draw(n, eps, case.runs or runs, cell_seed(seed, case.name, n, eps))
         cells.extend(cells_of(case.name, n, eps, draws))
     return cells
 
@@ -336,9 +442,37 @@ register(CalibrationCase("rappor categories", _rappor_categories))
 for _oracle in (GrrParams, OueParams, OlhParams, HadamardParams):
     for _one_shot in (True, False):
         register(_oracle_case(_oracle, _one_shot))
+def _string_case(case: StringCase, quick_reports: int | None) -> CalibrationCase:
+    """The string decoder on the population shape ``case`` at its own parameters (its
+    epsilon is their ``epsilon_inf``), :data:`STRING_RUNS` collections a cell: the
+    :data:`STRING_TOP` most common listed values' shares, the missing share against 1 less
+    the true shares of the strings each collection detects, and the share of detected
+    strings that are false against the decoder's level. ``quick_reports``: its number of
+    reports in the reduced grid (none: left out there)."""
+    epsilon = case.params.epsilon_inf
+
+    def draw(reports: int, eps: float, runs: int, rng: np.random.Generator) -> Draws:
+        if eps != epsilon:
+            raise ValueError(f"{case.name} has epsilon {epsilon:g} from its parameters, not "
+                             f"{eps:g}")
+        got = draw_strings(case, runs, rng, reports=reports, top=STRING_TOP)
+        top = got.truth.size
+        labels = (*(f"rank {rank}" for rank in range(1, top + 1)), MISSING_SHARE)
+        truth = np.column_stack([np.broadcast_to(got.truth, (runs, top)), got.missing_truth])
+        return Draws(labels, truth, np.column_stack([got.estimates, got.missing]),
+                     np.column_stack([got.std_errors, got.missing_std_error]),
+                     (Ceiling(FDR, got.false_share, got.alpha),),
+                     {quantity: DOCUMENTED[quantity] for quantity in case.departs})
+
+    return CalibrationCase(case.name, draw, ((case.reports, epsilon),),
+                           ((quick_reports, epsilon),) if quick_reports else (), STRING_RUNS)
+
+
 register(CalibrationCase("boolean", _booleans))
 for _mechanism in ("laplace", "gaussian", "1bitmean"):
     register(_number_case(_mechanism))
+for _case in STRING_CASES:
+    register(_string_case(_case, QUICK_STRING_REPORTS.get(_case.name)))
 
 
 # ---------------------------------------------------------------- table, plot, experiment
@@ -350,68 +484,180 @@ def _span(values: Sequence[float], digits: int) -> str:
     return low if low == high else f"{low}-{high}"
 
 
-def markdown_table(cells: Sequence[Cell]) -> str:
-    """One row per (case, N), one column per epsilon: the SE ratios and coverages (in %)
-    of the case's quantities, as the range from lowest to highest."""
-    epsilons = sorted({cell.epsilon for cell in cells})
-    keys = list(dict.fromkeys((cell.case, cell.reports) for cell in cells))
-    lines = ["| case | N | " + " | ".join(f"ε = {eps:g}" for eps in epsilons) + " |",
-             "|---|---|" + "---|" * len(epsilons)]
-    for case, reports in keys:
-        entries = []
-        for eps in epsilons:
-            chosen = [c for c in cells if (c.case, c.reports, c.epsilon) == (case, reports, eps)
-                      and not c.exact]
-            if not chosen:
-                entries.append("")
-                continue
-            entries.append(f"{_span([c.se_ratio for c in chosen], 2)} / "
-                           f"{_span([100 * c.coverage for c in chosen], 1)}")
-        lines.append(f"| {case} | {reports:,} | " + " | ".join(entries) + " |")
-    return "\n".join(lines)
+def _own_points(cells: Sequence[Cell], own: Collection[str] | None) -> set[str]:
+    """The cases among ``cells`` that run at their own points (default: as registered)."""
+    if own is None:
+        own = {case.name for case in CASES.values() if case.points}
+    return {cell.case for cell in cells} & set(own)
 
 
-def calibration_figure(cells: Sequence[Cell]) -> Any:
-    """SE ratio (top) and coverage (bottom) against epsilon, one panel per N, one colour per
-    case, every quantity a dot; the bands shaded."""
+def _flag(cell: Cell) -> str:
+    """The cell's status as a table shows it, a documented departure linked to its text."""
+    status = cell.status()
+    if status == "documented":
+        return f"[documented]({cell.documented})"
+    return "in band" if status == "in band" else "**out of band**"
+
+
+def _entry(cell: Cell) -> str:
+    """One quantity of a case at its own point: SE ratio / coverage (the missing share's
+    bias first), or the achieved rate of a ceiling, with the cell's flag."""
+    if cell.kind == "ceiling":
+        figure = f"{cell.mean:.3f} ± {cell.mean_mc:.3f} (level {cell.truth:g})"
+    elif cell.quantity == MISSING_SHARE:
+        figure = (f"bias {cell.mean - cell.truth:+.3f} ± {cell.mean_mc:.3f} / "
+                  f"{100 * cell.coverage:.1f}")
+    else:
+        figure = f"{cell.se_ratio:.2f} / {100 * cell.coverage:.1f}"
+    return f"{figure}, {_flag(cell)}"
+
+
+def markdown_table(cells: Sequence[Cell], own: Collection[str] | None = None) -> str:
+    """The grid's table, one row per (case, N) and one column per epsilon holding the SE
+    ratios and coverages (in %) of the case's quantities as the range from lowest to
+    highest; then, for the cases at their own points (``own``, default: as registered:
+    the string population shapes), one row per case and one column per quantity, each
+    entry flagged in band, documented (a departure docs/analysis.md states, linked) or
+    out of band."""
+    fixed = _own_points(cells, own)
+    parts = []
+    grid = [cell for cell in cells if cell.case not in fixed]
+    if grid:
+        epsilons = sorted({cell.epsilon for cell in grid})
+        keys = list(dict.fromkeys((cell.case, cell.reports) for cell in grid))
+        lines = ["| case | N | " + " | ".join(f"ε = {eps:g}" for eps in epsilons) + " |",
+                 "|---|---|" + "---|" * len(epsilons)]
+        for case, reports in keys:
+            entries = []
+            for eps in epsilons:
+                chosen = [c for c in grid
+                          if (c.case, c.reports, c.epsilon) == (case, reports, eps)
+                          and not c.exact]
+                entries.append(f"{_span([c.se_ratio for c in chosen], 2)} / "
+                               f"{_span([100 * c.coverage for c in chosen], 1)}"
+                               if chosen else "")
+            lines.append(f"| {case} | {reports:,} | " + " | ".join(entries) + " |")
+        parts.append("\n".join(lines))
+    points = [cell for cell in cells if cell.case in fixed]
+    if points:
+        quantities = list(dict.fromkeys(cell.quantity for cell in points))
+        lines = ["| case | N | ε | runs | " + " | ".join(quantities) + " |",
+                 "|---|---|---|---|" + "---|" * len(quantities)]
+        for case, reports, eps in dict.fromkeys((c.case, c.reports, c.epsilon)
+                                                 for c in points):
+            row = {c.quantity: c for c in points
+                   if (c.case, c.reports, c.epsilon) == (case, reports, eps)}
+            runs = next(iter(row.values())).runs
+            lines.append(f"| {case} | {reports:,} | {eps:.2f} | {runs:,} | "
+                         + " | ".join(_entry(row[q]) if q in row else ""
+                                      for q in quantities) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def calibration_figure(cells: Sequence[Cell], own: Collection[str] | None = None) -> Any:
+    """SE ratio (top) and coverage (middle) against epsilon, one panel per N, one colour
+    per case, every quantity a dot (a diamond for a case at its own point: a string
+    population shape at its parameters' epsilon); the bands shaded. Bottom: the coverage
+    of quantities documented to leave their band (the missing share), and the achieved
+    rates against their level (the false discovery rate), one line per case."""
     import matplotlib
+    from matplotlib.lines import Line2D
 
-    reports = sorted({cell.reports for cell in cells})
+    fixed = _own_points(cells, own)
+    banded = [c for c in cells if c.kind == "interval" and not c.exact and not c.documented]
+    reports = sorted({cell.reports for cell in banded})
+    epsilons = sorted({c.epsilon for c in banded if c.case not in fixed})
     cases = list(dict.fromkeys(cell.case for cell in cells))
-    colors = matplotlib.colormaps["tab20"]
-    figure = new_figure(10.0, 5.8)
-    axes = figure.subplots(2, len(reports), sharey="row", squeeze=False)
+    grid_cases = [case for case in cases if case not in fixed]
+    own_cases = [case for case in cases if case in fixed]
+    color = {case: matplotlib.colormaps["tab20"](i % 20) for i, case in enumerate(grid_cases)}
+    color.update({case: matplotlib.colormaps["Dark2"](i % 8) for i, case in enumerate(own_cases)})
+    marker = {case: "D" if case in fixed else "o" for case in cases}
+    figure = new_figure(10.5, 9.0)
+    layout = figure.add_gridspec(3, len(reports), height_ratios=(1.0, 1.0, 1.15))
+    first = figure.add_subplot(layout[0, 0])
+    tops = [first] + [figure.add_subplot(layout[0, i], sharey=first)
+                      for i in range(1, len(reports))]
+    middle_first = figure.add_subplot(layout[1, 0], sharex=first)
+    middles = [middle_first] + [figure.add_subplot(layout[1, i], sharey=middle_first,
+                                                   sharex=tops[i])
+                                for i in range(1, len(reports))]
     for column, n in enumerate(reports):
-        top, bottom = axes[0][column], axes[1][column]
+        top, middle = tops[column], middles[column]
         top.axhspan(1 - SE_BAND, 1 + SE_BAND, color="0.9")
-        bottom.axhspan(100 * COVERAGE_BAND[0], 100 * COVERAGE_BAND[1], color="0.9")
+        middle.axhspan(100 * COVERAGE_BAND[0], 100 * COVERAGE_BAND[1], color="0.9")
         for i, case in enumerate(cases):
-            chosen = [c for c in cells if c.case == case and c.reports == n and not c.exact]
+            chosen = [c for c in banded if c.case == case and c.reports == n]
             offset = (i - len(cases) / 2) * 0.012
             x = [c.epsilon * math.exp(offset) for c in chosen]
-            top.semilogx(x, [c.se_ratio for c in chosen], "o", ms=2.5, color=colors(i),
-                         label=case)
-            bottom.semilogx(x, [100 * c.coverage for c in chosen], "o", ms=2.5, color=colors(i))
+            size = 4 if case in fixed else 2.5
+            top.semilogx(x, [c.se_ratio for c in chosen], marker[case], ms=size,
+                         color=color[case])
+            middle.semilogx(x, [100 * c.coverage for c in chosen], marker[case], ms=size,
+                            color=color[case])
         top.set_title(f"N = {n:,}", fontsize=9)
-        bottom.set_xlabel("ε")
-        for axis in (top, bottom):
-            axis.set_xticks(sorted({c.epsilon for c in cells}),
-                            labels=[f"{e:g}" for e in sorted({c.epsilon for c in cells})])
+        middle.set_xlabel("ε (privacy parameter)", fontsize=8)
+        for axis in (top, middle):
+            axis.set_xticks(epsilons, labels=[f"{e:g}" for e in epsilons])
             axis.minorticks_off()
-    axes[0][0].set_ylabel("stated SE ÷ observed SD")
-    axes[1][0].set_ylabel("95% interval coverage (%)")
-    figure.legend(*axes[0][0].get_legend_handles_labels(), loc="outside right center",
-                  fontsize=7, frameon=False, markerscale=2)
+            axis.tick_params(labelsize=7)
+        if column:
+            top.tick_params(labelleft=False)
+            middle.tick_params(labelleft=False)
+        top.tick_params(labelbottom=False)
+    tops[0].set_ylabel("stated SE ÷ observed SD", fontsize=8)
+    middles[0].set_ylabel("95% interval coverage (%)", fontsize=8)
+    documented = [c for c in cells if c.kind == "interval" and c.documented]
+    ceilings = [c for c in cells if c.kind == "ceiling"]
+    rows = list(dict.fromkeys(c.case for c in [*documented, *ceilings]))
+    if rows:
+        half = max(1, len(reports) // 2)
+        left = figure.add_subplot(layout[2, :half])
+        right = figure.add_subplot(layout[2, half:], sharey=left)
+        position = {case: len(rows) - 1 - i for i, case in enumerate(rows)}
+        left.axvspan(100 * COVERAGE_BAND[0], 100 * COVERAGE_BAND[1], color="0.9")
+        for c in documented:
+            left.errorbar(100 * c.coverage, position[c.case], xerr=196 * c.coverage_mc,
+                          fmt=marker[c.case], ms=4, color=color[c.case])
+        names = sorted({c.quantity for c in documented})
+        left.set_title(f"{', '.join(names)} (may leave its band, docs say where)", fontsize=9)
+        left.set_xlabel("95% interval coverage of its truth (%; shaded: 93-97)", fontsize=8)
+        levels = sorted({c.truth for c in ceilings})
+        for level in levels:
+            right.axvline(level, color="0.4", lw=0.8, ls="--")
+        for c in ceilings:
+            right.errorbar(c.mean, position[c.case], xerr=Z95 * c.mean_mc,
+                           fmt=marker[c.case], ms=4, color=color[c.case])
+        names = sorted({c.quantity for c in ceilings})
+        right.set_title(f"achieved {', '.join(names)} (dashed: level "
+                        f"{', '.join(f'{v:g}' for v in levels)})", fontsize=9)
+        right.set_xlabel("mean share of detected strings that are false", fontsize=8)
+        right.set_xlim(left=-0.002)
+        left.set_yticks(list(position.values()), labels=list(position))
+        right.tick_params(labelleft=False)
+        for axis in (left, right):
+            axis.tick_params(labelsize=7)
+            axis.set_ylim(-0.6, len(rows) - 0.4)
+    handles = [Line2D([], [], ls="", marker=marker[case], ms=5, color=color[case], label=case)
+               for case in cases]
+    figure.legend(handles=handles, loc="outside right center", fontsize=7, frameon=False)
     return figure
 
 
 def calibration(quick: bool = False, seed: int = 1) -> Results:
     """The calibration grid (:data:`REPORTS` x :data:`EPSILONS`, :data:`RUNS` collections a
-    cell; with ``quick`` the test suite's reduced grid) over every registered case."""
+    cell, and the string population shapes at their own points, :data:`STRING_RUNS`
+    collections each; with ``quick`` the test suite's reduced grid) over every registered
+    case."""
     runs = QUICK_RUNS if quick else RUNS
     cells = calibrate(reports=QUICK_REPORTS if quick else REPORTS,
-                      epsilons=QUICK_EPSILONS if quick else EPSILONS, runs=runs, seed=seed)
-    outside = [problem for cell in cells for problem in cell.problems()]
+                      epsilons=QUICK_EPSILONS if quick else EPSILONS, runs=runs, seed=seed,
+                      quick=quick)
+    outside = [problem for cell in cells if cell.status() == "out of band"
+               for problem in cell.problems()]
+    documented = [problem for cell in cells if cell.status() == "documented"
+                  for problem in cell.problems()]
     notes = [
         f"{runs:,} collections per cell, each of N installations drawing their value from "
         "the population (category shares "
@@ -422,9 +668,20 @@ def calibration(quick: bool = False, seed: int = 1) -> Results:
         "deviation; coverage the share of 95% intervals holding the population value. "
         "'sum of shares' is allocated_proportion_unbiased (truth 1); GRR's is exactly 1 "
         "(exact = True).",
+        f"String population shapes ({STRING_RUNS:,} collections each, drawn from the RAPPOR "
+        "model, decoded with StringDecoder at its defaults): "
+        + "; ".join(f"{case.name}: {case.description}, {case.reports:,} reports"
+                    for case in STRING_CASES)
+        + f". Rows 'rank 1..{STRING_TOP}' are the most common listed values' shares; "
+        f"'{MISSING_SHARE}' is missing_proportion against 1 less the true shares of the "
+        f"strings each collection detects (mean = its mean estimate); '{FDR}' (kind "
+        "'ceiling') is the mean share of detected strings that are decoys, against the "
+        "decoder's level (truth).",
         f"Cells outside their band by more than {ALLOWANCE:g} Monte Carlo errors: "
         + ("; ".join(outside) if outside else "none") + ".",
+        "Outside their band where docs/analysis.md says so (documented): "
+        + ("; ".join(documented) if documented else "none") + ".",
     ]
     return Results("calibration", "Calibration of standard errors and 95% intervals",
-                   [cell.as_row() for cell in cells], {"calibration": calibration_figure(cells)},
-                   notes)
+                   [cell.as_row() for cell in cells],
+                   {"calibration": calibration_figure(cells)}, notes)
