@@ -11,26 +11,10 @@ with at most ``n`` possible values therefore costs an installation at most
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Any
 
 from veil.shared.kinds import MechanismParams
-from veil.shared.privacy import sequential
-
-
-def shown_up(epsilon: float, digits: int = 3) -> str:
-    """``epsilon`` with ``digits`` significant digits, rounded up so a stated cost is never
-    below the true one (a relative 1e-9 absorbs the nudge
-    :func:`~veil.shared.privacy.round_up` gives)."""
-    if not math.isfinite(epsilon) or epsilon <= 0:
-        return f"{epsilon:g}"
-    decimals = digits - 1 - math.floor(math.log10(epsilon))
-    scale = 10.0**decimals
-    units = math.ceil(epsilon * scale * (1 - 1e-9))
-    # rounding up may reach the next power of ten (9.9999 -> 10.0), a digit longer
-    if units >= 10**digits:
-        decimals -= 1
-    return f"{units / scale:.{max(decimals, 0)}f}"
+from veil.shared.privacy import format_epsilon, sequential
 
 
 def privacy_cost(params: MechanismParams, distinct_values: int | None, values: str) -> dict[str, Any]:
@@ -42,16 +26,16 @@ def privacy_cost(params: MechanismParams, distinct_values: int | None, values: s
     bound = (None if distinct_values is None
              else sequential(itertools.repeat(per_value, distinct_values)))
     symbol = "\u03b5" if once == per_value else "\u03b5\u221e"
-    statement = f"each installation spent at most {symbol} = {shown_up(per_value)} per distinct value"
+    statement = f"each installation spent at most {symbol} = {format_epsilon(per_value)} per distinct value"
     if once != per_value:
-        statement += f" however often reported (\u03b5\u2081 = {shown_up(once)} for one reported once)"
+        statement += f" however often reported (\u03b5\u2081 = {format_epsilon(once)} for one reported once)"
     statement += "; the client's ledger charges every distinct value, "
     if bound is None:
-        statement += (f"so n distinct {values} cost up to n \u00d7 {shown_up(per_value)}, with no upper "
+        statement += (f"so n distinct {values} cost up to n \u00d7 {format_epsilon(per_value)}, with no upper "
                       "limit on n")
     else:
         statement += (f"and there are {distinct_values:,} possible {values}, so at most "
-                      f"{shown_up(bound, 4)} per installation")
+                      f"{format_epsilon(bound, 4)} per installation")
     return {
         "epsilon_once": once,
         "epsilon_per_value": per_value,

@@ -31,7 +31,6 @@ from veil.server.analysis import (
     simulate_string_counts,
 )
 from veil.server.analysis.api import discover
-from veil.server.analysis.cost import shown_up
 from veil.server.cli import main
 from veil.server.storage import open_storage
 from veil.shared.kinds import (
@@ -41,6 +40,7 @@ from veil.shared.kinds import (
     NumberParams,
     StringParams,
 )
+from veil.shared.privacy import format_epsilon
 from veil.shared.registry import Registry
 from veil.shared.wire import make_batch, validate_batch
 
@@ -198,7 +198,7 @@ def test_the_privacy_cost_per_installation_follows_the_ledger(tmp_path: Path) ->
 def test_a_stated_cost_has_three_digits_and_is_never_below_the_true_one(
     epsilon: float, shown: str,
 ) -> None:
-    assert shown_up(epsilon) == shown
+    assert format_epsilon(epsilon) == shown
     assert float(shown) >= epsilon * (1 - 1e-9)
 
 
