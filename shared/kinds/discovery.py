@@ -80,9 +80,9 @@ def prefix_fingerprint(prefix: bytes, bits: int) -> int:
 
 
 def best_bucket_bits(epsilon: float, report_epsilon: float) -> int:
-    """The ``t`` in ``1..8`` of lowest variance (:func:`~veil.shared.kinds.oracles.olh.
-    zero_share_variance` with ``2**t`` buckets; Wang et al.'s optimum is
-    ``2**t = e^eps + 1``)."""
+    """The ``t`` in ``1..8`` of lowest variance
+    (:func:`~veil.shared.kinds.oracles.olh.zero_share_variance` with ``2**t`` buckets;
+    Wang et al.'s optimum is ``2**t = e^eps + 1``)."""
     return min(range(1, 9), key=lambda t: zero_share_variance(1 << t, epsilon, report_epsilon))
 
 
