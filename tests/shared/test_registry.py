@@ -70,6 +70,7 @@ def test_load_names_the_file(tmp_path):
     ("text", "field", "message"),
     [
         ("[metrics.x]\nkind = 'sketch'", "metrics.x.kind", "must be one of 'string'"),
+        ("[metrics.x]\nkind = ['string']", "metrics.x.kind", "must be one of 'string'"),
         ("[metrics.x]\nkind = 'string'\nbits = 8", "metrics.x.bits", "does not take 'bits'"),
         ("[metrics.X]\nkind = 'boolean'", "name", "must start with a lowercase letter"),
         ("[metrics.x]\nkind = 'boolean'\nmin_reports = 0", "metrics.x.min_reports", "min_reports"),
