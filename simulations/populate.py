@@ -19,7 +19,6 @@ its reports would mix with the real ones.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ import requests
 
 from veil.client import RegistryUnavailableError, RequestsTransport
 from veil.shared.errors import ParameterError, VeilError
+from veil.shared.faces import FaceRegistry
 from veil.shared.kinds import (
     BooleanParams,
     CategoryParams,
@@ -67,38 +67,51 @@ def _shares(labels: list[str], rng: np.random.Generator, n: int) -> tuple[list[s
     return [labels[i] for i in draws], top
 
 
-@functools.singledispatch
+#: a kind's simulated population: ``(params, rng, n) -> (values, truth in words)``
+Population = Callable[[Any, np.random.Generator, int], tuple[list[Any], str]]
+#: the simulated population of each kind of metric, keyed by kind (a kind's mechanisms, a
+#: category metric's oracles, share its values)
+POPULATIONS: FaceRegistry[Population] = FaceRegistry("simulated population")
+
+
+def population_of(*kinds: str) -> Callable[[Population], Population]:
+    """Make a function the simulated population of metrics of ``kinds`` (in :data:`POPULATIONS`)."""
+
+    def register(function: Population) -> Population:
+        for kind in kinds:
+            POPULATIONS.add(kind, function)
+        return function
+
+    return register
+
+
 def draw_population(params: MechanismParams, rng: np.random.Generator,
                     n: int) -> tuple[list[Any], str]:
-    """One true value per installation for a metric with ``params``, and its truth in words.
-
-    Each kind registers its population by its parameter class; a base class covers its
-    subclasses, so :class:`OracleParams` covers every frequency oracle of a category metric.
-    """
-    raise ParameterError("metric", f"no simulated population for {type(params).__name__} "
-                         f"(kind {params.kind!r})")
+    """One true value per installation for a metric with ``params``, and its truth in words,
+    from its kind's population (:data:`POPULATIONS`)."""
+    return POPULATIONS.lookup(params.kind, "metric")(params, rng, n)
 
 
-@draw_population.register
+@population_of(StringParams.kind, DiscoveryParams.kind)
 def _draw_sites(params: StringParams | DiscoveryParams, rng: np.random.Generator,
                 n: int) -> tuple[list[Any], str]:
     return _shares(list(SITES), rng, n)
 
 
-@draw_population.register
+@population_of(CategoryParams.kind)
 def _draw_categories(params: CategoryParams | OracleParams, rng: np.random.Generator,
                      n: int) -> tuple[list[Any], str]:
     return _shares(list(params.categories), rng, n)
 
 
-@draw_population.register
+@population_of(BooleanParams.kind)
 def _draw_flags(params: BooleanParams, rng: np.random.Generator,
                 n: int) -> tuple[list[Any], str]:
     flags = draw_settings(rng, n)
     return [bool(v) for v in flags], f"{flags.mean():.1%} true"
 
 
-@draw_population.register
+@population_of(NumberParams.kind)
 def _draw_numbers(params: NumberParams, rng: np.random.Generator,
                   n: int) -> tuple[list[Any], str]:
     span = params.high - params.low
