@@ -20,7 +20,7 @@ from veil.server.analysis.candidate_map import build_map
 from veil.server.analysis.synthetic import string_counts_from_values
 from veil.shared.kinds import BooleanParams, StringParams
 from veil.shared.privacy import parallel, sequential
-from veil.simulations.calibration import calibration
+from veil.simulations.calibration_report import calibration
 from veil.simulations.oracle_experiment import oracles
 from veil.simulations.oracles import ORACLES, Oracle
 from veil.simulations.populations import DISTRIBUTIONS, Population

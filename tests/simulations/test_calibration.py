@@ -39,10 +39,9 @@ from veil.simulations.calibration import (
     Ceiling,
     Cell,
     Draws,
-    calibration,
-    markdown_table,
     register,
 )
+from veil.simulations.calibration_report import calibration, markdown_table
 from veil.simulations.calibration_strings import FDR, MISSING_SHARE
 
 
