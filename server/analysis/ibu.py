@@ -1,0 +1,310 @@
+"""Iterative Bayesian update (IBU): non-negative, consistent shares from an oracle's
+sufficient statistic, with parametric-bootstrap intervals.
+
+IBU (Agrawal and Aggarwal 2001; ElSalamouny and Palamidessi 2020; Arcolezi et al. 2023)
+is the expectation-maximization algorithm for the shares ``pi`` of a mixture whose
+components are the oracle's law of one report given its value. It reads counts, never
+reports: every decoder here keeps a statistic of *observations* ``o`` (a payload, a set
+bit, a supported category, a Bloom bit of a cohort) whose success probability for a
+report of value ``x`` is affine in a 0/1 design:
+
+    ``A[o, x] = low + (high - low) * D[o, x]``
+
+with ``D`` the identity for the category oracles (``low, high = q, p`` or ``p*, q*``) and
+the candidate map for Bloom strings, plus, optionally, a *background* component (the
+values missing from a candidate list) that sets each observation with probability
+``low + (high - low) * background_rate``. Two ways to read the counts:
+
+* ``multinomial`` (GRR): each report lands in exactly one observation and every column
+  of ``A`` sums to 1, so the counts are one multinomial draw: exact IBU.
+* binary (everything else): observation ``o`` has ``trials[o]`` reports, ``counts[o]``
+  of them succeed. Each observation is a binomial count, and IBU maximizes the
+  *composite* likelihood (the product of these binomials, the dependence between the
+  observations of one report ignored). The counts are all the statistic keeps, so this
+  is the likelihood the statistic affords; its maximizer is consistent (each margin is
+  right) and, being a mixture EM over the pseudo-observations "observation ``o`` read
+  1/0", each step raises it.
+
+The estimate lies on the simplex (non-negative, summing to 1 over the columns and the
+background), so the listed values' shares sum to the mass the list explains. Steps are
+accelerated with SQUAREM (Varadhan and Roland 2008, scheme S3), falling back to a plain
+step whenever the extrapolation lowers the likelihood, and stop when the likelihood
+gains less than ``tol`` relative per step.
+
+IBU is biased (it shrinks the noise that would push an unbiased share below 0, so small
+shares read high and large ones a little low) and its error has no closed form. Its
+standard errors and intervals come from a parametric bootstrap of the oracle's law at
+the fitted shares (:func:`bootstrap`): the composition of the reports drawn from the fitted
+shares (the sampling of the installations), then each observation's count given it, the
+same way the oracle draws it, and IBU again on each replicate. The interval is the
+bootstrap's *basic* interval ``[2 pi - q_hi, 2 pi - q_lo]`` (``q`` the replicates'
+quantiles), which subtracts the estimator's bias at the fit, intersected with [0, 1].
+docs/analysis.md, "Choosing an estimator", gives its measured coverage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from veil.shared.errors import ParameterError
+
+#: relative likelihood gain per step below which the fit has converged
+TOLERANCE = 1e-10
+#: steps (each SQUAREM step costs three updates) after which the fit stops regardless
+MAX_STEPS = 5_000
+#: bootstrap replicates behind the standard errors and intervals
+REPLICATES = 200
+#: shares never drop below this during an extrapolation, so no component dies by it
+_FLOOR = 1e-300
+
+
+@dataclasses.dataclass(frozen=True)
+class AffineChannel:
+    """The oracle's law over the observations of its statistic: observation ``o`` succeeds
+    for a report of value ``x`` with probability ``low + (high - low) * design[o, x]``
+    (``design`` 0/1, ``observations x values``), and for a report of a value missing from
+    the list with probability ``low + (high - low) * background_rate`` when
+    ``background_rate`` is given. ``trials`` are the reports behind each observation
+    (binary counts); ``multinomial`` says every report lands in exactly one observation
+    (then every column of the law sums to 1 and ``trials`` is unused). ``cohorts`` (one
+    per observation) groups observations that share their reports, for the bootstrap's
+    composition; by default all observations share one cohort."""
+
+    design: sp.csc_matrix
+    low: float
+    high: float
+    trials: np.ndarray
+    background_rate: float | None = None
+    multinomial: bool = False
+    cohorts: np.ndarray | None = None
+
+    @classmethod
+    def identity(cls, size: int, low: float, high: float, reports: int,
+                 multinomial: bool = False) -> AffineChannel:
+        """The channel of a category oracle: observation ``x`` is "the report supports (or
+        names) category ``x``", with probability ``high`` for category ``x``, ``low`` for
+        any other; ``reports`` reports behind every observation."""
+        return cls(sp.identity(size, format="csc", dtype=float), float(low), float(high),
+                   np.full(size, float(reports)), multinomial=multinomial)
+
+    @property
+    def spread(self) -> float:
+        """``high - low``: how much a value's own observations gain."""
+        return self.high - self.low
+
+    @property
+    def components(self) -> int:
+        """Mixture components: the listed values, and the background when there is one."""
+        return int(self.design.shape[1]) + (self.background_rate is not None)
+
+    def rates(self, shares: np.ndarray) -> np.ndarray:
+        """Each observation's success probability under ``shares`` (summing to 1)."""
+        values = shares[: self.design.shape[1]]
+        signal = self.design @ values
+        if self.background_rate is not None:
+            signal = signal + shares[-1] * self.background_rate
+        out: np.ndarray = self.low + self.spread * signal
+        return out
+
+    def adjoint(self, weights: np.ndarray) -> np.ndarray:
+        """``sum_o weights[o] * design[o, x]`` per component (the background's rate times
+        the weights' sum for the background)."""
+        out = self.design.T @ weights
+        if self.background_rate is not None:
+            out = np.append(out, self.background_rate * float(weights.sum()))
+        result: np.ndarray = np.asarray(out, dtype=float)
+        return result
+
+
+@dataclasses.dataclass(frozen=True)
+class IbuFit:
+    """IBU's shares (one per listed value, then the background's when modelled), the steps
+    it took, whether it converged, and its (composite) log-likelihood."""
+
+    shares: np.ndarray
+    steps: int
+    converged: bool
+    log_likelihood: float
+
+
+def _check(channel: AffineChannel, counts: np.ndarray) -> np.ndarray:
+    counts = np.asarray(counts, dtype=float).reshape(-1)
+    if counts.size != channel.design.shape[0]:
+        raise ParameterError("counts", f"IBU got {counts.size} counts for "
+                                       f"{channel.design.shape[0]} observations")
+    if not 0.0 <= channel.low < channel.high <= 1.0:
+        raise ParameterError("channel", f"IBU needs 0 <= low < high <= 1; got low = "
+                                        f"{channel.low:.6g}, high = {channel.high:.6g}")
+    if np.any(counts < 0) or (not channel.multinomial and np.any(counts > channel.trials)):
+        raise ParameterError("counts", "IBU needs counts between 0 and their reports")
+    return counts
+
+
+def _log_likelihood(channel: AffineChannel, counts: np.ndarray, rates: np.ndarray) -> float:
+    rates = np.clip(rates, 1e-300, 1.0)
+    total = float(counts @ np.log(rates))
+    if not channel.multinomial:
+        failures = channel.trials - counts
+        total += float(failures @ np.log(np.clip(1.0 - rates, 1e-300, 1.0)))
+    return total
+
+
+def _update(channel: AffineChannel, counts: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """One EM step: each component's share becomes its mean posterior responsibility over
+    the (pseudo-)observations."""
+    rates = channel.rates(shares)
+    success = np.where(counts > 0, counts / np.clip(rates, 1e-300, None), 0.0)
+    if channel.multinomial:
+        gain = channel.low * float(success.sum()) + channel.spread * channel.adjoint(success)
+        total = float(counts.sum())
+    else:
+        failure_counts = channel.trials - counts
+        failure = np.where(failure_counts > 0,
+                           failure_counts / np.clip(1.0 - rates, 1e-300, None), 0.0)
+        gain = (channel.low * float(success.sum()) + (1.0 - channel.low) * float(failure.sum())
+                + channel.spread * channel.adjoint(success - failure))
+        total = float(channel.trials.sum())
+    new: np.ndarray = shares * gain / total
+    normalized: np.ndarray = new / new.sum()
+    return normalized
+
+
+def ibu(channel: AffineChannel, counts: np.ndarray, start: np.ndarray | None = None,
+        tol: float = TOLERANCE, max_steps: int = MAX_STEPS) -> IbuFit:
+    """IBU's shares of ``channel``'s components from the observations' ``counts``.
+
+    ``start`` (positive, one per component) defaults to the uniform shares; a component
+    at 0 stays there, so a start must be positive wherever a share may be."""
+    counts = _check(channel, counts)
+    size = channel.components
+    if start is None:
+        shares = np.full(size, 1.0 / size)
+    else:
+        shares = np.clip(np.asarray(start, dtype=float), 0.0, None)
+        if shares.size != size or not shares.sum() > 0:
+            raise ParameterError("start", f"IBU's start needs {size} non-negative shares")
+        shares = shares / shares.sum()
+    current = _log_likelihood(channel, counts, channel.rates(shares))
+    scale = max(abs(current), 1.0)
+    for step in range(1, max_steps + 1):
+        shares, likelihood = _squarem_step(channel, counts, shares, current)
+        if likelihood - current <= tol * scale:
+            return IbuFit(shares, step, True, likelihood)
+        current = likelihood
+    return IbuFit(shares, max_steps, False, current)
+
+
+def _squarem_step(channel: AffineChannel, counts: np.ndarray, shares: np.ndarray,
+                  current: float) -> tuple[np.ndarray, float]:
+    """One SQUAREM (S3) step from ``shares``: two updates, an extrapolation along them and
+    one update from there; the plain second update when that lowers the likelihood."""
+    first = _update(channel, counts, shares)
+    second = _update(channel, counts, first)
+    r = first - shares
+    v = second - 2 * first + shares
+    norm_v = float(np.linalg.norm(v))
+    plain = second, _log_likelihood(channel, counts, channel.rates(second))
+    if norm_v == 0.0:
+        return plain
+    alpha = min(-float(np.linalg.norm(r)) / norm_v, -1.0)
+    jump = np.clip(shares - 2 * alpha * r + alpha**2 * v, _FLOOR, None)
+    jump = _update(channel, counts, jump / jump.sum())
+    likelihood = _log_likelihood(channel, counts, channel.rates(jump))
+    if not np.isfinite(likelihood) or likelihood < max(plain[1], current):
+        return plain
+    return jump, likelihood
+
+
+def simplex_start(unbiased: np.ndarray, background: float | None = None) -> np.ndarray:
+    """A positive start for :func:`ibu` near an unbiased estimate: its shares clipped at 0
+    (the background's too, when given), mixed half and half with the uniform shares, so
+    every component can still grow."""
+    shares = np.clip(np.asarray(unbiased, dtype=float), 0.0, None)
+    if background is not None:
+        shares = np.append(shares, max(float(background), 0.0))
+    total = float(shares.sum())
+    uniform = np.full(shares.size, 1.0 / shares.size)
+    if not total > 0:
+        return uniform
+    out: np.ndarray = 0.5 * shares / total + 0.5 * uniform
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Bootstrap:
+    """Bootstrap standard errors and basic intervals of IBU's shares (one per component),
+    from ``replicates`` refits."""
+
+    std_errors: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    replicates: int
+
+
+def bootstrap(channel: AffineChannel, fit: IbuFit, confidence: float,
+              rng: np.random.Generator, replicates: int = REPLICATES,
+              tol: float = TOLERANCE) -> Bootstrap:
+    """Standard errors (the replicates' standard deviation) and basic ``confidence``
+    intervals of ``fit`` (see the module docstring), from ``replicates`` draws of the
+    statistic under the oracle's law at the fitted shares, each refitted from them."""
+    estimates = np.empty((replicates, fit.shares.size))
+    for b in range(replicates):
+        counts = draw_counts(channel, fit.shares, rng)
+        estimates[b] = ibu(channel, counts, start=np.clip(fit.shares, 1e-6, None), tol=tol).shares
+    tail = (1 - confidence) / 2
+    q_low, q_high = np.quantile(estimates, [tail, 1 - tail], axis=0)
+    low = np.clip(2 * fit.shares - q_high, 0.0, 1.0)
+    high = np.clip(2 * fit.shares - q_low, 0.0, 1.0)
+    return Bootstrap(estimates.std(axis=0, ddof=1), low, high, replicates)
+
+
+def draw_counts(channel: AffineChannel, shares: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One draw of the observations' counts under the oracle's law at ``shares``.
+
+    Each cohort's reports are split among the components (multinomial: the sampling of
+    the installations); given that split, observation ``o`` counts a binomial of the
+    reports whose value carries it (probability ``high``), one of the reports of the
+    other listed values (``low``) and one of the background's reports. Multinomial
+    counts (GRR): a report names its own value with probability ``high - low`` and
+    otherwise a uniform one (``low`` times the values plus ``high - low`` is 1).
+    """
+    cohorts = channel.cohorts if channel.cohorts is not None else np.zeros(
+        channel.design.shape[0], dtype=np.int64)
+    shares = np.clip(shares, 0.0, None) / float(np.clip(shares, 0.0, None).sum())
+    spread = channel.spread
+    values = channel.design.shape[1]
+    if channel.multinomial:
+        reports = round(float(channel.trials[0]))
+        composition = rng.multinomial(reports, shares)
+        kept = rng.binomial(composition[:values], spread)
+        rest = reports - int(kept.sum())
+        # a report not kept lands uniformly (GRR: low * size + spread = 1)
+        landed: np.ndarray = kept + rng.multinomial(rest, np.full(values, 1.0 / values))
+        return landed.astype(float)
+    count_of = np.bincount(cohorts)
+    cohort_reports = np.zeros(count_of.size)
+    np.maximum.at(cohort_reports, cohorts, channel.trials)
+    compositions = np.stack([rng.multinomial(round(float(n)), shares) for n in cohort_reports])
+    # the design's ones per observation: reports of listed values that carry it
+    carried = _cohort_products(channel.design, compositions[:, :values].T, cohorts)
+    trials = channel.trials
+    background = compositions[cohorts, values] if channel.background_rate is not None else 0
+    others = trials - carried - background
+    out = rng.binomial(carried.astype(np.int64), channel.high) + rng.binomial(
+        others.astype(np.int64), channel.low)
+    if channel.background_rate is not None:
+        out = out + rng.binomial(np.asarray(background, dtype=np.int64),
+                                 channel.low + spread * channel.background_rate)
+    result: np.ndarray = out.astype(float)
+    return result
+
+
+def _cohort_products(design: sp.csc_matrix, composition: Any, cohorts: np.ndarray) -> np.ndarray:
+    """``sum_x design[o, x] * composition[x, cohort(o)]`` for every observation ``o``."""
+    products = np.asarray(design @ composition)
+    out: np.ndarray = np.rint(products[np.arange(design.shape[0]), cohorts])
+    return out
