@@ -1,0 +1,375 @@
+"""Joint metrics: two or more variables reported together, as one report of the tuple.
+
+Veil's reports are unlinkable: two metrics of one installation cannot be joined
+at the collector, so a question about how two things relate (the crash rate by
+browser) needs the pair in one report. A joint metric declares its variables
+(``of``) and their domains; the SDK maps a tuple of values to one cell of the
+product domain (row-major: the last variable varies fastest) and reports the
+cell through a frequency oracle over the cells, the one of lowest variance for
+that many cells unless ``encoding`` names one (GRR, OUE, OLH or Hadamard; see
+:mod:`veil.shared.kinds.oracles`). The oracle's parameters, statistic, encoder,
+simulation and support counts are reused as they are:
+:attr:`JointParams.cell_oracle` is an ordinary
+:class:`~veil.shared.kinds.oracles.base.OracleParams` whose categories are the
+cells' indices, and every face of a joint metric delegates to that oracle's.
+
+A variable's domain is one of:
+
+* a list of strings: a category variable (the value is one of them);
+* ``"boolean"``: a yes/no variable (the value is ``True`` or ``False``);
+* a list of at least two increasing numbers: a bucketed number, the edges of its
+  buckets ``[e0, e1), [e1, e2), ..., [e_{k-1}, e_k]``; a value below ``e0`` or above
+  ``e_k`` counts in the first or last bucket (clipped, as number metrics clip).
+
+String variables over an open dictionary are refused (docs/association.md says
+what supporting them would cost).
+
+Privacy: one report of a cell is the oracle's report of one category, so a joint
+metric costs ``epsilon`` per distinct tuple an installation reports (its
+``epsilon_inf``) and ``report_epsilon`` per report, as a category metric would.
+It is a mechanism of its own, composed sequentially with the single-variable
+metrics of the same installation (docs/privacy.md).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import functools
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from veil.shared.errors import ParameterError
+from veil.shared.kinds.base import MechanismParams
+from veil.shared.kinds.boolean import BooleanParams
+from veil.shared.kinds.category import CategoryList
+from veil.shared.kinds.oracles import ORACLES, OracleParams, choose_oracle
+from veil.shared.kinds.oracles.base import (
+    EPSILON_FIELDS,
+    MAX_ORACLE_CATEGORIES,
+    check_report_epsilon,
+)
+from veil.shared.validation import check_fields
+
+#: the domain of a yes/no variable, and its two values' labels (index 0 is false)
+BOOLEAN = "boolean"
+BOOLEAN_LABELS = ("false", "true")
+#: most variables one joint metric may have
+MAX_VARIABLES = 8
+#: most values one category variable may list
+MAX_VALUES = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """One variable of a joint metric: its ``name``, ``form`` (``category``, ``boolean`` or
+    ``number``) and the ``labels`` of its values; ``edges`` for a bucketed number."""
+
+    name: str
+    form: str
+    labels: tuple[str, ...]
+    edges: tuple[float, ...] = ()
+
+    @functools.cached_property
+    def _positions(self) -> dict[str, int]:
+        return {label: i for i, label in enumerate(self.labels)}
+
+    def index(self, value: Any) -> int:
+        """The position of ``value`` among the variable's values; a :class:`ParameterError`
+        naming the variable when the value has the wrong type or lies outside the domain."""
+        if self.form == "boolean":
+            if not isinstance(value, bool):
+                raise ParameterError(self.name, f"{self.name}={value!r} must be True or False")
+            return int(value)
+        if self.form == "number":
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value):
+                raise ParameterError(self.name, f"{self.name}={value!r} must be a finite number")
+            return min(max(bisect.bisect_right(self.edges, value) - 1, 0), len(self.labels) - 1)
+        position = self._positions.get(value) if isinstance(value, str) else None
+        if position is None:
+            shown = ", ".join(repr(label) for label in self.labels[:10])
+            more = ", ..." if len(self.labels) > 10 else ""
+            raise ParameterError(
+                self.name, f"{self.name}={value!r} is not one of its values ({shown}{more})")
+        return position
+
+
+def _edge_label(low: float, high: float, last: bool) -> str:
+    return f"[{low:g}, {high:g}{']' if last else ')'}"
+
+
+def parse_domain(owner: str, where: str, name: str, domain: Any) -> tuple[Any, Variable]:
+    """A domain as it is stored (a tuple of strings, ``"boolean"`` or a tuple of float
+    edges) and the :class:`Variable` it defines; a :class:`ParameterError` naming ``where``
+    otherwise."""
+    if domain == BOOLEAN:
+        return BOOLEAN, Variable(name, "boolean", BOOLEAN_LABELS)
+    if domain == "string":
+        raise ParameterError(
+            where, f"{owner}: variable {name!r} is a string over an open dictionary, which a "
+                   "joint metric does not take; declare it a category over its candidates "
+                   "(docs/association.md)")
+    values = tuple(domain) if isinstance(domain, list | tuple) else None
+    if values and all(isinstance(v, str) for v in values):
+        if not 2 <= len(values) <= MAX_VALUES or not all(values) \
+                or len(set(values)) != len(values):
+            raise ParameterError(
+                where, f"{owner}: the values of {name!r} must be 2 to {MAX_VALUES} distinct "
+                       f"non-empty strings. Got {domain!r:.200} instead.")
+        return values, Variable(name, "category", values)
+    if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        edges = tuple(float(v) for v in values)
+        if len(edges) < 2 or not all(math.isfinite(e) for e in edges) \
+                or any(b <= a for a, b in itertools.pairwise(edges)):
+            raise ParameterError(
+                where, f"{owner}: the bucket edges of {name!r} must be at least two finite, "
+                       f"increasing numbers. Got {domain!r:.200} instead.")
+        labels = tuple(_edge_label(a, b, i == len(edges) - 2)
+                       for i, (a, b) in enumerate(itertools.pairwise(edges)))
+        return edges, Variable(name, "number", labels, edges)
+    raise ParameterError(
+        where, f"{owner}: the domain of {name!r} must be a list of strings (categories), "
+               f"'boolean', or a list of increasing numbers (bucket edges). "
+               f"Got {domain!r:.200} instead.")
+
+
+@dataclasses.dataclass(frozen=True)
+class JointParams(MechanismParams):
+    """A tuple of variables (``of``, with their ``domains``) reported as one cell of their
+    product domain through the frequency oracle ``encoding`` (``auto``: the one of lowest
+    variance, :func:`~veil.shared.kinds.oracles.choose_oracle`) at ``epsilon`` (all reports
+    of one tuple) and ``report_epsilon`` (one report; default ``epsilon / 2``); ``g``: OLH's
+    buckets (chosen when omitted). See the module docstring."""
+
+    kind: ClassVar[str] = "joint"
+    min_wire_version: ClassVar[int] = 2
+
+    of: tuple[str, ...] = ()
+    domains: tuple[Any, ...] = ()
+    epsilon: float = 2.0
+    report_epsilon: float | None = None
+    encoding: str = "auto"
+    g: int | None = None
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        names = tuple(self.of) if isinstance(self.of, list | tuple) else None
+        if not names or not 2 <= len(names) <= MAX_VARIABLES \
+                or not all(isinstance(n, str) and n for n in names) \
+                or len(set(names)) != len(names):
+            raise ParameterError(
+                "of", f"The 'of' parameter of {owner} must list 2 to {MAX_VARIABLES} distinct "
+                      f"variable names. Got {self.of!r} instead.")
+        domains = tuple(self.domains) if isinstance(self.domains, list | tuple) else ()
+        if len(domains) != len(names):
+            raise ParameterError(
+                "domains", f"The 'domains' parameter of {owner} must give one domain per "
+                           f"variable of of={list(names)!r}. Got {self.domains!r:.200} instead.")
+        parsed = [parse_domain(owner, f"domains[{i}]", name, domain)
+                  for i, (name, domain) in enumerate(zip(names, domains, strict=True))]
+        object.__setattr__(self, "of", names)
+        object.__setattr__(self, "domains", tuple(stored for stored, _ in parsed))
+        object.__setattr__(self, "_variables", tuple(variable for _, variable in parsed))
+        cells = math.prod(len(variable.labels) for variable in self.variables)
+        if cells > MAX_ORACLE_CATEGORIES:
+            raise ParameterError(
+                "domains", f"{owner}: the product domain has {cells} cells, more than the "
+                           f"{MAX_ORACLE_CATEGORIES} an oracle takes; bucket or drop a variable")
+        if self.report_epsilon is None and isinstance(self.epsilon, int | float):
+            object.__setattr__(self, "report_epsilon", self.epsilon / 2)
+        check_fields(owner, {"epsilon": self.epsilon, "report_epsilon": self.report_epsilon},
+                     EPSILON_FIELDS)
+        check_report_epsilon(owner, self.epsilon, float(self.report_epsilon or 0.0))
+        self._choose_encoding(owner)
+
+    def _choose_encoding(self, owner: str) -> None:
+        """Resolve ``encoding = "auto"`` and OLH's ``g``, and build :attr:`cell_oracle`."""
+        cells = tuple(str(i) for i in range(self.cells))
+        if self.encoding == "auto":
+            if self.g is not None:
+                raise ParameterError("g", f"{owner}: g applies to encoding = 'olh' only")
+            chosen, why = choose_oracle(cells, self.epsilon, self.report_epsilon)
+            object.__setattr__(self, "_note", why.replace(" categories ", " cells "))
+            object.__setattr__(self, "encoding", chosen.oracle)
+        elif self.encoding not in ORACLES:
+            raise ParameterError(
+                "encoding", f"The 'encoding' parameter of {owner} must be one of "
+                            f"{', '.join(map(repr, ['auto', *ORACLES]))}. "
+                            f"Got {self.encoding!r} instead.")
+        cls = ORACLES[self.encoding]
+        extra: dict[str, Any] = {}
+        if any(field.name == "g" for field in dataclasses.fields(cls)):
+            extra["g"] = self.g
+        elif self.g is not None:
+            raise ParameterError("g", f"{owner}: g applies to encoding = 'olh' only")
+        oracle = cls(categories=cells, epsilon=self.epsilon, report_epsilon=self.report_epsilon,
+                     **extra)
+        if "g" in extra:
+            object.__setattr__(self, "g", oracle.g)  # type: ignore[attr-defined]
+        object.__setattr__(self, "_oracle", oracle)
+
+    # --- the product domain ------------------------------------------------------------
+
+    @property
+    def variables(self) -> tuple[Variable, ...]:
+        """The variables, in the order of ``of``."""
+        variables: tuple[Variable, ...] = self.__dict__["_variables"]
+        return variables
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The number of values of each variable: the joint table's shape."""
+        return tuple(len(variable.labels) for variable in self.variables)
+
+    @property
+    def cells(self) -> int:
+        """Cells of the product domain."""
+        return math.prod(self.shape)
+
+    @property
+    def cell_oracle(self) -> OracleParams:
+        """The frequency oracle over the cells (category ``str(i)`` is cell ``i``)."""
+        oracle: OracleParams = self.__dict__["_oracle"]
+        return oracle
+
+    @property
+    def choice_note(self) -> str:
+        """Why ``encoding = "auto"`` chose the oracle ("" when ``encoding`` named it)."""
+        return str(self.__dict__.get("_note", ""))
+
+    def cell_of(self, value: Any) -> int:
+        """The cell of a tuple: ``value`` is a mapping from each variable's name to its value,
+        or a sequence of the values in the order of ``of``. A :class:`ParameterError` names
+        the variable at fault (``value.NAME``) and what is wrong."""
+        variables = self.variables
+        if isinstance(value, Mapping):
+            missing = [v.name for v in variables if v.name not in value]
+            extra = sorted(str(key) for key in value if key not in self.of)
+            if missing or extra:
+                parts = ([f"misses {', '.join(map(repr, missing))}"] if missing else []) + (
+                    [f"has no variable {', '.join(map(repr, extra))}"] if extra else [])
+                raise ParameterError(
+                    f"value.{(missing or extra)[0]}",
+                    f"{' and '.join(parts)}: a report of this joint metric gives each of "
+                    f"{', '.join(map(repr, self.of))}")
+            items = [value[v.name] for v in variables]
+        elif isinstance(value, tuple | list) and len(value) == len(variables):
+            items = list(value)
+        else:
+            raise ParameterError(
+                "value", f"{value!r:.200} must be a dict of {', '.join(map(repr, self.of))} "
+                         f"(or a tuple of their values in that order)")
+        cell = 0
+        for variable, item in zip(variables, items, strict=True):
+            try:
+                cell = cell * len(variable.labels) + variable.index(item)
+            except ParameterError as problem:
+                raise ParameterError(f"value.{variable.name}", problem.message) from None
+        return cell
+
+    def cell_label(self, cell: int) -> str:
+        """A cell for people: ``browser=chrome, crashed=true``."""
+        return ", ".join(f"{variable.name}={variable.labels[index]}"
+                         for variable, index in zip(self.variables, self.cell_indices(cell),
+                                                    strict=True))
+
+    def cell_indices(self, cell: int) -> tuple[int, ...]:
+        """Each variable's value index of ``cell`` (row-major, the last variable fastest)."""
+        out = []
+        for size in reversed(self.shape):
+            cell, index = divmod(cell, size)
+            out.append(index)
+        return tuple(reversed(out))
+
+    # --- every face delegates to the cell oracle --------------------------------------
+
+    @property
+    def statistic(self) -> str:
+        return self.cell_oracle.statistic
+
+    @property
+    def epsilon_1(self) -> float:
+        return self.cell_oracle.epsilon_1
+
+    @property
+    def epsilon_inf(self) -> float:
+        return self.cell_oracle.epsilon_inf
+
+    @property
+    def support_probs(self) -> tuple[float, float]:
+        """``(p, q)`` of the cell oracle: a report supports its own cell / another cell."""
+        return self.cell_oracle.support_probs
+
+    def share_variance(self, share: float = 0.0, reports: int = 1) -> float:
+        """Variance of one cell's estimated share (the cell oracle's)."""
+        return self.cell_oracle.share_variance(share, reports)
+
+    @property
+    def responses(self) -> int:
+        """Distinct payloads of the cell oracle (its ``responses`` statistic's length)."""
+        return self.cell_oracle.responses
+
+    @property
+    def k(self) -> int:
+        """Bits of an OUE report (one per cell; its ``bits`` statistic's length)."""
+        return self.cells
+
+    @property
+    def report_bytes(self) -> int:
+        """Bytes of one report on a compact wire."""
+        return self.cell_oracle.report_bytes
+
+    def parse_payload(self, payload: Any, field: str = "payload") -> Any:
+        return self.cell_oracle.parse_payload(payload, field)
+
+    # --- settings ---------------------------------------------------------------------
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> tuple[MechanismParams, str]:
+        """As :meth:`from_dict`, with ``max_report_bytes`` (a cap on the oracle ``auto`` may
+        choose, as for category metrics); the note says which oracle ``auto`` chose."""
+        settings = dict(settings)
+        cap = settings.pop("max_report_bytes", None)
+        params = cls.from_dict(settings)
+        assert isinstance(params, JointParams)
+        if cap is None or params.report_bytes <= cap:
+            return params, params.choice_note
+        if settings.get("encoding", "auto") != "auto":
+            raise ParameterError(
+                "max_report_bytes",
+                f"{params.encoding} reports over {params.cells} cells take "
+                f"{params.report_bytes} bytes, more than max_report_bytes={cap!r}")
+        chosen, why = choose_oracle(params.cell_oracle.categories, params.epsilon,
+                                    params.report_epsilon, cap)
+        params = dataclasses.replace(params, encoding=chosen.oracle,
+                                     g=getattr(chosen, "g", None))
+        return params, why.replace(" categories ", " cells ")
+
+
+def declared_domains(name: str, of: Sequence[Any],
+                     params_of: Callable[[str], MechanismParams | None]) -> list[Any]:
+    """The ``domains`` of a joint metric ``name`` whose ``of`` names metrics of its registry
+    (``params_of`` gives a metric's parameters, ``None`` for a name the registry lacks): a
+    category metric's categories, a boolean metric's ``"boolean"``. Number and string
+    metrics have no finite domain of their own; the error says to give ``domains``."""
+    out: list[Any] = []
+    for i, variable in enumerate(of):
+        where = f"metrics.{name}.of[{i}]"
+        params = params_of(variable) if isinstance(variable, str) else None
+        if params is None:
+            raise ParameterError(
+                where, f"metrics.{name}: of[{i}] = {variable!r} names no metric of this "
+                       "registry; name one, or give every variable's domain in domains")
+        if isinstance(params, CategoryList):
+            out.append(list(params.categories))
+        elif isinstance(params, BooleanParams):
+            out.append(BOOLEAN)
+        else:
+            raise ParameterError(
+                where, f"metrics.{name}: of[{i}] = {variable!r} is a {params.kind} metric, "
+                       "whose values have no finite domain; give domains (bucket edges for "
+                       "a number, the candidates as categories for a string)")
+    return out
