@@ -1,0 +1,232 @@
+"""The decoder of joint metrics: the joint table, its marginals, conditionals and a test of
+independence.
+
+A joint metric's reports are its cell oracle's (:mod:`veil.shared.kinds.joint`), so
+the cells' unbiased shares, standard errors and p-values are that oracle's decoder's
+(:mod:`veil.server.analysis.oracles`), for the population estimand of
+docs/analysis.md. On top of them (:mod:`veil.server.analysis.joint_tests`):
+
+* **consistent shares**: the Euclidean projection of the unbiased shares onto the
+  simplex (non-negative, summing to 1; the ``consistent`` column). The intervals stay
+  those of the unbiased shares, which cover as stated; the projection has lower error
+  (docs/association.md measures both);
+* **marginals** of each variable: sums of unbiased cells, their variance from the
+  cells' covariance;
+* **conditionals** ``P(last variable | the others)``: ratios of unbiased sums, their
+  errors by the delta method (``nan`` where the condition's estimated share is not
+  positive);
+* the **independence test** of the last variable against the others (a Wald test with
+  the randomization's covariance).
+
+:class:`JointResult` is a :class:`~veil.server.analysis.results.DecodeResult` with one
+row per cell (a column per variable), and also writes ``conditional.csv``,
+``marginals.csv`` and ``heatmap.png`` (:mod:`veil.server.analysis.joint_charts`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from veil.server.analysis.closed_form import base_summary, require_reports, start_decode
+from veil.server.analysis.decoders import DECODERS, DEFAULT_OPTIONS, DecodeOptions, decodes
+from veil.server.analysis.joint_tests import (
+    CellCovariance,
+    conditionals,
+    independence_test,
+    project_to_simplex,
+)
+from veil.server.analysis.results import DecodeResult
+from veil.server.analysis.stats import z_quantile
+from veil.server.analysis.tables import RESULT_COLUMNS, frequency_rows, write_rows
+from veil.server.counts import CountsArrays
+from veil.shared.kinds import GrrParams, JointParams
+
+if TYPE_CHECKING:
+    import pandas
+    from matplotlib.axes import Axes
+
+#: columns of ``conditional.csv``
+CONDITIONAL_COLUMNS = ("metric", "given", "value", "conditional", "std_error", "low_95",
+                       "high_95", "given_share", "given_std_error")
+#: columns of ``marginals.csv``
+MARGINAL_COLUMNS = ("metric", "variable", "value", "proportion", "prop_std_error",
+                    "prop_low_95", "prop_high_95")
+
+
+def variable_columns(params: JointParams) -> tuple[str, ...]:
+    """The results table's column of each variable: its name, or ``var_NAME`` where the
+    name is one of the table's other columns."""
+    return tuple(f"var_{name}" if name in (*RESULT_COLUMNS, "consistent") else name
+                 for name in params.of)
+
+
+@dataclasses.dataclass
+class JointResult(DecodeResult):
+    """A decoded joint table: ``rows`` one per cell, ``conditional_rows`` the conditional
+    shares of the last variable, ``marginal_rows`` each variable's marginal shares."""
+
+    conditional_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    marginal_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    shape: tuple[int, ...] = ()
+    text_columns: tuple[str, ...] = ()
+
+    def to_records(self) -> np.recarray:
+        """As :meth:`DecodeResult.to_records`, the variables' columns as text."""
+        dtype = [(name, f"U{max([len(str(row[name])) for row in self.rows] + [1])}")
+                 if name in self.text_columns else (name, "f8") for name in self.columns]
+        values = [tuple(str(row[name]) if name in self.text_columns else float(row[name])
+                        for name in self.columns) for row in self.rows]
+        return np.rec.array(np.array(values, dtype=dtype))
+
+    def conditional_to_pandas(self) -> pandas.DataFrame:
+        """``conditional.csv`` as a DataFrame."""
+        import pandas
+
+        return pandas.DataFrame(self.conditional_rows, columns=list(CONDITIONAL_COLUMNS))
+
+    def marginals_to_pandas(self) -> pandas.DataFrame:
+        """``marginals.csv`` as a DataFrame."""
+        import pandas
+
+        return pandas.DataFrame(self.marginal_rows, columns=list(MARGINAL_COLUMNS))
+
+    def plot(self, ax: Axes | None = None, top: int = 30) -> Axes:
+        """The heatmap of the joint shares (the ``top`` conditions of largest share)."""
+        from veil.server.analysis.joint_charts import draw_heatmap
+
+        return draw_heatmap(self, ax, top)
+
+    def extra_files(self, out: Path) -> dict[str, Path]:
+        """``conditional.csv``, ``marginals.csv`` and ``heatmap.png`` in ``out``."""
+        from veil.server.analysis.joint_charts import save_heatmap
+
+        paths = {"conditional": out / "conditional.csv", "marginals": out / "marginals.csv",
+                 "heatmap": out / "heatmap.png"}
+        write_rows(paths["conditional"], CONDITIONAL_COLUMNS, self.conditional_rows)
+        write_rows(paths["marginals"], MARGINAL_COLUMNS, self.marginal_rows)
+        save_heatmap(self, paths["heatmap"])
+        return paths
+
+
+def _cell_estimates(counts: CountsArrays, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """The unbiased cell shares and their standard errors: the cell oracle's decoder on
+    the same counts (the cell oracle's category ``str(i)`` is cell ``i``)."""
+    params = counts.params
+    assert isinstance(params, JointParams)
+    oracle = params.cell_oracle
+    inner = dataclasses.replace(counts, params=oracle)
+    decoded = DECODERS.lookup(oracle.mechanism_name)(inner, DecodeOptions(confidence=confidence))
+    by_cell = {row["value"]: row for row in decoded.rows}
+    rows = [by_cell[str(i)] for i in range(params.cells)]
+    return (np.array([row["proportion"] for row in rows]),
+            np.array([row["prop_std_error"] for row in rows]))
+
+
+def _interval_row(metric: str, share: float, se: float, z: float) -> dict[str, Any]:
+    return {"metric": metric, "proportion": share, "prop_std_error": se,
+            "prop_low_95": min(max(share - z * se, 0.0), 1.0),
+            "prop_high_95": max(min(share + z * se, 1.0), 0.0)}
+
+
+def _marginals(params: JointParams, metric: str, theta: np.ndarray, cov: CellCovariance,
+               z: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each variable's marginal shares: rows for ``marginals.csv`` and the summary's."""
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    index = np.indices(params.shape).reshape(len(params.shape), -1)
+    for axis, variable in enumerate(params.variables):
+        groups = index[axis]
+        shares = np.bincount(groups, theta, minlength=len(variable.labels))
+        errors = np.sqrt(np.maximum(cov.group_variance(groups), 0.0))
+        summary[variable.name] = {}
+        for label, share, se in zip(variable.labels, shares, errors, strict=True):
+            row = {**_interval_row(metric, float(share), float(se), z),
+                   "variable": variable.name, "value": label}
+            rows.append(row)
+            summary[variable.name][label] = {key: row[key] for key in MARGINAL_COLUMNS[3:]}
+    return rows, summary
+
+
+def _conditional_rows(params: JointParams, metric: str, theta: np.ndarray,
+                      cov: CellCovariance, z: float) -> list[dict[str, Any]]:
+    """``P(last variable | the others)`` for every cell (``conditional.csv``)."""
+    columns = params.shape[-1]
+    groups = np.arange(params.cells) // columns
+    ratios = conditionals(theta, cov, groups)
+    given = np.bincount(groups, theta)
+    given_se = np.sqrt(np.maximum(cov.group_variance(groups), 0.0))
+    last = params.variables[-1]
+    rows = []
+    for cell in range(params.cells):
+        row_of = cell // columns
+        label = params.cell_label(cell)
+        share, se = float(ratios.estimate[cell]), float(ratios.std_error[cell])
+        defined = bool(np.isfinite(share))
+        rows.append({
+            "metric": metric, "given": label.rsplit(", ", 1)[0],
+            "value": last.labels[cell % columns],
+            "conditional": share, "std_error": se if defined else float("nan"),
+            "low_95": min(max(share - z * se, 0.0), 1.0) if defined else float("nan"),
+            "high_95": max(min(share + z * se, 1.0), 0.0) if defined else float("nan"),
+            "given_share": float(given[row_of]), "given_std_error": float(given_se[row_of]),
+        })
+    return rows
+
+
+@decodes(JointParams)
+def decode_joint(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> JointResult:
+    """The joint table of a joint metric: each cell with its standard error, p-value and
+    interval, the consistent (projected) shares, marginals, conditionals and the test of
+    independence (see the module docstring)."""
+    started, confidence, params = start_decode(counts, options, JointParams, "decode_joint")
+    total = require_reports(counts)
+    z = z_quantile(confidence)
+    theta, se = _cell_estimates(counts, confidence)
+    consistent = project_to_simplex(theta)
+    p, q = params.support_probs
+    # GRR supports one cell per report (joint_tests: the covariance's offset k)
+    offset = q / (p - q) if isinstance(params.cell_oracle, GrrParams) else 0.0
+    cov = CellCovariance.of(se, consistent, offset, total)
+    rows = frequency_rows(counts.metric, "joint", [params.cell_label(i) for i in
+                                                   range(params.cells)],
+                          theta, se, total, z)
+    names = variable_columns(params)
+    for cell, row in enumerate(rows):
+        indices = params.cell_indices(cell)
+        for name, variable, index in zip(names, params.variables, indices, strict=True):
+            row[name] = variable.labels[index]
+        row["consistent"] = float(consistent[cell])
+    columns = (*RESULT_COLUMNS[:2], *names, *RESULT_COLUMNS[2:], "consistent")
+    marginal_rows, marginals = _marginals(params, counts.metric, theta, cov, z)
+    condition_rows = _conditional_rows(params, counts.metric, theta, cov, z)
+    test = independence_test(theta, cov, (params.cells // params.shape[-1], params.shape[-1]))
+    summary = base_summary(counts, started, confidence, params.cells, "cells")
+    summary.update({
+        "variables": {v.name: list(v.labels) for v in params.variables},
+        "shape": list(params.shape),
+        "oracle": params.encoding,
+        "support_probs": [p, q],
+        "share_variance_per_report": params.share_variance(),
+        "independence": {**test.to_dict(), "of": params.of[-1],
+                         "against": list(params.of[:-1])},
+        "marginals": marginals,
+        "consistent": {"method": "euclidean projection onto the simplex",
+                       "total_variation_from_unbiased": float(np.abs(consistent - theta).sum() / 2)},
+        "negative_cells": int(np.count_nonzero(theta < 0)),
+        "elapsed_seconds": time.perf_counter() - started,
+    })
+    if summary["negative_cells"]:
+        summary["note"] = (f"{summary['negative_cells']} unbiased cell share(s) below 0 by "
+                           "sampling noise: the table keeps them unbiased (intervals clipped to "
+                           "[0, 1]); the consistent column is non-negative and sums to 1")
+    headline = (f"{' x '.join(map(str, params.shape))} joint table of "
+                f"{' x '.join(params.of)}; independence of {params.of[-1]}: "
+                f"p = {test.p_value:.3g}")
+    return JointResult("joint", columns, rows, summary, headline, "shares",
+                       conditional_rows=condition_rows, marginal_rows=marginal_rows,
+                       shape=params.shape, text_columns=("metric", "kind", "value", *names))

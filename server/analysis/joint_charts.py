@@ -1,0 +1,121 @@
+"""The heatmap of a decoded joint table: the joint shares and the conditional shares.
+
+Two panels over the same grid, conditions (each combination of the first variables)
+down and the last variable's values across. Left: each cell's consistent share
+(colour) with its unbiased estimate and the half-width of its interval written in
+the cell. Right: ``P(last | condition)`` with its interval, so that a row that
+differs from the others (the dependence the independence test weighs) stands out.
+Past :data:`ANNOTATED_CELLS` cells the numbers are left out; past ``top`` conditions
+only those of largest share are drawn, as the title says.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from veil.server.analysis.charts import _figure, _title
+from veil.server.analysis.stats import z_quantile
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from veil.server.analysis.joint import JointResult
+
+#: most cells per panel whose numbers are written in them
+ANNOTATED_CELLS = 400
+
+
+def _grid(result: JointResult, top: int) -> tuple[list[str], list[str], dict[str, Any], str]:
+    """The conditions drawn (the ``top`` of largest share, in their order), the last
+    variable's values, the panels' arrays and a note on conditions left out."""
+    columns = result.shape[-1]
+    rows = len(result.rows) // columns
+    given = [result.conditional_rows[r * columns]["given"] for r in range(rows)]
+    shares = np.array([result.conditional_rows[r * columns]["given_share"] for r in range(rows)])
+    keep = np.sort(np.argsort(-shares, kind="stable")[:top])
+    values = [row["value"] for row in result.conditional_rows[:columns]]
+
+    def table(rows_of: list[dict[str, Any]], key: str) -> np.ndarray:
+        return np.array([row[key] for row in rows_of], dtype=float).reshape(rows, columns)[keep]
+
+    z = z_quantile(float(result.summary.get("confidence", 0.95)))
+    panels = {
+        "consistent": table(result.rows, "consistent"),
+        "joint": table(result.rows, "proportion"),
+        "joint_half": z * table(result.rows, "prop_std_error"),
+        "conditional": table(result.conditional_rows, "conditional"),
+        "conditional_low": table(result.conditional_rows, "low_95"),
+        "conditional_high": table(result.conditional_rows, "high_95"),
+    }
+    note = f" ({len(keep)} of {rows} conditions, largest first kept)" if len(keep) < rows else ""
+    return [given[i] for i in keep], values, panels, note
+
+
+def _panel(ax: Axes, data: np.ndarray, texts: list[list[str]] | None, given: list[str],
+           values: list[str], title: str, cmap: str) -> Any:
+    image = ax.imshow(np.nan_to_num(data), cmap=cmap, aspect="auto", vmin=0.0,
+                      vmax=max(float(np.nanmax(data)) if np.isfinite(data).any() else 0.0, 1e-9))
+    ax.set_xticks(range(len(values)), values, rotation=45 if len(values) > 6 else 0,
+                  ha="right" if len(values) > 6 else "center", fontsize=7)
+    ax.set_yticks(range(len(given)), given, fontsize=7)
+    ax.set_title(title, fontsize=8)
+    if texts is not None:
+        top = float(np.nanmax(data)) if np.isfinite(data).any() else 0.0
+        for i, line in enumerate(texts):
+            for j, text in enumerate(line):
+                dark = np.isfinite(data[i, j]) and data[i, j] > 0.6 * top
+                ax.text(j, i, text, ha="center", va="center", fontsize=6,
+                        color="white" if dark else "black")
+    return image
+
+
+def draw_heatmap(result: JointResult, ax: Axes | None = None, top: int = 30) -> Axes:
+    """Draw both panels (on ``ax``'s figure when given, beside it) and return the left
+    axes."""
+    given, values, panels, note = _grid(result, top)
+    width = min(3.0 + 1.4 * len(values), 24.0)
+    height = min(2.2 + 0.5 * len(given), 18.0)
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        figure = plt.figure(figsize=(width, height), layout="constrained")
+    else:
+        figure = ax.figure  # type: ignore[assignment]
+        figure.clear()
+    left, right = figure.subplots(1, 2, sharey=True)
+    annotate = panels["joint"].size <= ANNOTATED_CELLS
+    joint_texts = [[f"{share:.1%}\n\u00b1{half:.1%}" for share, half in zip(row, halves,
+                                                                           strict=True)]
+                   for row, halves in zip(panels["joint"], panels["joint_half"], strict=True)]
+    conditional_texts = [
+        [f"{share:.0%}\n[{low:.0%}, {high:.0%}]" if np.isfinite(share) else "n/a"
+         for share, low, high in zip(row, lows, highs, strict=True)]
+        for row, lows, highs in zip(panels["conditional"], panels["conditional_low"],
+                                    panels["conditional_high"], strict=True)]
+    image = _panel(left, panels["consistent"], joint_texts if annotate else None, given,
+                   values, "joint share (colour: consistent; text: unbiased \u00b1 95%)",
+                   "Blues")
+    figure.colorbar(image, ax=left, format="{x:.0%}", shrink=0.8)
+    image = _panel(right, panels["conditional"], conditional_texts if annotate else None,
+                   given, values, "P(value | condition) [95% interval]", "Oranges")
+    figure.colorbar(image, ax=right, format="{x:.0%}", shrink=0.8)
+    independence = result.summary.get("independence", {})
+    figure.suptitle(f"{_title(result)}\nindependence of {independence.get('of')}: Wald "
+                    f"\u03c7\u00b2 = {independence.get('statistic', float('nan')):.3g} on "
+                    f"{independence.get('dof')} df, p = "
+                    f"{independence.get('p_value', float('nan')):.3g}{note}", fontsize=8)
+    axes: Axes = left
+    return axes
+
+
+def save_heatmap(result: JointResult, path: str | Path, top: int = 30) -> None:
+    """Save :func:`draw_heatmap`'s chart as a PNG at ``path``."""
+    given, values, _, _ = _grid(result, top)
+    width = min(3.0 + 1.4 * len(values), 24.0)
+    height = min(2.2 + 0.5 * len(given), 18.0)
+    figure = _figure(width, height)
+    draw_heatmap(result, figure.add_subplot(), top)
+    figure.savefig(path)
