@@ -30,6 +30,8 @@ noise):
   :func:`~veil.simulations.oracle_encoding.simulate_oracle_counts` (the SDK's law of one
   report per installation: permanent then instantaneous response), for the one-shot
   design (``report_epsilon = epsilon``) and the default one (``epsilon / 2``).
+* Joint metrics: a 4 x 3 table, cells, marginals and conditionals
+  (:mod:`~veil.simulations.calibration_joint`).
 * Booleans: the yes count is ``Binomial(N, rho)``, ``rho = s y1 + (1 - s) y0``: each
   report is yes with that probability, independently.
 * Numbers, 1bitmean: the count of ones is ``Binomial(N, E_j[N(j)] / 2^32)`` over the
@@ -83,6 +85,7 @@ from veil.shared.kinds import (
     OueParams,
 )
 from veil.shared.statistics import statistic_for
+from veil.simulations.calibration_joint import draw_joint
 from veil.simulations.calibration_strings import (
     FDR,
     MISSING_SHARE,
@@ -469,6 +472,7 @@ def _string_case(case: StringCase, quick_reports: int | None) -> CalibrationCase
 
 
 register(CalibrationCase("boolean", _booleans))
+register(CalibrationCase("joint 4 x 3", lambda *args: Draws(**draw_joint(*args))))
 for _mechanism in ("laplace", "gaussian", "1bitmean"):
     register(_number_case(_mechanism))
 for _case in STRING_CASES:

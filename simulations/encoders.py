@@ -25,6 +25,7 @@ from veil.shared.kinds import (
     DiscoveryParams,
     GrrParams,
     HadamardParams,
+    JointParams,
     MechanismParams,
     NumberParams,
     OlhParams,
@@ -63,7 +64,8 @@ class Simulator(Protocol):
 
 
 #: the simulation encoder of each mechanism, keyed by its parameter class's mechanism_name
-SIMULATORS: FaceRegistry[Simulator] = FaceRegistry("simulation encoder")
+SIMULATORS: FaceRegistry[Simulator] = FaceRegistry(
+    "simulation encoder", built_in=("veil.simulations.string_oracles",))
 
 
 def simulates(
@@ -180,3 +182,12 @@ def simulate_discovery(params: DiscoveryParams, values: Sequence[str], rng: np.r
     rows, buckets = encode_discovery(params, vectors, rng, keyed)
     return SimulatedReports(cohorts, payload_hex(params, rows, buckets))
 
+
+@simulates(JointParams)
+def simulate_joint(params: JointParams, values: Sequence[Any], rng: np.random.Generator,
+                   clients: np.ndarray | None = None) -> SimulatedReports:
+    """Joint reports of tuples ``values`` (mappings or sequences, as the SDK takes them): each
+    tuple's cell through the cell oracle's simulation encoder."""
+    oracle = params.cell_oracle
+    cells = [str(params.cell_of(value)) for value in values]
+    return SIMULATORS.lookup(oracle.mechanism_name)(oracle, cells, rng, clients)

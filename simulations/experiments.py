@@ -20,6 +20,7 @@ from veil.server.analysis.candidate_map import build_map
 from veil.server.analysis.synthetic import string_counts_from_values
 from veil.shared.kinds import BooleanParams, StringParams
 from veil.shared.privacy import parallel, sequential
+from veil.simulations.association_experiment import association
 from veil.simulations.calibration_report import calibration
 from veil.simulations.oracle_experiment import oracles
 from veil.simulations.oracles import ORACLES, Oracle
@@ -481,6 +482,8 @@ EXPERIMENTS: dict[str, tuple[str, Callable[..., Results]]] = {
     "oracles": ("the shipped category oracles' variance against their formulas", oracles),
     "calibration": ("stated standard errors and 95% coverage of every closed-form decoder "
                     "over N x epsilon", calibration),
+    "association": ("one joint report vs the split budget with EM vs independence, over "
+                    "epsilon and N", association),
 }
 
 
