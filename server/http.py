@@ -93,7 +93,9 @@ def _get(server: str, path: str, token: str | None, query: dict[str, str | None]
         response = requests.get(url, params=query, headers=headers, timeout=timeout,
                                 stream=stream)
     except requests.RequestException as exc:
-        raise SourceError(f"cannot reach the collector at {server}: {exc}") from None
+        raise SourceError(f"cannot reach the collector at {server} ({network_reason(exc)}); "
+                          "is it running, and is the URL right (--server or $VEIL_URL)?"
+                          ) from None
     if response.status_code == 200:
         return response, url
     with response:
@@ -150,11 +152,34 @@ def fetch_reports(
                     yield _records(pending[:whole], width)
                     pending = pending[whole:]
         except requests.RequestException as exc:
-            raise SourceError(f"reading {url} failed: {exc}") from None
+            raise SourceError(f"reading {url} failed ({network_reason(exc)}); "
+                              "run the command again") from None
         if len(pending) % width:
             raise SourceError(f"GET {url} ended inside a record")
         if pending:
             yield _records(pending, width)
+
+
+def network_reason(exc: BaseException) -> str:
+    """What went wrong under a ``requests`` error, in the operating system's words
+    ("Connection refused", "Name or service not known"), or its kind ("timed out"),
+    instead of urllib3's nested representation of its connection pool."""
+    import requests
+
+    if isinstance(exc, requests.Timeout):
+        return "no answer in time"
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        if isinstance(cause, requests.exceptions.SSLError):
+            return "the TLS handshake failed"
+        nested = [cause.__cause__, cause.__context__, getattr(cause, "reason", None),
+                  *(arg for arg in cause.args if isinstance(arg, BaseException))]
+        cause = next((item for item in nested if isinstance(item, BaseException)), None)
+    return type(exc).__name__
 
 
 def _records(data: bytes, width: int) -> tuple[np.ndarray, np.ndarray]:

@@ -8,19 +8,18 @@ no other package's command module by name.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from veil.server.cli.commands import iter_commands
-from veil.shared.errors import VeilError
+from veil.server.cli.errors import EXIT_USAGE, CommandParser, run_command
 from veil.shared.version import __version__
 
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every available subcommand."""
-    parser = argparse.ArgumentParser(
+def build_parser() -> CommandParser:
+    """The argument parser with every available subcommand (each a :class:`CommandParser`)."""
+    parser = CommandParser(
         prog="veil",
         description="Local-differential-privacy telemetry: encode on the device, collect, decode.",
     )
@@ -29,33 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text, configure, run in iter_commands():
         command = sub.add_parser(name, help=help_text, description=help_text)
         configure(command)
-        command.set_defaults(run=run)
+        command.set_defaults(run=run, command_parser=command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``veil`` console script."""
+    """Entry point of the ``veil`` console script: 0 done, 1 failed, 2 usage error
+    (:mod:`veil.server.cli.errors`)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    command: argparse.ArgumentParser = getattr(args, "command_parser", parser)
+    if unknown:
+        # argparse would report them as the top-level parser's ("veil: error:")
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "run", None):
-        parser.print_help()
-        return 0
-    try:
-        return int(args.run(args) or 0)
-    except BrokenPipeError:
-        # whoever read the output stopped early (veil stats | head): not a failure of the
-        # command; point stdout at /dev/null so that the interpreter's final flush is quiet
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except VeilError as exc:
-        print(f"veil {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except ModuleNotFoundError as exc:
-        print(
-            f"veil {args.command}: error: the optional dependency {exc.name!r} is missing; "
-            "install it with: pip install 'veil[all]'",
-            file=sys.stderr,
-        )
-        return 2
-    except KeyboardInterrupt:
-        return 130
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    return run_command(args.command, args.run, args)

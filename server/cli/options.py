@@ -52,10 +52,12 @@ def _add(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: str, n
          help_text: str, required: bool) -> None:
     variable = ENVIRONMENT[name]
     default = env_value(variable)
-    parser.add_argument(
+    action = parser.add_argument(
         flag, dest=name, default=default, required=required and default is None,
         help=f"{help_text} (default: ${variable})",
     )
+    # read by CommandParser.error, which names the variable when the option is missing
+    action.environment_variable = variable  # type: ignore[attr-defined]
 
 
 def add_db_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,

@@ -31,6 +31,7 @@ from veil.server.storage.base import (
     registry_to_record,
 )
 from veil.server.storage.postgres import schema
+from veil.server.storage.postgres.outage import OUTAGE_LOG, libpq_reason
 from veil.shared.registry import Registry
 
 #: days around a report's day on which a stored id makes it a duplicate (recorded in the store
@@ -40,6 +41,9 @@ REPLAY_WINDOW_DAYS = 7
 POOL_SIZE = 8
 #: how long a call waits for a pooled connection, or for the server to answer a connect
 CONNECT_TIMEOUT_S = 5.0
+#: how long the readiness check waits for a pooled connection: a load balancer's probe is
+#: answered 503 within this, not after CONNECT_TIMEOUT_S
+READY_TIMEOUT_S = 1.0
 
 logger = logging.getLogger("veil.server.storage")
 
@@ -55,6 +59,35 @@ def safe_location(url: str) -> str:
     port = f":{parts['port']}" if parts.get("port") else ""
     return f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}"
 
+
+#: the fix for each reason PostgreSQL gives for refusing a connection
+_CONNECT_FIXES = (
+    ("password authentication failed", "check the user name and password in the URL"),
+    ("role", "check the user name in the URL"),
+    ("does not exist", "create the database (createdb NAME) or correct its name in the URL"),
+    ("Connection refused", "check that PostgreSQL is running and listens at this host and port"),
+    ("timeout", "check that PostgreSQL is running and the host is reachable"),
+    ("could not translate host name", "check the host name in the URL"),
+)
+
+
+def connect_failure(location: str, exc: BaseException) -> str:
+    """One line saying why a connection to ``location`` failed and what to do: PostgreSQL's
+    own reason (``password authentication failed for user "veil"``) without libpq's
+    preamble, then the fix."""
+    reason = failure_reason(exc)
+    fix = next((fix for clue, fix in _CONNECT_FIXES if clue in reason),
+               "check the URL and the server")
+    return f"cannot connect to {location}: {reason}; {fix}"
+
+
+def failure_reason(exc: BaseException) -> str:
+    """PostgreSQL's reason for a failure on one line (:func:`~.outage.libpq_reason`); the
+    pool's timeout said in Veil's words."""
+    if isinstance(exc, PoolTimeout):
+        return ("no pooled connection came free in time (PostgreSQL is down or unreachable, "
+                "or every connection is busy)")
+    return libpq_reason(str(exc))
 
 
 class PostgresDatabase(Storage):
@@ -79,18 +112,26 @@ class PostgresDatabase(Storage):
         self._use_registry(Registry([], version=1))
         self._lock = threading.Lock()
         self._closed = False
+        OUTAGE_LOG.install()
         self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=False,
                                     timeout=CONNECT_TIMEOUT_S, check=ConnectionPool.check_connection,
                                     configure=self._configure, name="veil",
                                     kwargs={"autocommit": True,
                                             "connect_timeout": int(CONNECT_TIMEOUT_S)})
         try:
+            # one connection first: its error says why (a wrong password, a missing database),
+            # where the pool would retry it for CONNECT_TIMEOUT_S and then only time out
+            with self._connect(url):
+                pass
             self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
         except PoolTimeout:
             self._pool.close()
             raise StorageUnavailable(f"cannot connect to {self._location} within "
-                                     f"{CONNECT_TIMEOUT_S:g} s: is PostgreSQL running, and does "
-                                     "the database exist?") from None
+                                     f"{CONNECT_TIMEOUT_S:g} s; check that PostgreSQL is "
+                                     "running and accepts connections") from None
+        except StorageUnavailable:
+            self._pool.close()
+            raise
         try:
             with self._unavailable(f"open {self._location}"):
                 self.migrated = self._prepare(create, migrate, replay_window_days)
@@ -186,8 +227,7 @@ class PostgresDatabase(Storage):
         try:
             conn = psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S))
         except psycopg.Error as exc:
-            raise StorageUnavailable(f"cannot connect to {safe_location(url)}: "
-                                     f"{' '.join(str(exc).split())}") from None
+            raise StorageUnavailable(connect_failure(safe_location(url), exc)) from None
         with conn:
             yield conn
 
@@ -228,7 +268,8 @@ class PostgresDatabase(Storage):
         """Readiness: the server answers, this process may write, and the store is open."""
         if self._closed:
             raise StorageUnavailable("the storage is closed")
-        with self._unavailable(f"reach {self._location}"), self._pool.connection() as conn:
+        with self._unavailable(f"reach {self._location}"), \
+                self._pool.connection(timeout=READY_TIMEOUT_S) as conn:
             conn.execute("SELECT 1 FROM veil_meta LIMIT 1").fetchall()
             read_only = conn.execute("SHOW transaction_read_only").fetchone()
         if read_only and read_only[0] == "on":
@@ -242,8 +283,8 @@ class PostgresDatabase(Storage):
         self._pool.close()
 
     def _failure(self, action: str, exc: BaseException) -> StorageUnavailable:
-        return StorageUnavailable(f"cannot {action} in {self._location}: "
-                                  f"{' '.join(str(exc).split())}")
+        where = "" if self._location in action else f" in {self._location}"
+        return StorageUnavailable(f"cannot {action}{where}: {failure_reason(exc)}")
 
     @contextlib.contextmanager
     def _unavailable(self, action: str) -> Iterator[None]:
@@ -252,3 +293,4 @@ class PostgresDatabase(Storage):
             yield
         except (psycopg.Error, PoolTimeout) as exc:
             raise self._failure(action, exc) from exc
+        OUTAGE_LOG.recovered()

@@ -1,0 +1,250 @@
+"""Every ``veil`` subcommand fails the same way: exit 1 when the operation failed, 2 for a
+usage error, and one line ``veil <command>: error: ...`` on stderr, never a traceback nor
+a library's own wording.
+
+The subcommands come from the ``veil.commands`` entry points (through
+:func:`veil.server.cli.build_parser`), so a command added by any package is run through
+the usage failures below without a line here: an unknown option, every typed or choice
+option given a value it cannot take, the command with its required arguments left out,
+and, for a command that reads a database, a collector or a registry, that source missing.
+The named failures of operators and analysts (a collector that does not answer, a
+PostgreSQL password that is wrong or a server that is down) run as real processes against
+real servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from veil.server.cli import build_parser, main
+
+#: what no error line may contain: a traceback or a library's wording of an expected error
+INTERNALS = ("Traceback", "HTTPConnectionPool", "NewConnectionError", "Max retries",
+             "psycopg", "connection to server at", "Is the server running", "urllib3")
+#: options a command reads its data from, and what the tests give them
+SOURCES = ("--db", "--server", "--config", "--archive")
+
+
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    """Every registered subcommand's parser, by name."""
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+COMMANDS = subparsers()
+
+
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``VEIL_*`` variable of the run's shell reaches the command."""
+    for variable in [name for name in os.environ if name.startswith("VEIL_")]:
+        monkeypatch.delenv(variable)
+
+
+def assert_one_error_line(command: str, err: str) -> str:
+    """The one ``veil <command>: error:`` line of ``err``, with no internals; returns it."""
+    lines = err.strip("\n").split("\n")
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"veil {command}: error: "), err
+    assert not any(word in err for word in INTERNALS), err
+    return lines[0]
+
+
+def run_in_process(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``veil ARGV`` through :func:`main`: its exit code (argparse's too) and its stderr."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    return code, capsys.readouterr().err
+
+
+def typed_options(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    """``(option, value it cannot take)`` for each option with a type or choices."""
+    bad = []
+    for action in parser._actions:
+        if not action.option_strings or action.nargs == 0:
+            continue
+        if action.choices is not None:
+            bad.append((action.option_strings[0], "no-such-choice"))
+        elif action.type in (int, float) or getattr(action.type, "__module__",
+                                                    "").startswith("veil."):
+            bad.append((action.option_strings[0], "not-a-number"))
+    return bad
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_usage_errors_are_one_line_naming_the_command_and_exit_2(command, capsys,
+                                                                 monkeypatch) -> None:
+    clean_environment(monkeypatch)
+    code, err = run_in_process([command, "--no-such-option"], capsys)
+    assert code == 2
+    line = assert_one_error_line(command, err)
+    # the parser reports a missing required argument before an unknown one
+    assert "--no-such-option" in line or "required" in line, line
+    assert f"veil {command} --help" in line
+    parser = COMMANDS[command]
+    for option, value in typed_options(parser):
+        code, err = run_in_process([command, option, value], capsys)
+        assert code == 2, (option, err)
+        assert_one_error_line(command, err)
+    required = [action for action in parser._actions if action.required]
+    if required:
+        code, err = run_in_process([command], capsys)
+        assert code == 2
+        line = assert_one_error_line(command, err)
+        for action in required:
+            variable = getattr(action, "environment_variable", None)
+            if variable and action.option_strings:
+                assert f"${variable}" in line, line
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_exits_0(command, capsys) -> None:
+    code, _ = run_in_process([command, "--help"], capsys)
+    assert code == 0
+
+
+def missing_sources_argv(parser: argparse.ArgumentParser, root: Path,
+                         offline: str) -> list[str] | None:
+    """The command's required arguments, its data sources pointing where nothing is (a
+    database or archive in a missing directory, a missing registry file, a collector that
+    does not answer); None for a command that reads none of :data:`SOURCES`."""
+    nowhere = root / "missing"
+    given = {"--db": str(nowhere / "veil.db"), "--config": str(nowhere / "metrics.toml"),
+             "--server": offline, "--archive": str(nowhere / "archive")}
+    options = {action.option_strings[0]: action for action in parser._actions
+               if action.option_strings}
+    sources = [name for name in SOURCES if name in options]
+    if not sources:
+        return None
+    argv: list[str] = []
+    for action in parser._actions:
+        if not action.required:
+            continue
+        if not action.option_strings:
+            argv.append(str(next(iter(action.choices)) if action.choices else "x"))
+            continue
+        name = action.option_strings[0]
+        argv += [name, given.get(name, str(root / "out") if name == "--out" else "homepage")]
+    if not any(name in argv for name in sources):
+        argv += [sources[0], given[sources[0]]]
+    return argv
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_missing_source_is_one_line_and_no_traceback(command, tmp_path, offline_url) -> None:
+    """Run as a process: the console script's exit code and everything it writes."""
+    argv = missing_sources_argv(COMMANDS[command], tmp_path, offline_url)
+    if argv is None:
+        pytest.skip(f"veil {command} reads no database, collector, registry or archive")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+    result = subprocess.run([sys.executable, "-m", "veil.server.cli", command, *argv],
+                            capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert result.returncode in (1, 2), (argv, result.stdout, result.stderr)
+    assert_one_error_line(command, result.stderr)
+
+
+def veil(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``veil ARGV`` as a process without the run's ``VEIL_*`` variables."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+    return subprocess.run([sys.executable, "-m", "veil.server.cli", *argv], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=cwd)
+
+
+def test_bare_veil_prints_the_help_and_exits_2() -> None:
+    result = veil()
+    assert result.returncode == 2
+    assert "usage: veil" in result.stderr and "decode" in result.stderr
+
+
+def test_a_collector_that_does_not_answer_is_named_with_the_fix(offline_url, tmp_path) -> None:
+    for argv in (["stats", "--server", offline_url],
+                 ["decode", "--server", offline_url, "--metric", "homepage", "--out",
+                  str(tmp_path / "out")]):
+        result = veil(*argv)
+        assert result.returncode == 1, result.stderr
+        line = assert_one_error_line(argv[0], result.stderr)
+        assert f"cannot reach the collector at {offline_url} (Connection refused)" in line
+        assert "--server or $VEIL_URL" in line
+
+
+def test_a_missing_config_names_its_variable() -> None:
+    result = veil("metrics")
+    assert result.returncode == 2
+    line = assert_one_error_line("metrics", result.stderr)
+    assert "--config (or $VEIL_CONFIG)" in line
+
+
+def test_an_unknown_option_is_the_subcommand_s_error() -> None:
+    result = veil("decode", "--out", "out", "--no-such-option")
+    assert result.returncode == 2
+    line = assert_one_error_line("decode", result.stderr)
+    assert "unrecognized arguments: --no-such-option" in line
+
+
+def test_a_missing_optional_dependency_says_how_to_install_its_extra_without_an_index(
+        tmp_path) -> None:
+    """scipy hidden from a real ``veil decode``: the extra that brings it, installed from a
+    clone or a wheel (``pip install 'veil[all]'`` needs an index Veil is not on)."""
+    (tmp_path / "scipy.py").write_text("raise ModuleNotFoundError(\"No module named 'scipy'\", "
+                                       "name='scipy')\n")
+    params = tmp_path / "params.csv"
+    params.write_text("k,h,m,p,q,f\n8,2,2,0.5,0.75,0.5\n")
+    counts = tmp_path / "counts.csv"
+    counts.write_text("10,1,2,3,4,5,6,7,8\n10,1,2,3,4,5,6,7,8\n")
+    candidates = tmp_path / "candidates.txt"
+    candidates.write_text("a\nb\n")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+    env["PYTHONPATH"] = str(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "veil.server.cli", "decode", "--params", str(params), "--counts",
+         str(counts), "--candidates", str(candidates), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 1, result.stderr
+    line = assert_one_error_line("decode", result.stderr)
+    assert "'scipy' is missing; install Veil's 'analysis' extra" in line
+    assert "pip install -e '.[analysis]'" in line and "whl[analysis]" in line
+
+
+@pytest.fixture
+def password_role(postgres_server):
+    """A role ``veil_pw`` with password ``right`` that must give it over TCP (the test
+    server trusts everyone else); removed afterwards."""
+    hba = postgres_server.datadir / "pg_hba.conf"
+    original = hba.read_text()
+    with postgres_server.connect() as conn:
+        conn.execute("CREATE ROLE veil_pw LOGIN PASSWORD 'right'")
+        hba.write_text("host all veil_pw 127.0.0.1/32 scram-sha-256\n" + original)
+        conn.execute("SELECT pg_reload_conf()")
+    yield "veil_pw"
+    if not postgres_server.running:
+        postgres_server.start()
+    with postgres_server.connect() as conn:
+        hba.write_text(original)
+        conn.execute("SELECT pg_reload_conf()")
+        conn.execute("DROP ROLE veil_pw")
+
+
+def test_postgresql_failures_say_why_in_one_line(postgres_server, postgres_url,
+                                                 password_role) -> None:
+    wrong = postgres_url.replace("postgresql://postgres@", f"postgresql://{password_role}:no@")
+    result = veil("stats", "--db", wrong)
+    assert result.returncode == 1
+    line = assert_one_error_line("stats", result.stderr)
+    assert f'password authentication failed for user "{password_role}"' in line
+    assert "check the user name and password" in line and ":no@" not in line
+    missing = postgres_server.database_url("veil_no_such_database")
+    line = assert_one_error_line("stats", veil("stats", "--db", missing).stderr)
+    assert 'database "veil_no_such_database" does not exist' in line
+    postgres_server.stop()
+    result = veil("stats", "--db", postgres_url)
+    assert result.returncode == 1
+    line = assert_one_error_line("stats", result.stderr)
+    assert "Connection refused; check that PostgreSQL is running" in line
