@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import logging
 import math
+import re
 import sys
 import threading
 import time
@@ -48,6 +49,17 @@ QUEUE_REPORT_SECONDS = 60.0
 _QUEUE_MESSAGE = "Task queue depth is %d"
 
 
+def one_line(message: str) -> str:
+    """``message`` as one line: runs of whitespace (a library's tab-indented second line, a
+    newline inside a quoted error) become one space, and a sentence's period is not doubled
+    where a message ends a quoted reason that brought its own (``...failed: reason..``)."""
+    return _DOUBLE_PERIOD.sub(".", " ".join(message.split()))
+
+
+#: two periods ending a sentence (not an ellipsis, not ``../``)
+_DOUBLE_PERIOD = re.compile(r"(?<=[^.\s/])\.\.(?=\s|$)")
+
+
 def _timestamp(record: logging.LogRecord) -> str:
     """The record's time in UTC, ISO 8601 to the millisecond: ``2026-11-22T08:15:02.123Z``."""
     moment = dt.datetime.fromtimestamp(record.created, dt.UTC)
@@ -55,12 +67,13 @@ def _timestamp(record: logging.LogRecord) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``TIME LEVEL logger[pid]: message``, then the traceback if there is one."""
+    """``TIME LEVEL logger[pid]: message`` (:func:`one_line`), then the traceback if there is
+    one."""
 
     def format(self, record: logging.LogRecord) -> str:
         """One line (more with a traceback)."""
         line = (f"{_timestamp(record)} {record.levelname:<7} {record.name}[{record.process}]: "
-                f"{record.getMessage()}")
+                f"{one_line(record.getMessage())}")
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -73,7 +86,7 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """The record as a JSON line."""
         entry = {"time": _timestamp(record), "level": record.levelname, "logger": record.name,
-                 "pid": record.process, "message": record.getMessage()}
+                 "pid": record.process, "message": one_line(record.getMessage())}
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
