@@ -84,6 +84,9 @@ class StringParams(RapporBits, MechanismParams):
     """
 
     kind: ClassVar[str] = "string"
+    #: the other oracles a string metric may name live in :mod:`veil.shared.kinds.string_oracles`
+    oracle: ClassVar[str] = "rappor"
+    default_oracle: ClassVar[str] = "rappor"
     has_cohorts: ClassVar[bool] = True
     omitted_when_default: ClassVar[frozenset[str]] = frozenset({"hashing"})
 

@@ -1,0 +1,53 @@
+"""Strings through the Hadamard count-mean sketch (HCMS), memoized; see
+:mod:`veil.shared.kinds.string_oracles`.
+
+The installation's sketch row is its cohort's (``j``). Permanent response of a value
+``x`` (stream: purpose ``prr``, context ``fingerprint || 0x00 || be32(j) || utf8(x)``):
+the coefficient ``l = randbelow(m)`` first, then a word ``u = u32()``; the bit is
+``parity(l & h_j(x))`` (1 where the Hadamard entry ``H[l, h_j(x)]`` is -1) if
+``u < N_prr``, otherwise its complement. Instantaneous response (CSPRNG): a word
+``u = u32()``; the bit if ``u < N_irr``, otherwise ``randbelow(2)`` read next. Payload:
+``2 l + bit``, an integer in ``[0, 2m)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from veil.client.encoders.base import Encoder
+from veil.shared.hashing import value_bytes
+from veil.shared.kinds import HcmsParams
+from veil.shared.kinds.string_oracles import bucket, value_key
+
+
+class HcmsEncoder(Encoder[HcmsParams]):
+    """HCMS: one Hadamard coefficient of the value's column in the cohort's row, its sign
+    flipped with probability ``1 - a`` (memoized), then the instantaneous response."""
+
+    params_type = HcmsParams
+
+    def __init__(self, params: HcmsParams, *args: Any, **kwargs: Any) -> None:
+        super().__init__(params, *args, **kwargs)
+        assert self.cohort is not None
+        self._row = self.cohort
+        self._cohort_bytes = self.cohort.to_bytes(4, "big")
+        self._m = params.columns
+        self._prr = params.prr_numerator
+        self._irr = params.irr_numerator
+
+    def memo_key(self, value: Any) -> bytes:
+        return value_bytes(value)
+
+    def derive(self, key: bytes) -> int:
+        stream = self.permanent_stream(b"prr", self._cohort_bytes + key)
+        coefficient = stream.randbelow(self._m)
+        column = bucket(self._row, value_key(key), self._m)
+        sign = (coefficient & column).bit_count() & 1
+        kept = stream.u32() < self._prr
+        return 2 * coefficient + (sign if kept else 1 - sign)
+
+    def finish(self, permanent: int) -> int:
+        fresh = self.fresh
+        if fresh.u32() < self._irr:
+            return permanent
+        return (permanent & ~1) | fresh.randbelow(2)
