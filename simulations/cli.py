@@ -14,7 +14,7 @@ from veil.shared.errors import ParameterError
 from veil.shared.hashing import HASHINGS
 
 EXPERIMENT_NAMES = ("regression", "detection", "rr-vs-laplace", "laplace-mean", "composition",
-                    "variances", "oracles", "calibration", "association")
+                    "variances", "oracles", "strings", "calibration", "association")
 
 
 def configure_experiment(parser: argparse.ArgumentParser) -> None:

@@ -27,6 +27,7 @@ from veil.simulations.oracles import ORACLES, Oracle
 from veil.simulations.populations import DISTRIBUTIONS, Population
 from veil.simulations.report import Results, new_figure, progress
 from veil.simulations.sensitivity import HEIGHTS, sample_sensitivity
+from veil.simulations.strings_experiment import strings
 
 COLORS = {"GRR": "#E69F00", "SUE": "#56B4E9", "OUE": "#009E73", "OLH": "#CC79A7"}
 
@@ -480,6 +481,8 @@ EXPERIMENTS: dict[str, tuple[str, Callable[..., Results]]] = {
     "composition": ("sequential vs parallel composition for a histogram", composition),
     "variances": ("GRR/SUE/OUE/OLH variance vs Wang et al.'s closed forms", variances),
     "oracles": ("the shipped category oracles' variance against their formulas", oracles),
+    "strings": ("Bloom RAPPOR, FLH and HCMS string oracles: total variation over epsilon "
+                "and N", strings),
     "calibration": ("stated standard errors and 95% coverage of every closed-form decoder "
                     "over N x epsilon", calibration),
     "association": ("one joint report vs the split budget with EM vs independence, over "
