@@ -2,7 +2,9 @@
 
 Aggregate counters only: reports accepted, duplicates and rejected (by error
 code), batches refused whole (by error code), the time to store a batch, and
-the size of the database. No label carries anything a client sent: the only
+the size of the database; the serving process's own ``process_*`` metrics
+(CPU, memory, open files) and ``veil_build_info`` with the version. The common
+error codes' counters are present at 0 from the start. No label carries anything a client sent: the only
 label is ``code``, one of the API's own error codes. Each batch costs a few
 counter updates, never one per report.
 
@@ -29,19 +31,35 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from veil.shared.version import __version__
+
 __all__ = [
+    "BATCH_REFUSAL_CODES",
     "BATCH_SECONDS_BUCKETS",
     "CONTENT_TYPE",
+    "REPORT_REJECTION_CODES",
+    "BuildInfo",
     "ServerMetrics",
     "StorageSize",
     "multiprocess_mode",
 ]
+
+#: the error codes a batch is most often refused with whole, and a report one by one: their
+#: counters are exported at 0 from the start, so that an alert on a rate of them sees a
+#: series before the first event (a code not listed appears at its first event)
+BATCH_REFUSAL_CODES = ("unauthorized", "rate_limited", "body_too_large", "too_many", "bad_json",
+                       "unsupported_media_type", "wrong_type", "empty", "unknown_field",
+                       "unsupported_version", "unavailable")
+REPORT_REJECTION_CODES = ("wrong_type", "missing", "bad_hex", "unknown_field", "unknown_metric",
+                          "stale_params", "bad_cohort", "out_of_range", "invalid")
 
 #: the ``Content-Type`` of the exposition
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -75,6 +93,18 @@ class StorageSize(Collector):
                                 "Bytes of the database file and its write-ahead log", value=size)
 
 
+class BuildInfo(Collector):
+    """``veil_build_info{version="..."} 1``: which Veil serves (a gauge written at each scrape,
+    the same in every worker, so it needs no multiprocess file)."""
+
+    def collect(self) -> Iterator[Metric]:
+        """The constant gauge."""
+        info = GaugeMetricFamily("veil_build_info", "The Veil version serving, as a label",
+                                 labels=["version"])
+        info.add_metric([__version__], 1.0)
+        yield info
+
+
 class ServerMetrics:
     """The metrics of one collector app, and their exposition for ``GET /metrics``."""
 
@@ -100,8 +130,15 @@ class ServerMetrics:
             "veil_batch_seconds",
             "Seconds to read, validate and durably store a batch, for batches answered 200",
             buckets=BATCH_SECONDS_BUCKETS, registry=registry)
+        for code in REPORT_REJECTION_CODES:
+            self.rejected.labels(code)
+        for code in BATCH_REFUSAL_CODES:
+            self.refused.labels(code)
         if registry is not None:
             registry.register(self.storage_size)
+            registry.register(BuildInfo())
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
 
     def batch_stored(self, accepted: int, duplicates: int, error_codes: Iterable[str],
                      seconds: float) -> None:
@@ -125,4 +162,8 @@ class ServerMetrics:
             registry = CollectorRegistry()
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             registry.register(self.storage_size)
+            registry.register(BuildInfo())
+            # process_* of the process answering the scrape (prometheus_client's multiprocess
+            # mode keeps no per-process gauges of its own)
+            ProcessCollector(registry=registry)
         return generate_latest(registry)
