@@ -5,7 +5,8 @@ so a new deployment has nothing to decode. ``veil populate`` fills it with a
 known truth: it reads the registry the collector serves, draws one value per
 installation and metric from the population of ``veil demo`` (its sites with
 Zipf 1.5 popularity for strings, categories shared the same way, its 35%
-yes-share for booleans) or a skewed number within the metric's bounds,
+yes-share for booleans), a skewed number within the metric's bounds, or for a
+joint metric tuples whose variables are associated,
 randomizes every value with the metric's own mechanism (the vectorized
 simulation encoders, same law as the SDK) and uploads the reports over HTTP
 in batches, exactly as clients would. It also writes the candidate strings to
@@ -34,6 +35,7 @@ from veil.shared.kinds import (
     BooleanParams,
     CategoryParams,
     DiscoveryParams,
+    JointParams,
     MechanismParams,
     NumberParams,
     OracleParams,
@@ -117,6 +119,33 @@ def _draw_numbers(params: NumberParams, rng: np.random.Generator,
     span = params.high - params.low
     numbers = np.clip(params.low + rng.gamma(2.0, span / 8.0, n), params.low, params.high)
     return [float(v) for v in numbers], f"mean {numbers.mean():.4g}"
+
+
+@population_of(JointParams.kind)
+def _draw_tuples(params: JointParams, rng: np.random.Generator,
+                 n: int) -> tuple[list[Any], str]:
+    """The first variable by :func:`popularity`; each other one by popularity too, its
+    ranking turned by the first variable's value (so the variables are associated); a
+    bucketed number as its bucket's middle."""
+    first = rng.choice(params.shape[0], n, p=popularity(params.shape[0]))
+    indices = [first]
+    for size in params.shape[1:]:
+        indices.append((rng.choice(size, n, p=popularity(size)) + first) % size)
+    values: list[Any] = []
+    for row in zip(*indices, strict=True):
+        value: dict[str, Any] = {}
+        for variable, index in zip(params.variables, row, strict=True):
+            if variable.form == "boolean":
+                value[variable.name] = bool(index)
+            elif variable.form == "number":
+                value[variable.name] = (variable.edges[index] + variable.edges[index + 1]) / 2
+            else:
+                value[variable.name] = variable.labels[index]
+        values.append(value)
+    cells = np.bincount([params.cell_of(value) for value in values], minlength=params.cells)
+    top = ", ".join(f"{params.cell_label(int(i))} {cells[i] / n:.1%}"
+                    for i in np.argsort(-cells)[:3])
+    return values, f"{top} (associated by construction)"
 
 
 def fetch_registry(server: str, timeout: float = TIMEOUT) -> Registry:
