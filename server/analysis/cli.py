@@ -11,6 +11,7 @@ import os
 import sys
 from concurrent.futures import Executor
 
+from veil.server.analysis.assoc_cli import configure_assoc, run_assoc
 from veil.server.cli.options import (
     add_db_option,
     add_range_options,
@@ -256,6 +257,12 @@ def run_discover(args: argparse.Namespace) -> int:
 
 
 COMMANDS = [
+    (
+        "assoc",
+        "the joint table of two variables from google/rappor's association files, with errors",
+        configure_assoc,
+        run_assoc,
+    ),
     (
         "decode",
         "decode string frequencies, category shares, yes-shares or means with error bars",
