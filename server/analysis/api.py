@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from veil.server.analysis.candidate_map import read_candidates
 from veil.server.analysis.daily import DailyResult, decode_days
@@ -43,6 +43,16 @@ def _candidates(candidates: Candidates) -> Sequence[str] | None:
     return candidates
 
 
+@overload
+def decode_metric(*, metric: str, db: str | Path | None = ..., server: str | None = ...,
+                  token: str | None = ..., candidates: Candidates = ..., start: str | None = ...,
+                  end: str | None = ..., force: bool = ..., by: None = ...,
+                  **options: Any) -> DecodeResult: ...
+@overload
+def decode_metric(*, metric: str, db: str | Path | None = ..., server: str | None = ...,
+                  token: str | None = ..., candidates: Candidates = ..., start: str | None = ...,
+                  end: str | None = ..., force: bool = ..., by: Literal["day"],
+                  **options: Any) -> DailyResult: ...
 def decode_metric(
     *,
     metric: str,
@@ -53,8 +63,9 @@ def decode_metric(
     start: str | None = None,
     end: str | None = None,
     force: bool = False,
+    by: str | None = None,
     **options: Any,
-) -> DecodeResult:
+) -> DecodeResult | DailyResult:
     """Decode ``metric`` over the UTC days ``start``..``end`` (inclusive; open when None)
     from a collector's database file (``db``) or its HTTP API (``server``, with a read
     ``token``, by default ``$VEIL_READ_TOKEN``).
@@ -63,8 +74,15 @@ def decode_metric(
     ``force`` (``db`` only) decodes below the metric's ``min_reports``. ``options`` go to
     :func:`~veil.server.analysis.decoders.decode_counts` (``correction``, ``alpha``,
     ``confidence``, ``background``). The summary's ``start`` and ``end`` are the first
-    and last day that hold reports.
+    and last day that hold reports. ``by="day"`` decodes each day on its own, as
+    :func:`decode_metric_by_day` (``veil decode --by day``).
     """
+    if by is not None:
+        if by != "day":
+            raise ParameterError("by", f"by must be 'day' or None; got {by!r}")
+        return decode_metric_by_day(metric=metric, db=db, server=server, token=token,
+                                    candidates=candidates, start=start, end=end, force=force,
+                                    **options)
     with CountsSource(metric, db, server, token, start, end, force) as source:
         document = source.counts()
     return decode_counts(document, _candidates(candidates), source=source.name, **options)

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from veil.server.analysis.tables import period
+from veil.server.analysis.tables import confidence_label, interval_keys, period
 from veil.shared.privacy import format_epsilon
 
 if TYPE_CHECKING:
@@ -228,6 +228,11 @@ def plot_estimates(result: Charted, path: str | Path, top: int = TOP) -> None:
     figure.savefig(path)
 
 
+def _level(summary: Mapping[str, Any]) -> str:
+    """The confidence of a result's intervals, as its charts write it: ``95%``."""
+    return f"{confidence_label(float(summary.get('confidence') or 0.95))}%"
+
+
 def _percent_axis(axis: Any) -> None:
     """Label a Matplotlib axis (``ax.xaxis`` or ``ax.yaxis``) of shares as percentages."""
     from matplotlib.ticker import PercentFormatter
@@ -236,15 +241,17 @@ def _percent_axis(axis: Any) -> None:
 
 
 def _draw_range(ax: Axes, result: Charted) -> None:
-    """The mean's 95% interval as a band on a track from ``low`` to ``high``, the estimate
+    """The mean's interval as a band on a track from ``low`` to ``high``, the estimate
     as a tick, each labelled with its value."""
     row, summary = result.rows[0], result.summary
     low, high = summary["low"], summary["high"]
-    estimate, lower, upper = row["estimate"], row["low_95"], row["high_95"]
+    low_key, high_key = interval_keys(summary)
+    level = _level(summary)
+    estimate, lower, upper = row["estimate"], row[low_key], row[high_key]
     ax.hlines(0, low, high, color="0.85", linewidth=14)
     ax.hlines(0, lower, upper, color=ESTIMATE_COLOUR, linewidth=14, alpha=0.6)
     ax.plot([estimate], [0], marker="|", markersize=26, markeredgewidth=3, color="navy")
-    ax.annotate(f"mean {estimate:.4g}  (95% interval {lower:.4g} to {upper:.4g})",
+    ax.annotate(f"mean {estimate:.4g}  ({level} interval {lower:.4g} to {upper:.4g})",
                 (estimate, 0), xytext=(0, 16), textcoords="offset points", ha="center",
                 fontsize=9)
     margin = 0.04 * (high - low)
@@ -253,7 +260,7 @@ def _draw_range(ax: Axes, result: Charted) -> None:
     ax.set_yticks([])
     name = summary.get("metric") or "value"
     unit = f" ({summary['description']})" if summary.get("description") else ""
-    ax.set_xlabel(f"{name}{unit}: the mean (tick) and its 95% interval (band) on the "
+    ax.set_xlabel(f"{name}{unit}: the mean (tick) and its {level} interval (band) on the "
                   f"metric's range, {low:g} to {high:g} (grey)")
 
 
@@ -261,20 +268,22 @@ def _draw_share(ax: Axes, result: Charted) -> None:
     """The first row's share (a boolean's true answers) as one bar on [0, 1] with its
     interval: the other answer's share is the rest of the bar."""
     row = result.rows[0]
-    share, lower, upper = row["proportion"], row["prop_low_95"], row["prop_high_95"]
+    low_key, high_key = interval_keys(result.summary, share=True)
+    level = _level(result.summary)
+    share, lower, upper = row["proportion"], row[low_key], row[high_key]
     ax.barh([0], [1.0], color="0.9", height=0.5)
     ax.barh([0], [share], color=ESTIMATE_COLOUR, alpha=0.6, height=0.5)
     # the unbiased share may lie outside its interval (clipped to [0, 1]) at small N
     ax.hlines(0, lower, upper, color="navy")
     ax.plot([lower, upper], [0, 0], marker="|", markersize=14, color="navy", linestyle="none")
     ax.plot([share], [0], marker="o", color="navy")
-    ax.annotate(f"{share:.1%} {row['value']}  (95% interval {lower:.1%} to {upper:.1%})",
+    ax.annotate(f"{share:.1%} {row['value']}  ({level} interval {lower:.1%} to {upper:.1%})",
                 (share, 0), xytext=(0, 22), textcoords="offset points", ha="center", fontsize=9)
     ax.set_xlim(min(0.0, share) - 0.02, max(1.0, share) + 0.02)
     ax.set_ylim(-0.6, 1.0)
     ax.set_yticks([])
     _percent_axis(ax.xaxis)
-    ax.set_xlabel(f"share of reports that are {row['value']} (bar), with its 95% interval")
+    ax.set_xlabel(f"share of reports that are {row['value']} (bar), with its {level} interval")
 
 
 def _draw_shares(ax: Axes, result: Charted, top: int) -> None:
@@ -283,8 +292,9 @@ def _draw_shares(ax: Axes, result: Charted, top: int) -> None:
     rows = result.rows[:top]
     labels = [_short(str(row["value"])) for row in rows]
     values = [row["proportion"] for row in rows]
-    lows = [row["prop_low_95"] for row in rows]
-    highs = [row["prop_high_95"] for row in rows]
+    low_key, high_key = interval_keys(result.summary, share=True)
+    lows = [row[low_key] for row in rows]
+    highs = [row[high_key] for row in rows]
     colours = [ESTIMATE_COLOUR] * len(rows)
     missing = result.summary.get("missing_proportion")
     if missing is not None:
@@ -311,7 +321,7 @@ def _draw_shares(ax: Axes, result: Charted, top: int) -> None:
     if min(values) < 0:
         ax.axvline(0, color="k", linewidth=0.8)
     _percent_axis(ax.xaxis)
-    ax.set_xlabel("share of reports (bar), with its 95% interval (line)")
+    ax.set_xlabel(f"share of reports (bar), with its {_level(result.summary)} interval (line)")
     ax.grid(axis="x", alpha=0.3)
     if not rows:
         ax.text(0.5, 0.96, "no string detected", ha="center", va="top",
@@ -334,7 +344,7 @@ def _series(daily: ChartedDays, top: int) -> tuple[list[str], str]:
 
 
 def plot_days(daily: ChartedDays, ax: Axes | None = None, top: int = TOP_SERIES) -> Axes:
-    """Draw each day's estimate with its 95% band, one line per value (the ``top`` most
+    """Draw each day's estimate with its interval band, one line per value (the ``top`` most
     common over the days for strings and categories), on ``ax`` (a new figure when None);
     return the axes."""
     import numpy as np
@@ -342,8 +352,8 @@ def plot_days(daily: ChartedDays, ax: Axes | None = None, top: int = TOP_SERIES)
 
     ax = _axes(ax, 9.0, 4.2)
     values, column = _series(daily, top)
-    low_column, high_column = (("low_95", "high_95") if column == "estimate"
-                               else ("prop_low_95", "prop_high_95"))
+    first_summary = daily.days[0][1].summary
+    low_column, high_column = interval_keys(first_summary, share=column != "estimate")
     for value in values:
         points = [(day, row) for day, result in daily.days
                   for row in result.rows if row["value"] == value]
@@ -372,7 +382,7 @@ def plot_days(daily: ChartedDays, ax: Axes | None = None, top: int = TOP_SERIES)
         _percent_axis(ax.yaxis)
         ax.set_ylabel("share of the day's reports" if first.chart == "shares"
                       else f"share of reports that are {values[0]}")
-    ax.set_xlabel("day (UTC); each day decoded on its own, 95% band")
+    ax.set_xlabel(f"day (UTC); each day decoded on its own, {_level(first_summary)} band")
     ax.grid(alpha=0.3)
     ax.set_title(f"{name}: {len(daily.days)} day(s) with reports"
                  + (f", {len(daily.skipped)} left out for too few reports" if daily.skipped

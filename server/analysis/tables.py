@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,9 @@ RAPPOR_COLUMNS = (
 )
 #: results.csv columns of string metrics: :data:`RESULT_COLUMNS` plus ``string`` (= ``value``)
 STRING_COLUMNS = (*RESULT_COLUMNS[:3], "string", *RESULT_COLUMNS[3:])
+#: the interval columns as the decoders write them, at the default confidence 0.95; a
+#: result decoded at another confidence names them for it (:func:`interval_column`)
+INTERVAL_COLUMNS = ("low_95", "high_95", "prop_low_95", "prop_high_95")
 #: columns holding text; every other column holds a number
 TEXT_COLUMNS = frozenset({"day", "metric", "kind", "value", "string"})
 #: rows shown by :meth:`DecodeResult._repr_html_`
@@ -104,6 +107,30 @@ def frequency_rows(
     return rows
 
 
+def confidence_label(confidence: float) -> str:
+    """The confidence as interval columns and charts write it: ``95`` for 0.95, ``90`` for
+    0.9, ``99.9`` for 0.999."""
+    return f"{100 * confidence:.6g}"
+
+
+def interval_column(name: str, confidence: float) -> str:
+    """Column ``name`` of a result decoded at ``confidence``: an interval column of
+    :data:`INTERVAL_COLUMNS` named for it (``low_90`` at 0.9, ``low_99_9`` at 0.999), any
+    other column as it is."""
+    if name not in INTERVAL_COLUMNS:
+        return name
+    return f"{name[:-len('95')]}{confidence_label(confidence).replace('.', '_')}"
+
+
+def interval_keys(summary: Mapping[str, Any], share: bool = False) -> tuple[str, str]:
+    """The low and high interval columns of a result with ``summary`` (its ``confidence``,
+    0.95 when it states none): of the estimate, or of the ``share``."""
+    confidence = float(summary.get("confidence") or 0.95)
+    prefix = "prop_" if share else ""
+    return (interval_column(f"{prefix}low_95", confidence),
+            interval_column(f"{prefix}high_95", confidence))
+
+
 def number_row(
     metric: str, statistic: str, estimate: float, std_error: float, z: float, low: float,
     high: float,
@@ -111,13 +138,11 @@ def number_row(
     """A row of :data:`RESULT_COLUMNS` for ``statistic`` (``mean``) of a number in
     ``[low, high]``: ``estimate`` in the metric's unit with its ``z`` interval clipped to
     ``[low, high]`` (where the true value lies; the estimate itself stays unclipped), and
-    as a ``proportion`` of the way from ``low`` to ``high``. The p-value tests "the mean is
-    ``low``" against "above it", as a frequency row tests "the share is 0"."""
-    width = high - low
+    The share and p-value columns stay empty: a mean is no share of reports, and "the mean
+    is ``low``" is no hypothesis anyone asked about (a frequency row's p-value tests "this
+    share is 0")."""
     interval_low = min(max(estimate - z * std_error, low), high)
     interval_high = max(min(estimate + z * std_error, high), low)
-    position = np.array([(estimate - low) / width])
-    position_se = np.array([std_error / width])
     return {
         "metric": metric,
         "kind": "number",
@@ -126,12 +151,8 @@ def number_row(
         "std_error": float(std_error),
         "low_95": float(interval_low),
         "high_95": float(interval_high),
-        "proportion": float(position[0]),
-        "prop_std_error": float(position_se[0]),
-        "prop_low_95": float((interval_low - low) / width),
-        "prop_high_95": float((interval_high - low) / width),
-        "p_value": float(one_sided_p_values(position, position_se)[0]),
-        "log10_p_value": float(one_sided_log10_p_values(position, position_se)[0]),
+        **dict.fromkeys(("proportion", "prop_std_error", "prop_low_95", "prop_high_95",
+                         "p_value", "log10_p_value")),
     }
 
 
@@ -162,21 +183,26 @@ def period(start: str | None, end: str | None) -> str:
 def html_table(title: str, headline: str, summary: dict[str, Any],
                rows: Sequence[dict[str, Any]], extra: Sequence[str] = ()) -> str:
     """A headline paragraph and the first :data:`HTML_ROWS` rows (``extra`` text columns
-    first, then value, estimate, standard error, 95% interval, share, p-value)."""
+    first, then value, estimate, standard error, interval, share, p-value; a number's
+    empty share and p-value as blanks)."""
     def cell(value: Any) -> str:
         return f"<td>{html.escape(value if isinstance(value, str) else f'{value:.4g}')}</td>"
 
     reports = summary.get("reports")
     cost = summary.get("privacy", {}).get("epsilon_per_value")
-    head = [*extra, "value", "estimate", "std error", "95% interval", "share", "p-value"]
+    low_key, high_key = interval_keys(summary)
+    level = confidence_label(float(summary.get("confidence") or 0.95))
+    head = [*extra, "value", "estimate", "std error", f"{level}% interval", "share", "p-value"]
     body = []
     for row in rows[:HTML_ROWS]:
-        interval = f"{row['low_95']:.4g} \u2013 {row['high_95']:.4g}"
+        interval = f"{row[low_key]:.4g} \u2013 {row[high_key]:.4g}"
+        share = "" if row["proportion"] is None else f"{row['proportion']:.2%}"
+        p_value = ("" if row["p_value"] is None
+                   else format_p_value(row["p_value"], row["log10_p_value"]))
         body.append(
             "<tr>" + "".join(cell(str(row[name])) for name in extra)
             + cell(str(row["value"])) + cell(row["estimate"]) + cell(row["std_error"])
-            + cell(interval) + cell(f"{row['proportion']:.2%}")
-            + cell(format_p_value(row["p_value"], row["log10_p_value"])) + "</tr>"
+            + cell(interval) + cell(share) + cell(p_value) + "</tr>"
         )
     more = (f"<p>{len(rows) - HTML_ROWS:,} more rows: .to_pandas() has them all.</p>"
             if len(rows) > HTML_ROWS else "")
