@@ -77,6 +77,9 @@ CHUNK_PAIRS = 1 << 22
 #: the right-hand side's (far below the sampling noise of any estimate)
 SOLVE_TOLERANCE = 1e-6
 MAX_SOLVE_ITERATIONS = 200
+#: most (candidate, function) pairs solved jointly: a longer list solves its largest raw
+#: estimates and corrects the rest in one pass (:meth:`StringOracleDecoder._solve`)
+MAX_SOLVED_PAIRS = 1 << 24
 _M1, _M2, _GOLDEN = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB),
                      np.uint64(0x9E3779B97F4A7C15))
 
@@ -283,7 +286,7 @@ class StringOracleDecoder:
     string decoder's shape), ``summary_``, and per candidate ``candidates_``,
     ``proportions_`` (unbiased shares, collisions removed), ``uncorrected_`` (before the
     collision solve), ``std_errors_`` (shares), ``p_values_``, ``adjusted_p_values_`` and
-    ``detected_``; ``solve_iterations_``.
+    ``detected_``; ``solved_`` (the candidates solved jointly) and ``solve_iterations_``.
     """
 
     def __init__(self, params: StringOracleParams, *,
@@ -312,8 +315,7 @@ class StringOracleDecoder:
         buckets = candidate_buckets(params, candidate_keys(names))
         width = params.buckets
         raw, variance = self._shares(model, buckets, total)
-        system = CollisionSystem(buckets, model.sizes / total, width)
-        estimates, self.solve_iterations_ = system.solve(raw)
+        estimates = self._solve(raw, buckets, model.sizes / total)
         std_errors = np.sqrt(variance)
         p_values = one_sided_p_values(estimates, std_errors)
         adjusted = adjust_p_values(p_values, correction, len(names))
@@ -334,7 +336,8 @@ class StringOracleDecoder:
             "cohorts": params.cohorts,
             "cohorts_with_reports": int(np.count_nonzero(model.sizes)),
             "buckets": width, "candidates": len(names), "detected": int(detected.sum()),
-            "fit": "collision solve", "solve_iterations": self.solve_iterations_,
+            "fit": "collision solve", "solved_jointly": int(self.solved_.size),
+            "solve_iterations": self.solve_iterations_,
             "correction": correction, "alpha": alpha, "confidence": confidence,
             "allocated_proportion": shown, "allocated_proportion_unbiased": allocated,
             "allocated_reports": shown * total,
@@ -358,6 +361,26 @@ class StringOracleDecoder:
                                     description(self.summary_))
         return self
 
+    def _solve(self, raw: np.ndarray, buckets: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """The estimates with collisions removed: the joint solve over every candidate, or
+        for a list longer than :data:`MAX_SOLVED_PAIRS` allows, over the largest raw
+        estimates (``solved_``) with the rest corrected for their collisions with those in
+        one pass (among the rest, collisions stay as noise, as for unlisted values)."""
+        width = self.params.buckets
+        solved = np.argsort(-raw, kind="stable")[: max(1, MAX_SOLVED_PAIRS // buckets.shape[1])]
+        solved.sort()
+        self.solved_ = solved
+        estimates = raw.copy()
+        estimates[solved], self.solve_iterations_ = CollisionSystem(
+            buckets[solved], weights, width).solve(raw[solved])
+        if solved.size < raw.size:
+            rest = np.ones(raw.size, dtype=bool)
+            rest[solved] = False
+            held = np.zeros(raw.size)
+            held[solved] = estimates[solved]
+            estimates[rest] -= CollisionSystem(buckets, weights, width).apply(held)[rest]
+        return estimates
+
     def _shares(self, model: CellModel, buckets: np.ndarray, total: float,
                 ) -> tuple[np.ndarray, np.ndarray]:
         """``s'`` of every candidate and its variance (module docstring), in chunks."""
@@ -371,7 +394,8 @@ class StringOracleDecoder:
             variance[start:start + step] = cohort_variance(cells, model.squares(chunk),
                                                            model.sizes)
         shares = (raw - 1 / width) / (1 - 1 / width)
-        inflation = solve_inflation(self.params, buckets.shape[0])
+        solved = min(buckets.shape[0], max(1, MAX_SOLVED_PAIRS // buckets.shape[1]))
+        inflation = solve_inflation(self.params, solved)
         return shares, inflation * variance / (total * (1 - 1 / width)) ** 2
 
 

@@ -290,8 +290,8 @@ class HcmsParams(StringOracleParams):
 
     oracle: ClassVar[str] = "hcms"
 
-    rows: int = 1024
-    columns: int = 64
+    rows: int = 4096
+    columns: int = 16
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
