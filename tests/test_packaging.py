@@ -67,6 +67,15 @@ def _tree_modules() -> set[str]:
     }
 
 
+def _dashboard_files() -> list[str]:
+    """The dashboard's templates, script, style and vendored chart library (with its
+    licence), as paths inside the wheel: its package data."""
+    dashboard = ROOT / "server" / "dashboard"
+    return [f"veil/{path.relative_to(ROOT).as_posix()}"
+            for folder in ("templates", "static") for path in (dashboard / folder).rglob("*")
+            if path.is_file()]
+
+
 def test_the_wheel_holds_every_module_of_the_tree_and_nothing_else(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     dist_info = f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info/"
@@ -78,7 +87,8 @@ def test_the_wheel_holds_every_module_of_the_tree_and_nothing_else(wheel: Path) 
     assert "veil/__init__.py" not in modules, "veil must stay a namespace package"
 
     others = sorted(name for name in package_files if not name.endswith(".py"))
-    assert others == sorted(f"veil/{folder}/py.typed" for folder in FOLDERS)
+    assert others == sorted([*(f"veil/{folder}/py.typed" for folder in FOLDERS),
+                             *_dashboard_files()])
     assert f"{dist_info}licenses/LICENSE" in names
     assert "Apache License" in zipfile.ZipFile(wheel).read(f"{dist_info}licenses/LICENSE").decode()
 

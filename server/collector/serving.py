@@ -253,6 +253,8 @@ class _Server(TcpWSGIServer):  # type: ignore[misc]
 def _serve_socket(config: dict[str, Any], sock: socket.socket) -> None:
     """Run one waitress server on the listening ``sock`` until SIGTERM or SIGINT."""
     app = create_app(config)
+    if config.get("DASHBOARD"):
+        _mount_dashboard(app, config)
     adj = Adjustments(
         sockets=[sock], threads=config["THREADS"], ident="veil",
         # Flask answers 413 for bodies over the limit; waitress only stops absurd ones
@@ -281,6 +283,17 @@ def _serve_socket(config: dict[str, Any], sock: socket.socket) -> None:
         signal.signal(signal.SIGTERM, previous)
         server.close()
         app.extensions[EXTENSION].storage.close()
+
+
+def _mount_dashboard(app: Flask, config: dict[str, Any]) -> None:
+    """``--dashboard``: the dashboard at /dashboard over this worker's store, to the read
+    tokens. Imported only then: the dashboard shows decodes, so it loads the analysis, which
+    a collector without it never does."""
+    from veil.server.dashboard.app import mount
+
+    state = app.extensions[EXTENSION]
+    mount(app, state.storage, config["READ_TOKENS"], config.get("DASHBOARD_CANDIDATES"),
+          state.server_metrics.exposition)
 
 
 def _worker(config: dict[str, Any], sock: socket.socket, parent: int) -> None:

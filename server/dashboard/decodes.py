@@ -1,0 +1,162 @@
+"""Decodes for the pages, each computed once: cached by metric, day range, the counts they
+were computed from and the candidates they were given, and the candidate strings of each
+string metric (a file per metric, and the strings its discovery channel found).
+
+A page view reads the counts (a cheap sum of aggregates) and looks its decode up by their
+digest: the same counts are never decoded twice, and new reports make a new key, so the
+cache is never stale. Old entries fall out least recently used first.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from veil.server.dashboard.sources import DashboardSource
+
+if TYPE_CHECKING:
+    from veil.server.analysis.discovery import DiscoveryResult
+    from veil.server.analysis.results import DecodeResult
+
+T = TypeVar("T")
+#: decodes kept in memory
+CACHE_ENTRIES = 2048
+#: a candidates file's name in the candidates directory: the metric's name and this suffix
+CANDIDATES_SUFFIX = ".txt"
+
+
+def digest(document: Any) -> str:
+    """A short fingerprint of a JSON-ready document (a counts document, a candidate list)."""
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+class LruCache:
+    """A thread-safe least-recently-used map that computes a missing value once, counting
+    hits and misses (the benchmark and the tests read them)."""
+
+    def __init__(self, entries: int = CACHE_ENTRIES) -> None:
+        self.entries = entries
+        self._values: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """The value of ``key``, computed by ``compute`` on a miss."""
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                self.hits += 1
+                value: T = self._values[key]
+                return value
+            self.misses += 1
+        value = compute()
+        with self._lock:
+            self._values[key] = value
+            while len(self._values) > self.entries:
+                self._values.popitem(last=False)
+        return value
+
+
+class Candidates:
+    """Candidate strings of string metrics: ``DIR/<metric>.txt`` (one per line, read again
+    when the file changes) and the strings discovery found, merged without repeats."""
+
+    def __init__(self, directory: str | Path | None) -> None:
+        self.directory = None if directory is None else Path(directory)
+        self._files: dict[str, tuple[float, list[str]]] = {}
+        self._discovered: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+
+    def from_file(self, metric: str) -> list[str]:
+        """The metric's candidates file's strings ([] without one)."""
+        if self.directory is None:
+            return []
+        path = self.directory / f"{metric}{CANDIDATES_SUFFIX}"
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return []
+        with self._lock:
+            cached = self._files.get(metric)
+            if cached is not None and cached[0] == mtime:
+                return cached[1]
+        from veil.server.analysis.candidate_map import read_candidates
+
+        strings = list(read_candidates(path))
+        with self._lock:
+            self._files[metric] = (mtime, strings)
+        return strings
+
+    def add_discovered(self, metric: str, strings: Sequence[str]) -> None:
+        """Remember what discovery found for ``metric``."""
+        with self._lock:
+            known = self._discovered.setdefault(metric, [])
+            known.extend(string for string in strings if string not in known)
+
+    def of(self, metric: str) -> list[str]:
+        """Every candidate of ``metric``: its file's, then discovered ones not in it."""
+        listed = self.from_file(metric)
+        seen = set(listed)
+        with self._lock:
+            found = [string for string in self._discovered.get(metric, []) if string not in seen]
+        return listed + found
+
+
+class Decodes:
+    """The dashboard's decodes over one source, cached (see the module docstring)."""
+
+    def __init__(self, source: DashboardSource, candidates: Candidates,
+                 cache: LruCache | None = None) -> None:
+        self.source = source
+        self.candidates = candidates
+        self.cache = cache or LruCache()
+
+    def counts(self, metric: str, start: str | None, end: str | None) -> dict[str, Any]:
+        """The counts document (not cached: it is what says whether a decode is current)."""
+        return self.source.counts(metric, start, end)
+
+    def decode(self, metric: str, start: str | None, end: str | None,
+               candidates: Sequence[str] | None = None,
+               document: dict[str, Any] | None = None) -> DecodeResult:
+        """The decode of ``metric`` over the range with ``candidates`` (string metrics; by
+        default all known ones), from ``document`` when the caller read it already."""
+        if document is None:
+            document = self.counts(metric, start, end)
+        if candidates is None:
+            candidates = self.candidates.of(metric)
+        key = ("decode", metric, start, end, digest(document), digest(list(candidates)))
+
+        def compute() -> DecodeResult:
+            from veil.server.analysis.decoders import decode_counts
+
+            return decode_counts(document, list(candidates) or None,
+                                 source=f"{self.source.name} metric {metric}")
+
+        return self.cache.get(key, compute)
+
+    def discover(self, metric: str, start: str | None, end: str | None) -> DiscoveryResult:
+        """The discovery search of string metric ``metric`` over the range, cached by its
+        channel's and its own counts; what it finds joins the metric's candidates."""
+        registry = self.source.registry()
+        channel = registry.channel(metric)
+        assert channel is not None
+        key = ("discover", metric, start, end,
+               digest(self.counts(channel.name, start, end)),
+               digest(self.counts(metric, start, end)))
+
+        def compute() -> DiscoveryResult:
+            from veil.server.analysis.api import discover
+
+            return discover(metric, db=self.source.db_url(), server=self.source.server,
+                            token=self.source.token, start=start, end=end)
+
+        result = self.cache.get(key, compute)
+        self.candidates.add_discovered(metric, [str(row["value"]) for row in result.result.rows])
+        return result

@@ -1,0 +1,188 @@
+"""The dashboard from outside: no data without a read token (``veil dashboard`` and
+``veil serve --dashboard`` over real HTTP), the twins, the URL's state refused by name when
+it is wrong, decodes computed once per counts, and the planner's figures.
+
+API semantics (cache, twins, planner) use Flask's test client on a real SQLite store."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.dashboard.conftest import DASHBOARD_REGISTRY_TOML, DashboardProcess, fill_past_days
+from veil.shared.registry import Registry
+
+TOKEN = "dashboard-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite store with four past days of every metric."""
+    path = tmp_path_factory.mktemp("store") / "veil.db"
+    fill_past_days(path, Registry.from_toml(DASHBOARD_REGISTRY_TOML), installations=800)
+    return path
+
+
+@pytest.fixture
+def client(store: Path, tmp_path: Path) -> Iterator[Any]:
+    from veil.server.dashboard import create_dashboard
+
+    candidates = tmp_path / "candidates"
+    candidates.mkdir()
+    from veil.simulations.demo import DECOYS, SITES
+
+    (candidates / "homepage.txt").write_text("\n".join((*SITES, *DECOYS)) + "\n")
+    app = create_dashboard({"DATABASE": str(store), "READ_TOKENS": [TOKEN],
+                            "CANDIDATES": str(candidates), "TESTING": True})
+    yield app.test_client()
+    app.extensions["veil_dashboard"].decodes.source.close()
+
+
+def cache(client: Any) -> Any:
+    return client.application.extensions["veil_dashboard"].decodes.cache
+
+
+def test_no_data_without_the_token(dashboard: DashboardProcess, filled: dict[str, Any]) -> None:
+    for path in ("/", "/metric/homepage", "/joint/browser_dark", "/discovery/homepage",
+                 "/privacy", "/planner", "/operations"):
+        page = requests.get(dashboard.url + path, allow_redirects=False, timeout=30)
+        assert page.status_code == 302 and "/signin" in page.headers["Location"]
+        for headers in ({}, {"Authorization": "Bearer not-the-token"}):
+            twin = requests.get(dashboard.url + path, params={"format": "json"},
+                                headers=headers, timeout=30)
+            assert twin.status_code == 401
+            assert twin.json()["error"]["field"] == "Authorization"
+            assert "homepage" not in twin.text.replace(path, "")
+    wrong = requests.post(dashboard.url + "/signin", data={"token": "nope"}, timeout=30,
+                          allow_redirects=False)
+    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+
+
+def test_signing_in_sets_a_strict_http_only_cookie(dashboard: DashboardProcess,
+                                                   filled: dict[str, Any]) -> None:
+    with requests.Session() as session:
+        answer = session.post(dashboard.url + "/signin", timeout=30, allow_redirects=False,
+                              data={"token": filled["token"], "next": "/privacy?k=3"})
+        assert answer.status_code == 302 and answer.headers["Location"] == "/privacy?k=3"
+        cookie = answer.headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert session.get(dashboard.url + "/privacy", timeout=30).status_code == 200
+        # a next pointing to another host is not followed
+        away = session.post(dashboard.url + "/signin", timeout=30, allow_redirects=False,
+                            data={"token": filled["token"], "next": "https://example.org/"})
+        assert away.headers["Location"] == "/"
+        headers = session.get(dashboard.url + "/", timeout=30).headers
+        assert headers["Content-Security-Policy"].startswith("default-src 'self'")
+
+
+def test_the_dashboard_listens_on_this_machine_and_needs_a_token(store: Path) -> None:
+    from veil.server.dashboard.cli import DEFAULT_HOST
+
+    assert DEFAULT_HOST == "127.0.0.1"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+    refused = subprocess.run([sys.executable, "-m", "veil.server.cli", "dashboard", "--db",
+                              str(store), "--port", "0"], capture_output=True, text=True,
+                             env=env, timeout=60)
+    assert refused.returncode != 0
+    assert "--read-token" in refused.stderr
+
+
+def test_serve_mounts_the_dashboard_only_when_asked(
+        collector_factory: Callable[..., Any]) -> None:
+    registry = Registry.from_toml(DASHBOARD_REGISTRY_TOML)
+    plain = collector_factory(registry)
+    assert requests.get(plain.url + "/dashboard/", timeout=30,
+                        headers=plain.headers()).status_code == 404
+    mounted = collector_factory(registry, serve_args=["--dashboard"])
+    assert requests.get(mounted.url + "/dashboard/", params={"format": "json"},
+                        timeout=30).status_code == 401
+    overview = requests.get(mounted.url + "/dashboard/", params={"format": "json"},
+                            headers=mounted.headers(), timeout=60)
+    assert overview.status_code == 200
+    assert {row["metric"] for row in overview.json()["tables"][0]["rows"]} == set(registry)
+    operations = requests.get(mounted.url + "/dashboard/operations", timeout=60,
+                              params={"format": "json"}, headers=mounted.headers()).json()
+    assert operations["facts"]["Ready"] == "yes"
+    assert "refusals" in [table["name"] for table in operations["tables"]]
+
+
+def test_a_page_view_never_decodes_twice(client: Any) -> None:
+    first = client.get("/metric/homepage?from=now-6d&format=json", headers=AUTH)
+    assert first.status_code == 200
+    misses = cache(client).misses
+    assert misses >= 2  # the range, then each day with reports
+    again = client.get("/metric/homepage?from=now-6d&format=json", headers=AUTH)
+    assert again.json == first.json
+    assert cache(client).misses == misses
+    assert client.get("/metric/homepage?from=now-6d", headers=AUTH).status_code == 200
+    assert cache(client).misses == misses  # the page and its twin share the decodes
+
+
+def test_new_reports_make_a_new_decode(client: Any, store: Path) -> None:
+    client.get("/metric/browser?format=json", headers=AUTH)
+    misses = cache(client).misses
+    fill_past_days(store, Registry.from_toml(DASHBOARD_REGISTRY_TOML), days=1,
+                   installations=50, seed=99)
+    client.get("/metric/browser?format=json", headers=AUTH)
+    assert cache(client).misses > misses
+
+
+def test_csv_twin_holds_the_json_twin_rows(client: Any) -> None:
+    document = client.get("/metric/browser?format=json&k=2", headers=AUTH).json
+    for table in document["tables"]:
+        answer = client.get(f"/metric/browser?format=csv&k=2&table={table['name']}", headers=AUTH)
+        assert answer.mimetype == "text/csv"
+        rows = list(csv.DictReader(io.StringIO(answer.get_data(as_text=True))))
+        assert len(rows) == len(table["rows"])
+        for row, expected in zip(rows, table["rows"], strict=True):
+            for key, value in expected.items():
+                if isinstance(value, float):
+                    assert math.isclose(float(row[key]), value, rel_tol=1e-12)
+                else:
+                    assert row[key] == ("" if value is None else str(value))
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ("k=0", "k"), ("k=abc", "k"), ("from=yesterday", "from"), ("from=now&to=now-3d", "from"),
+    ("refresh=1s", "refresh"), ("format=xml", "format"), ("format=csv&table=nope", "table"),
+])
+def test_a_bad_state_is_refused_by_name(client: Any, query: str, field: str) -> None:
+    twin = "" if "format=" in query else "&format=json"
+    answer = client.get(f"/metric/browser?{query}{twin}", headers=AUTH)
+    assert answer.status_code == 400
+    assert answer.json["error"]["field"] == field
+
+
+def test_unknown_metric_is_404(client: Any) -> None:
+    answer = client.get("/metric/nope?format=json", headers=AUTH)
+    assert answer.status_code == 404 and answer.json["error"]["field"] == "metric"
+
+
+def test_the_planner_uses_the_decoders_variances(client: Any) -> None:
+    from veil.shared.kinds import parse_params
+
+    document = client.get("/planner?kind=category&oracle=oue&epsilon=2&categories=20"
+                          "&reports=250000&format=json", headers=AUTH).json
+    figures = {row["quantity"]: row["value"] for row in document["tables"][0]["rows"]}
+    params, _ = parse_params({"kind": "category", "oracle": "oue", "epsilon": 2.0,
+                              "categories": [str(i) for i in range(20)]})
+    expected = math.sqrt(params.share_variance(0.0, 250_000))
+    assert math.isclose(figures["Standard error of a share near 0"], expected, rel_tol=1e-12)
+    # OUE's 4e^eps/(e^eps - 1)^2 / N at the report's epsilon (half the value's, 1)
+    eps = params.report_epsilon
+    assert math.isclose(expected, math.sqrt(4 * math.exp(eps) / math.expm1(eps) ** 2 / 250_000),
+                        rel_tol=1e-3)
+    assert figures["ε one value (all its reports)"] == params.epsilon_inf
+    refused = client.get("/planner?kind=category&epsilon=-1&format=json", headers=AUTH).json
+    assert refused["tables"] == [] and "epsilon" in refused["notes"][0]
