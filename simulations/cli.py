@@ -180,7 +180,9 @@ def configure_populate(parser: argparse.ArgumentParser) -> None:
                         help="only this metric (repeatable; default: every metric served)")
     parser.add_argument("--candidates-out", type=Path, default=None,
                         help="write the candidate strings to decode against to this file")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the simulated population")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the simulated population (default: a fresh one, printed, "
+                             "so that each run adds new installations)")
 
 
 def run_populate(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -178,14 +179,16 @@ def _upload(session: requests.Session, server: str, token: str | None,
 
 
 def populate(server: str, installations: int, *, token: str | None = None,
-             metrics: list[str] | None = None, seed: int = 1,
+             metrics: list[str] | None = None, seed: int | None = None,
              candidates_out: Path | None = None,
              say: Callable[[str], None] = print) -> Populated:
     """Upload one simulated report per installation and metric to ``server``.
 
     ``metrics`` limits the metrics (default: all the registry's);
     ``candidates_out`` receives the string candidates (the sites and decoys,
-    one per line). Returns the reports accepted per metric and the truth.
+    one per line). ``seed`` draws the population; None (the default) draws a fresh one,
+    said with its seed, so that a second run adds a new sample of installations instead
+    of the same one again. Returns the reports accepted per metric and the truth.
     """
     if isinstance(installations, bool) or not isinstance(installations, int) or installations < 1:
         raise ParameterError("installations",
@@ -197,6 +200,9 @@ def populate(server: str, installations: int, *, token: str | None = None,
     if unknown:
         raise ParameterError("metric", f"the collector serves no metric {unknown[0]!r}; "
                              f"it serves {', '.join(registry)}")
+    if seed is None:
+        seed = secrets.randbelow(2**32)
+        say(f"population seed {seed} (--seed {seed} draws the same installations again)")
     rng = np.random.default_rng(seed)
     accepted: dict[str, int] = {}
     truth: dict[str, str] = {}
