@@ -27,7 +27,7 @@ def test_the_default_string_cost_reads_the_same_everywhere(tmp_path, capsys) -> 
     shown = format_epsilon(StringParams().epsilon_inf)
     assert shown == "4.40" and 4 * math.log(3) <= float(shown)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert f"privacy: {shown} (4 ln 3, rounded up)" in readme and "4.39 " not in readme
+    assert f"privacy: {shown} (= 4 ln 3) per distinct string, rounded up" in readme and "4.39 " not in readme
     statement = privacy_cost(StringParams(), None, "strings")["statement"]
     registry = DemoConfig().registry()
     print_privacy(DemoConfig(), registry, spent=12.3456)
