@@ -49,6 +49,27 @@ fi
 """
 
 
+#: what the tour says of the dashboard: the page it names shows the top strings with their
+#: intervals to the read token, and nothing without it
+DASHBOARD_CHECK = """
+python3 - <<'CHECK'
+import json, os, urllib.error, urllib.request
+url = "http://127.0.0.1:{port}/metric/homepage?format=json"
+try:
+    urllib.request.urlopen(url, timeout=30)
+    raise SystemExit("the dashboard answered without a token")
+except urllib.error.HTTPError as error:
+    assert error.code == 401, error.code
+request = urllib.request.Request(url, headers={{"Authorization": "Bearer " + os.environ["VEIL_READ_TOKEN"]}})
+page = json.load(urllib.request.urlopen(request, timeout=120))
+(estimates,) = [table for table in page["tables"] if table["name"] == "estimates"]
+assert len(estimates["rows"]) >= 3, page["notes"]
+assert {{"prop_low_95", "prop_high_95"}} <= set(estimates["columns"])
+print("dashboard: %d strings with intervals" % len(estimates["rows"]))
+CHECK
+"""
+
+
 def tour_blocks() -> list[tuple[str, str]]:
     """The (language, text) of each fenced block in the README's tour section."""
     text = README.read_text(encoding="utf-8")
@@ -85,9 +106,10 @@ def comment_says(comment: str, pattern: str) -> re.Match[str]:
 
 
 def assert_shown(shown: str, value: float) -> None:
-    """``shown`` is ``value`` rounded to as many decimals as ``shown`` has."""
+    """``shown`` is ``value`` rounded up to as many decimals as ``shown`` has, as
+    :func:`veil.shared.privacy.format_epsilon` writes a cost: never below it."""
     decimals = len(shown.split(".")[1]) if "." in shown else 0
-    assert round(value, decimals) == float(shown), (shown, value)
+    assert value * (1 - 1e-9) <= float(shown) < value + 10.0**-decimals, (shown, value)
 
 
 def python_script(block: str) -> str:
@@ -102,8 +124,9 @@ def python_script(block: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bash_script(block: str, port: int) -> str:
-    """The block with ``veil serve`` in the background, waited for until it is ready."""
+def bash_script(block: str, port: int, dashboard_port: int) -> str:
+    """The block with ``veil serve`` and ``veil dashboard`` in the background, each waited
+    for until it answers."""
     logical = block.replace("\\\n", " ")
     out = []
     for line in logical.splitlines():
@@ -111,6 +134,11 @@ def bash_script(block: str, port: int) -> str:
             out.append(f"{line} > serve.log 2>&1 &")
             out.append("echo $! > serve.pid")
             out.append(SERVE_WAIT.format(port=port))
+        elif line.strip().startswith("veil dashboard "):
+            out.append(f"{line} > dashboard.log 2>&1 &")
+            out.append("echo $! > dashboard.pid")
+            out.append(SERVE_WAIT.replace("/readyz", "/signin").replace("serve.log", "dashboard.log")
+                       .replace("veil serve", "veil dashboard").format(port=dashboard_port))
         else:
             out.append(line)
     return "\n".join(out) + "\n"
@@ -121,20 +149,23 @@ def test_the_readme_tour_runs_as_written(tmp_path: Path) -> None:
         pytest.skip("the veil command is not installed (pip install -e '.[dev]')")
     blocks = tour_blocks()
     assert [language for language, _ in blocks].count("bash") >= 3, "the tour lost its commands"
-    port = free_port()
+    port, dashboard_port = free_port(), free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["HOME"] = str(tmp_path / "home")
     env["XDG_STATE_HOME"] = str(tmp_path / "home" / "state")
-    script = ["set -euo pipefail", "trap 'kill $(cat serve.pid) 2>/dev/null || true' EXIT"]
+    script = ["set -euo pipefail",
+              "trap 'kill $(cat serve.pid) $(cat dashboard.pid) 2>/dev/null || true' EXIT"]
     claims = 0
     for number, (language, text) in enumerate(blocks):
-        text = text.replace("8080", str(port))
+        text = text.replace("8080", str(port)).replace("8050", str(dashboard_port))
         if language == "toml":
             name = text.splitlines()[0].lstrip("# ").strip()
             (tmp_path / name).write_text(text, encoding="utf-8")
         elif language == "bash":
-            script.append(bash_script(text, port))
+            script.append(bash_script(text, port, dashboard_port))
+            if "veil dashboard " in text:
+                script.append(DASHBOARD_CHECK.format(port=dashboard_port))
         elif language == "python":
             path = tmp_path / f"block{number}.py"
             path.write_text(python_script(text), encoding="utf-8")

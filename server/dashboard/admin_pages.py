@@ -121,5 +121,6 @@ def operations_page(decodes: Decodes, state: PageState) -> Page:
     else:
         page.tables.append(Table("refusals", "Refused since the collector started",
                                  {"counter": "Counter", "code": "Reason", "count": "Count"},
-                                 refusals))
+                                 [row for row in refusals if row["count"]],
+                                 caption="Reasons with no refusal are left out."))
     return page

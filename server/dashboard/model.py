@@ -60,6 +60,8 @@ class Chart:
     high: str | None = None
     series: str | None = None
     where: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: series drawn muted (grey, dashed): aggregates such as "other" beside the values
+    muted: list[str] = dataclasses.field(default_factory=list)
 
     def points(self, table: Table) -> list[dict[str, Any]]:
         """The rows this chart draws, only the columns it reads."""
@@ -70,7 +72,7 @@ class Chart:
     def to_json(self) -> dict[str, Any]:
         """The chart's description for the JSON twin and the page's script."""
         return {key: value for key, value in dataclasses.asdict(self).items()
-                if value not in (None, {})}
+                if value not in (None, {}, [])}
 
 
 @dataclasses.dataclass

@@ -161,7 +161,8 @@ def metric_page(decodes: Decodes, name: str, state: PageState) -> Page:
                                  "estimates", "bars", "value", y, "share", low, high))
     page.charts.append(Chart(
         "series", f"{name}: day by day" + ("" if mean else f" (top {state.k})"), "series",
-        "lines", "day", "estimate", "mean" if mean else "share", "low_95", "high_95", "series"))
+        "lines", "day", "estimate", "mean" if mean else "share", "low_95", "high_95", "series",
+        muted=[OTHER, UNLISTED]))
     return page
 
 
@@ -184,7 +185,9 @@ def _series(decodes: Decodes, metric: Metric, result: DecodeResult, state: PageS
             skipped.append(day)
             continue
         rows += _day_rows(day, daily, top, mean)
-    caption = "Each day decoded on its own."
+    caption = "Each day decoded on its own." if mean else (
+        "Each day decoded on its own, over the values the whole range detected; a value "
+        "missing on a day was not detected that day.")
     if skipped:
         caption += (f" Left out: {len(skipped)} day(s) with no reports or fewer than "
                     f"min_reports ({metric.min_reports}).")

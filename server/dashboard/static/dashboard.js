@@ -49,14 +49,21 @@
     return {x: xs, series: series};
   }
 
+  /* A series' colour: the palette's in order, greys for the muted aggregates. */
+  function colorOf(chart, name, index) {
+    var muted = (chart.muted || []).indexOf(name);
+    if (muted >= 0) { return ["#334155", "#6b7280"][muted % 2]; }
+    return COLORS[index % COLORS.length];
+  }
+
   /* Intervals: whiskers for bars, a translucent band for lines. */
-  function intervalHook(data, bars) {
+  function intervalHook(chart, data, bars) {
     return function (u) {
       var ctx = u.ctx;
       ctx.save();
       data.series.forEach(function (s, i) {
         if (!u.series[i + 1].show) { return; }
-        var color = COLORS[i % COLORS.length];
+        var color = colorOf(chart, s.name, i);
         ctx.strokeStyle = color;
         ctx.fillStyle = color + "1a";
         ctx.lineWidth = 1.5 * devicePixelRatio;
@@ -89,10 +96,12 @@
 
   function options(chart, data, width) {
     var bars = chart.type === "bars", spark = chart.type === "spark";
+    var muted = chart.muted || [];
     var series = [{label: bars ? "value" : "day"}].concat(data.series.map(function (s, i) {
-      var color = COLORS[i % COLORS.length];
+      var color = colorOf(chart, s.name, i);
       return {
         label: s.name, stroke: color, width: bars ? 0 : 2, fill: bars ? color + "b3" : undefined,
+        dash: muted.indexOf(s.name) >= 0 ? [6, 4] : undefined,
         points: {show: !spark, size: 6},
         paths: bars ? uPlot.paths.bars({size: [0.6, 60]}) : undefined,
         value: function (u, v) { return format(v); }
@@ -122,7 +131,7 @@
         {label: chart.y_label, values: function (u, vals) { return vals.map(format); }, size: 60}
       ],
       series: series,
-      hooks: (chart.low && !spark) ? {draw: [intervalHook(data, bars)]} : {}
+      hooks: (chart.low && !spark) ? {draw: [intervalHook(chart, data, bars)]} : {}
     };
   }
 
