@@ -83,6 +83,15 @@ class JointResult(DecodeResult):
                         for name in self.columns) for row in self.rows]
         return np.rec.array(np.array(values, dtype=dtype))
 
+    def to_pandas(self) -> pandas.DataFrame:
+        """The cells as a tidy DataFrame, one row per cell, the variables' columns as text and
+        the rest as floats."""
+        import pandas
+
+        frame = pandas.DataFrame(self.rows, columns=list(self.columns))
+        numbers = [name for name in self.columns if name not in self.text_columns]
+        return frame.astype(dict.fromkeys(numbers, float))
+
     def conditional_to_pandas(self) -> pandas.DataFrame:
         """``conditional.csv`` as a DataFrame."""
         import pandas
