@@ -184,13 +184,15 @@ def _figure(run: DiscoveryRun, table: list[dict[str, Any]], shares: dict[str, fl
     top = sorted(shares, key=shares.__getitem__, reverse=True)[:40]
     found = {method: {row["string"] for row in table if row["method"] == method}
              for method in ("veil", "pem")}
-    x = np.arange(len(top))
+    x = np.arange(1, len(top) + 1)  # the most frequent string is rank 1
     left.bar(x, [shares[v] for v in top], color="#bbbbbb", label="true share")
     for method, marker, color, lift in (("veil", "o", "#0072B2", 1.08), ("pem", "x", "#D55E00", 1.2)):
         hit = [i for i, value in enumerate(top) if value in found[method]]
-        left.plot(hit, [shares[top[i]] * lift for i in hit], marker, color=color, ls="none",
-                  label=f"found by {method}")
-    left.set(yscale="log", xlabel="rank of the string", ylabel="share",
+        if not hit and method not in {row["method"] for row in table}:
+            continue  # a method that did not run (--no-pem) gets no legend entry
+        left.plot([i + 1 for i in hit], [shares[top[i]] * lift for i in hit], marker,
+                  color=color, ls="none", label=f"found by {method}")
+    left.set(yscale="log", xlabel="rank of the string (1: the most frequent)", ylabel="share",
              title="the 40 most frequent strings and who found them")
     left.legend(fontsize=7)
     draw_prefix_search(right, run.search.levels_)

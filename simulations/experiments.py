@@ -390,13 +390,21 @@ def regression(quick: bool = False, seed: int = 1) -> Results:
          "distance to the true shares (TVD)", "share of reports in detected strings"),
         strict=True,
     ):
+        drawn = []
         for i, distribution in enumerate(DISTRIBUTIONS):
             values = [next(r[metric] for r in rows if r["distribution"] == distribution
                            and r["config"] == config) for config in configs]
+            drawn += list(np.nan_to_num(values))
             axis.bar(np.arange(len(configs)) + (i - 2) * width, np.nan_to_num(values), width,
                      label=distribution)
         axis.set_xticks(np.arange(len(configs)), configs, fontsize=7)
         axis.set_title(label, fontsize=9)
+        # shares start at 0; a panel of zeros says so instead of showing an empty axis
+        axis.set_ylim(0, max(max(drawn) * 1.1, 0.05))
+        if max(drawn) == 0:
+            axis.text(0.5, 0.5, "0 in every case: no absent candidate\nwas reported "
+                      "(Bonferroni, alpha 0.05)" if metric == "fp_rate" else "0 in every case",
+                      transform=axis.transAxes, ha="center", va="center", fontsize=8)
     figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center",
                   ncol=len(DISTRIBUTIONS), fontsize=7, frameon=False, title="population",
                   title_fontsize=7)

@@ -126,8 +126,12 @@ def oracles(quick: bool = False, seed: int = 1) -> Results:
         axis.grid(True, which="major", alpha=0.3)
     for axis in axes[len(domains):]:
         axis.set_visible(False)
-    for axis in axes[-2:]:
-        axis.set_xlabel("privacy parameter ε (one report, no instantaneous noise)")
+    # the lowest visible panel of each column carries the column's ε ticks: with an odd
+    # number of domains the one above a hidden panel is the last of its column
+    for column in range(2):
+        shown = [axis for axis in axes[column::2] if axis.get_visible()]
+        shown[-1].tick_params(labelbottom=True)
+    figure.supxlabel("privacy parameter ε (one report, no instantaneous noise)", fontsize=10)
     handles, labels = axes[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside right center", fontsize=7)
     worst = max(abs(r["ratio"] - 1) for r in rows)

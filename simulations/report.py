@@ -54,11 +54,21 @@ class Results:
 
 
 def _cell(value: Any) -> str:
+    """A table cell for people: floats to four digits, whole numbers with thousands
+    separators, an undefined figure (NaN) as "n/a"."""
     if isinstance(value, float):
         if math.isnan(value):
-            return "nan"
+            return "n/a"
         return f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
     return str(value)
+
+
+def _heading(key: str) -> str:
+    """A column name that may break after its underscores (``false_pos``), so a wide table
+    keeps its columns narrow."""
+    return html.escape(key).replace("_", "_<wbr>")
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -85,25 +95,31 @@ def write_results(results: Results, out: str | Path) -> Path:
         "<tr>" + "".join(f"<td>{html.escape(_cell(row[key]))}</td>" for key in header) + "</tr>"
         for row in results.rows
     )
+    title = html.escape(results.title)
     body = [
-        f"<h1>{html.escape(results.title)}</h1>",
+        f"<h1>{title}</h1>",
         *(f"<p>{html.escape(note)}</p>" for note in results.notes),
         *(
-            f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{html.escape(name)}</figcaption></figure>"
-            for name, data in images
+            f'<figure><img alt="{title}: figure {name}" src="data:image/png;base64,{data}">'
+            f"<figcaption>Figure {number}: {title} (also written as "
+            f"{html.escape(name)}.png)</figcaption></figure>"
+            for number, (name, data) in enumerate(images, start=1)
         ),
-        "<h2>Metrics</h2><table><thead><tr>"
-        + "".join(f"<th>{html.escape(key)}</th>" for key in header)
-        + f"</tr></thead><tbody>{table}</tbody></table>",
+        f"<h2>Metrics</h2><p>One row per case, as in metrics.csv ({len(results.rows):,} "
+        "rows; n/a: undefined for the case).</p><div class='wide'><table><thead><tr>"
+        + "".join(f"<th>{_heading(key)}</th>" for key in header)
+        + f"</tr></thead><tbody>{table}</tbody></table></div>",
         f"<p>Elapsed: {results.elapsed:.1f} s.</p>",
     ]
     page = (
         "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(results.title)}</title><style>"
+        f"<title>{title}</title><style>"
         "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:2px 6px;"
-        "text-align:right}img{max-width:100%}</style></head><body>"
+        ".wide{overflow-x:auto;max-width:100%}"
+        "table{border-collapse:collapse;font-size:85%}td,th{border:1px solid #ccc;"
+        "padding:2px 5px;text-align:right}th{vertical-align:bottom;max-width:7em}"
+        "figure{margin:1em 0}figcaption{font-size:90%;color:#444;margin-top:.3em}"
+        "img{max-width:100%}</style></head><body>"
         + "\n".join(body)
         + "</body></html>\n"
     )

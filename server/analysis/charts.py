@@ -233,6 +233,13 @@ def _level(summary: Mapping[str, Any]) -> str:
     return f"{confidence_label(float(summary.get('confidence') or 0.95))}%"
 
 
+def _whole_numbers(axis: Any) -> None:
+    """Ticks of a Matplotlib axis of levels or counts on whole numbers only (no level 2.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _percent_axis(axis: Any) -> None:
     """Label a Matplotlib axis (``ax.xaxis`` or ``ax.yaxis``) of shares as percentages."""
     from matplotlib.ticker import PercentFormatter
@@ -410,6 +417,8 @@ def draw_prefix_search(ax: Axes, levels: Sequence[SearchLevel]) -> None:
     ax.plot(x, [len(level.kept) for level in levels], "o-", ms=3, label="prefixes kept")
     ax.plot(x, [len(level.ended) for level in levels], "s-", ms=3, label="strings ended")
     ax.set(xlabel="level", ylabel="count", title="the prefix search")
+    _whole_numbers(ax.xaxis)
+    _whole_numbers(ax.yaxis)
     ax.legend(fontsize=8)
 
 
@@ -424,6 +433,7 @@ def plot_prefix_search(levels: Sequence[SearchLevel], path: str | Path) -> None:
     threshold.plot([level.level for level in levels], [level.threshold for level in levels],
                    "o-", ms=3, color=ESTIMATE_COLOUR)
     threshold.set(xlabel="level", title="share a prefix had to pass (the reports' noise)")
+    _whole_numbers(threshold.xaxis)
     _percent_axis(threshold.yaxis)
     for axis in (counts, threshold):
         axis.title.set_fontsize(9)
