@@ -247,7 +247,8 @@ class Cell:
                         f"Carlo error {self.mean_mc:.4f})"]
             return []
         out = []
-        if abs(self.se_ratio - 1) > SE_BAND + allowance * self.se_ratio_mc:
+        # written so that an undefined ratio (estimates missing in some collection) is out
+        if not abs(self.se_ratio - 1) <= SE_BAND + allowance * self.se_ratio_mc:
             out.append(f"{where}: SE ratio {self.se_ratio:.3f} (Monte Carlo error "
                        f"{self.se_ratio_mc:.3f})")
         binomial = math.sqrt(0.95 * 0.05 / self.runs)

@@ -10,6 +10,7 @@ the seven marginal shares (their variance rests on the cells' covariance,
 :mod:`veil.server.analysis.joint_tests`) and the twelve conditionals ``P(y | x)`` (the
 delta method). A conditional's interval is honest only once its condition's share is
 estimated well: where a condition's share is below :data:`CONDITION_SDS` standard errors,
+or its estimate was not positive in some collection (its conditionals undefined there),
 its conditionals are flagged ``documented`` (docs/association.md says why).
 """
 
@@ -60,7 +61,8 @@ def draw_joint(reports: int, epsilon: float, runs: int, rng: np.random.Generator
         errors[run] = [*result.column("prop_std_error"), *(m["prop_std_error"] for m in marginals),
                        *(c["std_error"] for c in result.conditional_rows)]
     row_se = np.sqrt(np.mean(errors[:, params.cells:params.cells + 4] ** 2, axis=0))
-    weak = [x for x in range(4) if ROWS[x] < CONDITION_SDS * row_se[x]]
+    undefined = np.isnan(estimates[:, -12:]).reshape(runs, 4, 3).any(axis=(0, 2))
+    weak = [x for x in range(4) if ROWS[x] < CONDITION_SDS * row_se[x] or undefined[x]]
     documented = {labels[-12 + 3 * x + y]: CONDITIONAL_LIMITS for x in weak for y in range(3)}
     return {"labels": tuple(labels), "truth": truth, "estimates": estimates,
             "std_errors": errors, "documented": documented}
