@@ -48,7 +48,7 @@ def test_veil_decode_takes_confidence(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["decode", "--db", str(db), "--metric", METRIC, "--force", "--confidence",
                  "0.9", "--out", str(out)]) == 0
-    columns, rows = read_csv(out / "results.csv")
+    columns, _ = read_csv(out / "results.csv")
     assert "low_90" in columns and "high_90" in columns and "low_95" not in columns
     assert main(["decode", "--db", str(db), "--metric", METRIC, "--confidence", "1.5",
                  "--out", str(out)]) == 2
