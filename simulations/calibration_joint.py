@@ -61,7 +61,7 @@ def draw_joint(reports: int, epsilon: float, runs: int, rng: np.random.Generator
         errors[run] = [*result.column("prop_std_error"), *(m["prop_std_error"] for m in marginals),
                        *(c["std_error"] for c in result.conditional_rows)]
     row_se = np.sqrt(np.mean(errors[:, params.cells:params.cells + 4] ** 2, axis=0))
-    undefined = np.isnan(estimates[:, -12:]).reshape(runs, 4, 3).any(axis=(0, 2))
+    undefined = np.asarray(np.isnan(estimates[:, -12:]).reshape(runs, 4, 3).any(axis=(0, 2)))
     weak = [x for x in range(4) if ROWS[x] < CONDITION_SDS * row_se[x] or undefined[x]]
     documented = {labels[-12 + 3 * x + y]: CONDITIONAL_LIMITS for x in weak for y in range(3)}
     return {"labels": tuple(labels), "truth": truth, "estimates": estimates,
