@@ -33,7 +33,8 @@ import numpy as np
 from veil.server.analysis.decoders import decode_counts
 from veil.server.analysis.joint_tests import project_to_simplex
 from veil.server.counts import counts_document
-from veil.shared.kinds import GrrParams, JointParams
+from veil.shared.kinds import GrrParams
+from veil.shared.kinds.joint import JointParams
 from veil.shared.statistics import statistic_for
 from veil.simulations.oracle_encoding import simulate_oracle_counts
 from veil.simulations.report import Results, new_figure, progress

@@ -23,7 +23,7 @@ import numpy as np
 from veil.server.analysis.decoders import decode_counts
 from veil.server.analysis.joint import JointResult
 from veil.server.counts import counts_document
-from veil.shared.kinds import JointParams
+from veil.shared.kinds.joint import JointParams
 from veil.shared.statistics import statistic_for
 from veil.simulations.oracle_encoding import simulate_oracle_counts
 

@@ -25,7 +25,6 @@ from veil.shared.kinds import (
     DiscoveryParams,
     GrrParams,
     HadamardParams,
-    JointParams,
     MechanismParams,
     NumberParams,
     OlhParams,
@@ -34,6 +33,7 @@ from veil.shared.kinds import (
     StringParams,
     implements,
 )
+from veil.shared.kinds.joint import JointParams
 from veil.simulations.discovery import encode_discovery, payload_hex, value_vectors
 from veil.simulations.encoding import (
     bloom_table,

@@ -36,12 +36,12 @@ from veil.shared.kinds import (
     BooleanParams,
     CategoryParams,
     DiscoveryParams,
-    JointParams,
     MechanismParams,
     NumberParams,
     OracleParams,
     StringParams,
 )
+from veil.shared.kinds.joint import JointParams
 from veil.shared.registry import Registry
 from veil.shared.wire import make_batch, make_report
 from veil.simulations.demo import DECOYS, SITES, draw_settings, popularity

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from veil.client.encoders.base import ENCODERS, Encoder
-from veil.shared.kinds import JointParams
+from veil.shared.kinds.joint import JointParams
 
 
 class JointEncoder(Encoder[JointParams]):

@@ -44,7 +44,8 @@ from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.stats import z_quantile
 from veil.server.analysis.tables import RESULT_COLUMNS, frequency_rows, write_rows
 from veil.server.counts import CountsArrays
-from veil.shared.kinds import GrrParams, JointParams
+from veil.shared.kinds import GrrParams
+from veil.shared.kinds.joint import JointParams
 
 if TYPE_CHECKING:
     import pandas
