@@ -86,13 +86,21 @@ def fill(db: Path, registry: Registry, days: int, reports: int) -> None:
             storage.insert(checked.reports, day=day)
 
 
-def timed(client: object, path: str) -> float:
-    """Seconds to answer ``path`` (200 expected)."""
-    started = time.perf_counter()
+def timed(client: object, path: str, cpu: list[float] | None = None) -> float:
+    """Seconds to answer ``path`` (200 expected); the process's CPU seconds for it join
+    ``cpu`` (on a shared machine, wall time also holds the time spent waiting for a core)."""
+    started, started_cpu = time.perf_counter(), time.process_time()
     answer = client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})  # type: ignore[attr-defined]
     seconds = time.perf_counter() - started
+    if cpu is not None:
+        cpu.append(time.process_time() - started_cpu)
     assert answer.status_code == 200, (path, answer.status_code, answer.get_data()[:300])
     return seconds
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The ``share`` quantile of sorted ``values`` (nearest rank)."""
+    return values[min(len(values) - 1, int(share * len(values)))]
 
 
 def main() -> None:
@@ -133,11 +141,14 @@ def main() -> None:
                 timed(client, path)
         print(f"filling the cache (every page once): {time.perf_counter() - warm:.1f} s")
         for kind, paths in pages.items():
-            times = sorted(timed(client, path) * 1000 for _ in range(args.rounds)
+            cpu: list[float] = []
+            times = sorted(timed(client, path, cpu) * 1000 for _ in range(args.rounds)
                            for path in paths)
-            p95 = times[min(len(times) - 1, int(0.95 * len(times)))]
-            print(f"cached {kind:<10} p50 {statistics.median(times):6.1f} ms  p95 {p95:6.1f} ms"
-                  f"  ({len(times)} renders)   [target p95 <= 300 ms]")
+            cpu_ms = sorted(seconds * 1000 for seconds in cpu)
+            print(f"cached {kind:<10} p50 {statistics.median(times):6.1f} ms  p95 "
+                  f"{percentile(times, 0.95):6.1f} ms  (CPU p50 {statistics.median(cpu_ms):6.1f}"
+                  f"  p95 {percentile(cpu_ms, 0.95):6.1f} ms; {len(times)} renders)   "
+                  "[target p95 <= 300 ms]")
         with open("/proc/loadavg") as load:
             print(f"load average: {load.read().split()[0]}")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
+import pickle
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
@@ -31,9 +31,10 @@ CANDIDATES_SUFFIX = ".txt"
 
 
 def digest(document: Any) -> str:
-    """A short fingerprint of a JSON-ready document (a counts document, a candidate list)."""
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    """A fingerprint of a document (a counts document, a candidate list): SHA-256 of its
+    pickle. Equal bytes mean equal content, so a digest never matches other counts; the
+    same content pickled differently would only cost a decode."""
+    return hashlib.sha256(pickle.dumps(document, protocol=5)).hexdigest()
 
 
 class LruCache:
@@ -72,6 +73,7 @@ class Candidates:
         self.directory = None if directory is None else Path(directory)
         self._files: dict[str, tuple[float, list[str]]] = {}
         self._discovered: dict[str, list[str]] = {}
+        self._digests: dict[str, tuple[Hashable, list[str], str]] = {}
         self._lock = threading.Lock()
 
     def from_file(self, metric: str) -> list[str]:
@@ -102,11 +104,23 @@ class Candidates:
 
     def of(self, metric: str) -> list[str]:
         """Every candidate of ``metric``: its file's, then discovered ones not in it."""
+        return self.with_digest(metric)[0]
+
+    def with_digest(self, metric: str) -> tuple[list[str], str]:
+        """:meth:`of` and its :func:`digest`, computed once for each list."""
         listed = self.from_file(metric)
-        seen = set(listed)
         with self._lock:
-            found = [string for string in self._discovered.get(metric, []) if string not in seen]
-        return listed + found
+            discovered = tuple(self._discovered.get(metric, ()))
+            key = (metric, id(listed), discovered)
+            cached = self._digests.get(metric)
+            if cached is not None and cached[0] == key:
+                return cached[1], cached[2]
+        seen = set(listed)
+        strings = listed + [string for string in discovered if string not in seen]
+        fingerprint = digest(strings)
+        with self._lock:
+            self._digests[metric] = (key, strings, fingerprint)
+        return strings, fingerprint
 
 
 class Decodes:
@@ -130,8 +144,10 @@ class Decodes:
         if document is None:
             document = self.counts(metric, start, end)
         if candidates is None:
-            candidates = self.candidates.of(metric)
-        key = ("decode", metric, start, end, digest(document), digest(list(candidates)))
+            candidates, listed = self.candidates.with_digest(metric)
+        else:
+            listed = digest(list(candidates))
+        key = ("decode", metric, start, end, digest(document), listed)
 
         def compute() -> DecodeResult:
             from veil.server.analysis.decoders import decode_counts

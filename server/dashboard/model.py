@@ -63,11 +63,10 @@ class Chart:
     #: series drawn muted (grey, dashed): aggregates such as "other" beside the values
     muted: list[str] = dataclasses.field(default_factory=list)
 
-    def points(self, table: Table) -> list[dict[str, Any]]:
-        """The rows this chart draws, only the columns it reads."""
+    def points(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The columns this chart reads of ``rows`` (its table's rows matching ``where``)."""
         keys = [key for key in (self.x, self.y, self.low, self.high, self.series) if key]
-        return [{key: _finite(row.get(key)) for key in keys} for row in table.rows
-                if all(row.get(key) == value for key, value in self.where.items())]
+        return [{key: _finite(row.get(key)) for key in keys} for row in rows]
 
     def to_json(self) -> dict[str, Any]:
         """The chart's description for the JSON twin and the page's script."""
@@ -105,9 +104,22 @@ class Page:
                 "notes": self.notes, "tables": [table.to_json() for table in self.tables],
                 "charts": [chart.to_json() for chart in self.charts]}
 
-    def chart_data(self, chart: Chart) -> dict[str, Any]:
-        """What the page's script draws for ``chart``: its description and points."""
-        return {**chart.to_json(), "points": chart.points(self.table(chart.table))}
+    def chart_data(self) -> dict[str, dict[str, Any]]:
+        """What the page's script draws for each chart, by id: its description and points.
+        A table's rows are grouped by the columns charts filter on once, not per chart."""
+        groups: dict[tuple[str, tuple[str, ...]], dict[tuple[Any, ...], list[dict[str, Any]]]]
+        groups = {}
+        drawn = {}
+        for chart in self.charts:
+            keys = tuple(sorted(chart.where))
+            grouped = groups.get((chart.table, keys))
+            if grouped is None:
+                grouped = groups[(chart.table, keys)] = {}
+                for row in self.table(chart.table).rows:
+                    grouped.setdefault(tuple(row.get(key) for key in keys), []).append(row)
+            rows = grouped.get(tuple(chart.where[key] for key in keys), [])
+            drawn[chart.id] = {**chart.to_json(), "points": chart.points(rows)}
+        return drawn
 
 
 def _finite(value: Any) -> Any:

@@ -185,8 +185,11 @@ def _render(page: Page, state: PageState | None) -> Response | str:
         answer = Response(table.to_csv(), mimetype="text/csv")
         answer.headers["Content-Disposition"] = f'inline; filename="{page.kind}-{table.name}.csv"'
         return answer
-    charts = {chart.id: page.chart_data(chart) for chart in page.charts}
-    return render_template(f"{page.kind}.html", page=page, state=state, charts=charts,
+    charts = page.chart_data()
+    query = state.query() if state is not None else ""
+    links = {name: url_for("dashboard.metric", name=name) + (f"?{query}" if query else "")
+             for name in current_dashboard().decodes.source.registry()}
+    return render_template(f"{page.kind}.html", page=page, state=state, charts=charts, links=links,
                            quick_ranges=QUICK_RANGES, refresh_choices=list(REFRESH),
                            fields=planner_fields.FIELDS, title=page.title)
 
