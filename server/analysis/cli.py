@@ -71,6 +71,17 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
         "family-wise error rate (bonferroni) for detected strings (default: 0.05)",
     )
     parser.add_argument(
+        "--estimator", choices=("unbiased", "ibu"),
+        help="shares of strings and categories: unbiased (the default; a share may read "
+             "below 0 by noise) or ibu (iterative Bayesian update: non-negative, summing to "
+             "the mass the list explains, with bootstrap intervals; better at small epsilon)",
+    )
+    parser.add_argument(
+        "--all", action="store_true", dest="all_candidates",
+        help="string metrics: results.csv lists every candidate, ranked by its evidence "
+             "(z), with its p-value and whether it was detected, not only the detected ones",
+    )
+    parser.add_argument(
         "--no-background", action="store_true",
         help="do not model values missing from the candidate list (they then inflate the "
         "estimates of listed strings that share their bits)",
@@ -120,9 +131,11 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
 
     collected = _collected_source(args, bool(args.params or args.counts))
     # options not given on the command line keep the decoders' defaults (DEFAULT_OPTIONS)
-    given = {name: getattr(args, name) for name in ("correction", "alpha")
+    given = {name: getattr(args, name) for name in ("correction", "alpha", "estimator")
              if getattr(args, name) is not None}
     options = {"background": not args.no_background, **given}
+    if args.all_candidates:
+        options["all_candidates"] = True
     daily = None
     if collected is None:
         from veil.server.analysis.sources import read_rappor_files

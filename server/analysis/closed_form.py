@@ -37,7 +37,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from veil.server.analysis.cost import privacy_cost
-from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
+from veil.server.analysis.decoders import DEFAULT_OPTIONS, ESTIMATORS, DecodeOptions, decodes
+from veil.server.analysis.ibu import AffineChannel, IbuEstimate, estimate, with_ibu_shares
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.stats import check_level, z_quantile
 from veil.server.analysis.tables import RESULT_COLUMNS, frequency_rows, number_row
@@ -79,11 +80,18 @@ def _outside_note(labels: list[str], shares: np.ndarray, std_errors: np.ndarray)
 
 
 def start_decode(
-    counts: CountsArrays, options: DecodeOptions, params_type: type[P], decoder: str
+    counts: CountsArrays, options: DecodeOptions, params_type: type[P], decoder: str,
+    estimators: tuple[str, ...] = ESTIMATORS,
 ) -> tuple[float, float, P]:
     """Start time, checked confidence level and parameters (``params_type``, else a
-    :class:`ParameterError` naming ``decoder``) of a closed-form decode."""
+    :class:`ParameterError` naming ``decoder``) of a closed-form decode, whose estimators
+    are ``estimators`` (another is refused by name)."""
     started = time.perf_counter()
+    if options.estimator not in estimators:
+        raise ParameterError(
+            "estimator", f"{counts.params.kind} metrics have the {' and '.join(estimators)} "
+                         f"estimator only (got {options.estimator!r}); ibu is for category "
+                         "and string metrics")
     confidence = check_level(options.confidence, "confidence")
     params = counts.params
     if not isinstance(params, params_type):
@@ -141,21 +149,33 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
     se = np.sqrt(rho * (1 - rho) / (total * spread**2))
     set_bits_variance = q_star * (1 - q_star) + (share.size - 1) * p_star * (1 - p_star)
     summary = base_summary(counts, started, confidence, len(params.categories), "categories")
+    found = None
+    if options.estimator == "ibu":
+        channel = AffineChannel.identity(share.size, p_star, q_star, total)
+        found = estimate(channel, ones, share, se, confidence)
     return category_shares_result(counts, list(params.categories), share, se, confidence,
                                   summary, {"p_star": p_star, "q_star": q_star},
-                                  "category shares", set_bits_variance / (total * spread**2))
+                                  "category shares", set_bits_variance / (total * spread**2),
+                                  found)
 
 
 def category_shares_result(counts: CountsArrays, labels: list[str], share: np.ndarray,
                            se: np.ndarray, confidence: float, summary: dict[str, Any],
                            details: dict[str, Any], description: str,
-                           allocated_variance: float) -> DecodeResult:
+                           allocated_variance: float,
+                           found: IbuEstimate | None = None) -> DecodeResult:
     """The result of a category decoder: a row per category, the allocated share (whose
     estimate has variance ``allocated_variance``: the shares' covariances make it differ
     from the sum of their variances), ``details`` and the notes on shares that sampling
-    noise put outside [0, 1]."""
+    noise put outside [0, 1]. With ``found`` (the ``ibu`` estimator) the rows show IBU's
+    shares and bootstrap intervals (the p-values still test the unbiased shares)."""
     rows = frequency_rows(counts.metric, "category", labels, share, se, counts.total_reports,
                           z_quantile(confidence))
+    if found is not None:
+        rows = with_ibu_shares(rows, found, counts.total_reports)
+        summary.update(found.summary_fields())
+        details = {**details, "shares_unbiased": [float(value) for value in share]}
+        share = found.fit.shares
     allocated = float(share.sum())
     summary.update(
         {
@@ -166,7 +186,7 @@ def category_shares_result(counts: CountsArrays, labels: list[str], share: np.nd
             **details,
         }
     )
-    outside = _outside_note(labels, share, se)
+    outside = None if found is not None else _outside_note(labels, share, se)
     notes = [outside] if outside else []
     if not 0.0 <= allocated <= 1.0:
         notes.append(f"allocated_proportion shows the unbiased sum of shares {allocated:.4g} "
@@ -180,7 +200,8 @@ def category_shares_result(counts: CountsArrays, labels: list[str], share: np.nd
 @decodes(BooleanParams)
 def decode_boolean(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Share of true answers (and of false ones), Warner's estimator."""
-    started, confidence, params = start_decode(counts, options, BooleanParams, "decode_boolean")
+    started, confidence, params = start_decode(counts, options, BooleanParams, "decode_boolean",
+                                               ("unbiased",))
     total = require_reports(counts)
     yes_if_false, yes_if_true = params.yes_probs
     spread = yes_if_true - yes_if_false
@@ -206,7 +227,8 @@ def decode_boolean(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
 @decodes(NumberParams)
 def decode_number(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Mean of the (clipped, grid-rounded) values, with standard error and interval."""
-    started, confidence, params = start_decode(counts, options, NumberParams, "decode_number")
+    started, confidence, params = start_decode(counts, options, NumberParams, "decode_number",
+                                               ("unbiased",))
     z = z_quantile(confidence)
     width = params.high - params.low
     if params.mechanism == "1bitmean":

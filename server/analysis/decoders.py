@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from veil.server.analysis.results import DecodeResult
 from veil.server.counts import CountsArrays, counts_arrays
+from veil.shared.errors import ParameterError
 from veil.shared.faces import FaceRegistry
 from veil.shared.kinds import MechanismParams
 from veil.shared.kinds.base import implements
@@ -23,13 +24,23 @@ if TYPE_CHECKING:
     import scipy.sparse as sp
 
 
+#: the estimators a frequency decoder offers: ``unbiased`` (the default: the inverted
+#: channel, unbiased, shares may leave [0, 1]) and ``ibu`` (iterative Bayesian update:
+#: non-negative shares summing to the mass the list explains, bootstrap intervals;
+#: :mod:`veil.server.analysis.ibu`)
+ESTIMATORS = ("unbiased", "ibu")
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeOptions:
     """What a decode may be asked; each decoder reads the options that apply to its kind.
 
     ``candidates`` and ``candidate_map`` (a google/rappor map as a sparse matrix), and
     ``correction``, ``alpha``, ``background``, ``progress`` apply to strings;
-    ``confidence`` to every kind.
+    ``confidence`` to every kind; ``estimator`` (one of :data:`ESTIMATORS`) to the
+    frequency decoders (categories and strings), which refuse an estimator they lack;
+    ``all_candidates`` to strings: the table lists every candidate, ranked, not only the
+    detected ones.
     """
 
     candidates: Sequence[str] | None = None
@@ -39,6 +50,14 @@ class DecodeOptions:
     confidence: float = 0.95
     background: bool = True
     progress: bool | None = None
+    estimator: str = "unbiased"
+    all_candidates: bool = False
+
+    def __post_init__(self) -> None:
+        if self.estimator not in ESTIMATORS:
+            raise ParameterError(
+                "estimator", f"The 'estimator' parameter must be one of {', '.join(ESTIMATORS)}. "
+                             f"Got {self.estimator!r} instead.")
 
 
 class Decoder(Protocol):
@@ -54,9 +73,11 @@ class Decoder(Protocol):
 #: analysis package stays cheap
 DECODERS: FaceRegistry[Decoder] = FaceRegistry("decoder", built_in=(
     "veil.server.analysis.strings",
+    "veil.server.analysis.string_oracles",
     "veil.server.analysis.closed_form",
     "veil.server.analysis.oracles",
     "veil.server.analysis.discovery",
+    "veil.server.analysis.joint",
 ))
 
 
@@ -91,16 +112,19 @@ def decode_counts(
     confidence: float = DEFAULT_OPTIONS.confidence,
     background: bool = DEFAULT_OPTIONS.background,
     progress: bool | None = None,
+    estimator: str = DEFAULT_OPTIONS.estimator,
+    all_candidates: bool = DEFAULT_OPTIONS.all_candidates,
     source: str = "counts document",
 ) -> DecodeResult:
     """Decode a counts document (from the collector, its SQLite file, or google/rappor files).
 
     String metrics need ``candidates`` (and optionally their ``candidate_map``,
     e.g. from a google/rappor ``map.csv``); the other kinds ignore them.
-    ``correction``, ``alpha`` and ``background`` apply to strings only.
+    ``correction``, ``alpha``, ``background`` and ``all_candidates`` apply to strings
+    only; ``estimator`` (:data:`ESTIMATORS`) to categories and strings.
     """
     counts = document if isinstance(document, CountsArrays) else counts_arrays(document, source)
     decoder = DECODERS.lookup(counts.params.mechanism_name, "params.kind")
     options = DecodeOptions(candidates, candidate_map, correction, alpha, confidence, background,
-                            progress)
+                            progress, estimator, all_candidates)
     return decoder(counts, options)

@@ -48,7 +48,10 @@ rounded to the nearest integer (the error is far below 1/2 for any realistic N).
 
 Every estimate is unbiased, so a share near 0 or 1 can read outside [0, 1] by
 sampling noise; as for the other closed-form decoders the table keeps such shares
-unbiased (intervals clipped to [0, 1]) and the summary's ``note`` names them.
+unbiased (intervals clipped to [0, 1]) and the summary's ``note`` names them. The
+``ibu`` estimator (``options.estimator``) instead reads the same support counts with
+iterative Bayesian update (:mod:`veil.server.analysis.ibu`): shares on the simplex, with
+parametric-bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ from veil.server.analysis.closed_form import (
     start_decode,
 )
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
+from veil.server.analysis.ibu import AffineChannel, estimate
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.stats import walsh_hadamard
 from veil.server.counts import CountsArrays
@@ -211,9 +215,16 @@ def _decode_oracle(
     summary = base_summary(counts, started, confidence, len(params.categories), "categories")
     details = {"oracle": params.oracle, "support_probs": [p, q],
                "share_variance_per_report": params.share_variance(), **extra(params)}
+    found = None
+    if options.estimator == "ibu":
+        # GRR's payload counts are one multinomial (exact IBU); the others' support counts
+        # are binomial each (IBU on their composite likelihood, veil.server.analysis.ibu)
+        channel = AffineChannel.identity(share.size, q, p, total,
+                                         multinomial=isinstance(params, GrrParams))
+        found = estimate(channel, support, share, se, confidence)
     return category_shares_result(counts, list(params.categories), share, se, confidence,
                                   summary, details, f"category shares ({params.oracle})",
-                                  allocated_variance)
+                                  allocated_variance, found)
 
 
 @decodes(GrrParams)

@@ -46,6 +46,8 @@ import scipy.sparse as sp
 from veil.server.analysis.candidate_map import remembered_map
 from veil.server.analysis.closed_form import sample_summary
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
+from veil.server.analysis.ibu import AffineChannel, IbuEstimate, with_ibu_shares
+from veil.server.analysis.ibu import estimate as ibu_estimate
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.selection import (
     MAX_REFITS,
@@ -60,6 +62,7 @@ from veil.server.analysis.stats import (
     check_correction,
     check_level,
     normal_isf,
+    normal_sf,
     one_sided_p_values,
     z_quantile,
 )
@@ -174,7 +177,11 @@ class StringDecoder:
     rate ``alpha`` by Benjamini-Hochberg adapted to the estimated share of absent
     candidates), ``"bh"`` (Benjamini-Hochberg), ``"bonferroni"`` (family-wise
     error rate ``alpha``) or ``"none"``; ``confidence`` sets the intervals;
-    ``background`` adds the column for values missing from the candidate list.
+    ``background`` adds the column for values missing from the candidate list;
+    ``estimator`` ``"ibu"`` shows the detected strings' shares from iterative Bayesian
+    update over the fitted candidates (:func:`string_ibu`) instead of least squares;
+    ``all_candidates`` makes the table list every candidate, ranked
+    (:func:`ranked_rows`).
 
     Candidates are fitted jointly (every one tested against all others, exact
     p-values) when the equations afford it, otherwise selected by a Lasso first
@@ -199,6 +206,8 @@ class StringDecoder:
         confidence: float = DEFAULT_OPTIONS.confidence,
         background: bool = DEFAULT_OPTIONS.background,
         progress: bool | None = None,
+        estimator: str = DEFAULT_OPTIONS.estimator,
+        all_candidates: bool = DEFAULT_OPTIONS.all_candidates,
     ) -> None:
         self.params = params
         self.correction = correction
@@ -206,6 +215,8 @@ class StringDecoder:
         self.confidence = confidence
         self.background = background
         self.progress = progress
+        self.estimator = estimator
+        self.all_candidates = all_candidates
 
     def fit(
         self,
@@ -248,8 +259,20 @@ class StringDecoder:
             lasso_selected=self.lasso_selected_, selection_z=self.selection_z_,
         )
         self.summary_ = fit_summary(fit, started)
+        columns: tuple[str, ...] = STRING_COLUMNS
+        if self.all_candidates:
+            rows = ranked_rows(self, fitted_system, solution, settings, metric, int(reports.sum()))
+            columns = RANKED_COLUMNS
+        if self.estimator == "ibu":
+            found, components = string_ibu(self, reports, ones, matrix, solution, settings)
+            rows = _rows_with_ibu(rows, found, components, self.candidates_, int(reports.sum()))
+            self.summary_.update(found.summary_fields())
+            self.summary_["ibu_background_share"] = (
+                float(found.fit.shares[-1]) if self.background else None)
+            self.summary_["ibu_explained_share"] = float(
+                found.fit.shares[: components.size].sum())
         self.result_ = DecodeResult(
-            "string", STRING_COLUMNS, rows, self.summary_, description(self.summary_)
+            "string", columns, rows, self.summary_, description(self.summary_)
         )
         return self
 
@@ -423,8 +446,100 @@ def decode_strings(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
         confidence=options.confidence,
         background=options.background,
         progress=options.progress,
+        estimator=options.estimator,
+        all_candidates=options.all_candidates,
     ).fit(counts.reports, counts.ones, options.candidates, options.candidate_map,
           source=counts.source, metric=counts.metric)
     result = decoder.result_
     result.summary.update(sample_summary(counts))
     return result
+
+
+#: bootstrap replicates behind the ``ibu`` estimator's intervals: each refits every
+#: candidate of the fit, so fewer than the categories' (the standard errors' own relative
+#: error is then about 1 / sqrt(2 * 100), 7%)
+STRING_REPLICATES = 100
+
+#: the columns of a table of every candidate (``all_candidates``): its rank by evidence
+#: and whether it was detected, beside :data:`STRING_COLUMNS`
+RANKED_COLUMNS = (*STRING_COLUMNS, "rank", "detected")
+
+
+def ranked_rows(decoder: StringDecoder, system: WhitenedSystem, solution: LeastSquares,
+                settings: Settings, metric: str, total: int) -> list[dict[str, Any]]:
+    """A row per candidate, ranked by its z: a fitted candidate's estimate over its standard
+    error; any other's score on the fit's residual, ``x' r / (|x| sqrt(dispersion))`` with
+    the background partialled out of ``x`` (the z of the one step that would add it to the
+    fit), its estimate that step, ``z`` times its lone standard error. Every row has its
+    one-sided p-value; ``detected`` marks the detected strings (1) and ``rank`` the order."""
+    norms = system.lone_norms
+    usable = norms > 0
+    scale = float(np.sqrt(solution.dispersion))
+    residual = system.y - system.fitted(solution)
+    score = np.asarray(system.design.T @ residual, dtype=float)
+    if system.background is not None and np.any(system.background):
+        back = system.background
+        loading = np.asarray(system.design.T @ back, dtype=float) / float(back @ back)
+        score = score - loading * float(back @ residual)
+    lone_se = np.where(usable, 1.0 / np.where(usable, norms, 1.0), np.inf) * scale
+    z = np.where(usable, score / np.where(usable, norms, 1.0) / scale, -np.inf)
+    shares = np.where(usable, z * lone_se, 0.0)
+    se = np.where(usable, lone_se, 0.0)
+    fitted = solution.columns
+    shares[fitted] = decoder.proportions_[fitted]
+    se[fitted] = decoder.std_errors_[fitted] / total
+    z[fitted] = np.where(se[fitted] > 0, shares[fitted] / np.where(se[fitted] > 0, se[fitted], 1),
+                         -np.inf)
+    order = np.argsort(-z, kind="stable")
+    p_values = np.where(np.isfinite(z), normal_sf(z), 1.0)
+    rows = frequency_rows(
+        metric, "string", [decoder.candidates_[s] for s in order], shares[order], se[order],
+        total, z_quantile(settings.confidence), STRING_COLUMNS, p_values[order])
+    for rank, (row, s) in enumerate(zip(rows, order, strict=True), start=1):
+        row["rank"] = rank
+        row["detected"] = int(decoder.detected_[s])
+    return rows
+
+
+def string_ibu(decoder: StringDecoder, reports: np.ndarray, ones: np.ndarray,
+               candidate_map: sp.csc_matrix, solution: LeastSquares,
+               settings: Settings) -> tuple[IbuEstimate, np.ndarray]:
+    """IBU over the fitted candidates (every usable one on the joint fit, the selection on
+    the Lasso path) and the background, from the set-bit counts of the equations the fit
+    used (a left-out equation holds a value missing from the list that the background
+    does not describe), with its bootstrap; returns it and the candidates it covers.
+
+    Bit ``i`` of cohort ``j`` reads 1 with probability ``p* + (q* - p*) x`` for a report
+    of a value that sets it (``x = 1``) or not (``x = 0``); a value missing from the list
+    sets it with probability ``bits_per_value / k`` (the background column's rate)."""
+    params = decoder.params
+    p_star, q_star = params.effective_probs
+    rows = np.flatnonzero(~decoder.excluded_ & np.repeat(reports > 0, params.k))
+    components = np.asarray(solution.columns, dtype=np.int64)
+    total = float(reports.sum())
+    channel = AffineChannel(
+        sp.csc_matrix(candidate_map[rows][:, components]), p_star, q_star,
+        np.repeat(reports.astype(float), params.k)[rows],
+        background_rate=params.bits_per_value / params.k if decoder.background else None,
+        cohorts=rows // params.k,
+    )
+    unbiased = decoder.proportions_[components]
+    unbiased_se = decoder.std_errors_[components] / total
+    background = solution.background_share * params.k / params.bits_per_value
+    found = ibu_estimate(channel, ones.reshape(-1)[rows], unbiased, unbiased_se,
+                         settings.confidence, background if decoder.background else None,
+                         STRING_REPLICATES)
+    return found, components
+
+
+def _rows_with_ibu(rows: list[dict[str, Any]], found: IbuEstimate, components: np.ndarray,
+                   candidates: list[str], total: int) -> list[dict[str, Any]]:
+    """The table's rows with IBU's shares for the candidates it covers (a candidate outside
+    the fit keeps its row: IBU gives it no share)."""
+    position = {candidates[int(component)]: index for index, component in enumerate(components)}
+    out = []
+    for row in rows:
+        index = position.get(row["string"])
+        out.append(row if index is None
+                   else with_ibu_shares([row], found, total, np.array([index]))[0])
+    return out
