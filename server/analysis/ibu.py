@@ -37,19 +37,22 @@ standard errors and intervals come from a parametric bootstrap of the oracle's l
 the fitted shares (:func:`bootstrap`): the composition of the reports drawn from the fitted
 shares (the sampling of the installations), then each observation's count given it, the
 same way the oracle draws it, and IBU again on each replicate. The interval is the
-bootstrap's *basic* interval ``[2 pi - q_hi, 2 pi - q_lo]`` (``q`` the replicates'
-quantiles), which subtracts the estimator's bias at the fit, intersected with [0, 1].
-docs/analysis.md, "Choosing an estimator", gives its measured coverage.
+replicates' percentile interval, reaching down to 0 where the unbiased estimate cannot
+tell the share from 0 (:func:`estimate`). docs/analysis.md, "Choosing an estimator",
+gives its measured coverage; the basic interval ``[2 pi - q_hi, 2 pi - q_lo]`` covered
+small shares far less (53-73% at N = 10,000, epsilon = 0.5).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from veil.server.analysis.stats import z_quantile
 from veil.shared.errors import ParameterError
 
 #: relative likelihood gain per step below which the fit has converged
@@ -102,22 +105,25 @@ class AffineChannel:
         return int(self.design.shape[1]) + (self.background_rate is not None)
 
     def rates(self, shares: np.ndarray) -> np.ndarray:
-        """Each observation's success probability under ``shares`` (summing to 1)."""
-        values = shares[: self.design.shape[1]]
-        signal = self.design @ values
+        """Each observation's success probability under ``shares`` (summing to 1; a row of
+        shares per fit gives a row of rates per fit)."""
+        batch = np.atleast_2d(shares)
+        values = batch[:, : self.design.shape[1]]
+        signal = np.asarray(self.design @ values.T).T
         if self.background_rate is not None:
-            signal = signal + shares[-1] * self.background_rate
+            signal = signal + batch[:, -1:] * self.background_rate
         out: np.ndarray = self.low + self.spread * signal
-        return out
+        return out if np.ndim(shares) == 2 else out[0]
 
     def adjoint(self, weights: np.ndarray) -> np.ndarray:
         """``sum_o weights[o] * design[o, x]`` per component (the background's rate times
-        the weights' sum for the background)."""
-        out = self.design.T @ weights
+        the weights' sum for the background), row by row for a batch of weights."""
+        batch = np.atleast_2d(weights)
+        out = np.asarray(self.design.T @ batch.T).T
         if self.background_rate is not None:
-            out = np.append(out, self.background_rate * float(weights.sum()))
+            out = np.hstack([out, self.background_rate * batch.sum(axis=1, keepdims=True)])
         result: np.ndarray = np.asarray(out, dtype=float)
-        return result
+        return result if np.ndim(weights) == 2 else result[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +138,9 @@ class IbuFit:
 
 
 def _check(channel: AffineChannel, counts: np.ndarray) -> np.ndarray:
-    counts = np.asarray(counts, dtype=float).reshape(-1)
-    if counts.size != channel.design.shape[0]:
-        raise ParameterError("counts", f"IBU got {counts.size} counts for "
+    counts = np.asarray(counts, dtype=float)
+    if counts.shape[-1] != channel.design.shape[0]:
+        raise ParameterError("counts", f"IBU got {counts.shape[-1]} counts for "
                                        f"{channel.design.shape[0]} observations")
     if not 0.0 <= channel.low < channel.high <= 1.0:
         raise ParameterError("channel", f"IBU needs 0 <= low < high <= 1; got low = "
@@ -144,32 +150,34 @@ def _check(channel: AffineChannel, counts: np.ndarray) -> np.ndarray:
     return counts
 
 
-def _log_likelihood(channel: AffineChannel, counts: np.ndarray, rates: np.ndarray) -> float:
+def _log_likelihood(channel: AffineChannel, counts: np.ndarray, rates: np.ndarray) -> np.ndarray:
+    """The (composite) log-likelihood of each row of ``counts`` at its row of ``rates``."""
     rates = np.clip(rates, 1e-300, 1.0)
-    total = float(counts @ np.log(rates))
+    total = np.sum(counts * np.log(rates), axis=-1)
     if not channel.multinomial:
         failures = channel.trials - counts
-        total += float(failures @ np.log(np.clip(1.0 - rates, 1e-300, 1.0)))
-    return total
+        total = total + np.sum(failures * np.log(np.clip(1.0 - rates, 1e-300, 1.0)), axis=-1)
+    out: np.ndarray = np.asarray(total)
+    return out
 
 
 def _update(channel: AffineChannel, counts: np.ndarray, shares: np.ndarray) -> np.ndarray:
-    """One EM step: each component's share becomes its mean posterior responsibility over
-    the (pseudo-)observations."""
+    """One EM step (row by row): each component's share becomes its mean posterior
+    responsibility over the (pseudo-)observations."""
     rates = channel.rates(shares)
     success = np.where(counts > 0, counts / np.clip(rates, 1e-300, None), 0.0)
     if channel.multinomial:
-        gain = channel.low * float(success.sum()) + channel.spread * channel.adjoint(success)
-        total = float(counts.sum())
+        gain = (channel.low * success.sum(axis=-1, keepdims=True)
+                + channel.spread * channel.adjoint(success))
     else:
         failure_counts = channel.trials - counts
         failure = np.where(failure_counts > 0,
                            failure_counts / np.clip(1.0 - rates, 1e-300, None), 0.0)
-        gain = (channel.low * float(success.sum()) + (1.0 - channel.low) * float(failure.sum())
+        gain = (channel.low * success.sum(axis=-1, keepdims=True)
+                + (1.0 - channel.low) * failure.sum(axis=-1, keepdims=True)
                 + channel.spread * channel.adjoint(success - failure))
-        total = float(channel.trials.sum())
-    new: np.ndarray = shares * gain / total
-    normalized: np.ndarray = new / new.sum()
+    new = shares * gain
+    normalized: np.ndarray = new / new.sum(axis=-1, keepdims=True)
     return normalized
 
 
@@ -179,44 +187,59 @@ def ibu(channel: AffineChannel, counts: np.ndarray, start: np.ndarray | None = N
 
     ``start`` (positive, one per component) defaults to the uniform shares; a component
     at 0 stays there, so a start must be positive wherever a share may be."""
-    counts = _check(channel, counts)
-    size = channel.components
+    counts = _check(channel, np.asarray(counts, dtype=float).reshape(-1))
+    fit = ibu_batch(channel, counts[None, :], None if start is None else np.atleast_2d(start),
+                    tol, max_steps)
+    return IbuFit(fit.shares[0], fit.steps, fit.converged, float(fit.log_likelihood))
+
+
+def ibu_batch(channel: AffineChannel, counts: np.ndarray, start: np.ndarray | None = None,
+              tol: float = TOLERANCE, max_steps: int = MAX_STEPS) -> IbuFit:
+    """:func:`ibu` of every row of ``counts`` at once (``start``: a row per fit, or one
+    for all); ``steps`` is the most any row took, ``converged`` whether every row did,
+    ``log_likelihood`` their sum. Each row stops on its own."""
+    counts = _check(channel, np.atleast_2d(counts))
+    rows, size = counts.shape[0], channel.components
     if start is None:
-        shares = np.full(size, 1.0 / size)
+        shares = np.full((rows, size), 1.0 / size)
     else:
         shares = np.clip(np.asarray(start, dtype=float), 0.0, None)
-        if shares.size != size or not shares.sum() > 0:
+        if shares.shape[-1] != size or not np.all(shares.sum(axis=-1) > 0):
             raise ParameterError("start", f"IBU's start needs {size} non-negative shares")
-        shares = shares / shares.sum()
+        shares = np.broadcast_to(shares / shares.sum(axis=-1, keepdims=True), (rows, size)).copy()
     current = _log_likelihood(channel, counts, channel.rates(shares))
-    scale = max(abs(current), 1.0)
-    for step in range(1, max_steps + 1):
-        shares, likelihood = _squarem_step(channel, counts, shares, current)
-        if likelihood - current <= tol * scale:
-            return IbuFit(shares, step, True, likelihood)
-        current = likelihood
-    return IbuFit(shares, max_steps, False, current)
+    scale = np.maximum(np.abs(current), 1.0)
+    active = np.ones(rows, dtype=bool)
+    step = 0
+    while active.any() and step < max_steps:
+        step += 1
+        moved, likelihood = _squarem_step(channel, counts[active], shares[active],
+                                          current[active])
+        done = likelihood - current[active] <= tol * scale[active]
+        shares[active], current[active] = moved, likelihood
+        active[np.flatnonzero(active)[done]] = False
+    return IbuFit(shares, step, not active.any(), float(current.sum()))
 
 
 def _squarem_step(channel: AffineChannel, counts: np.ndarray, shares: np.ndarray,
-                  current: float) -> tuple[np.ndarray, float]:
-    """One SQUAREM (S3) step from ``shares``: two updates, an extrapolation along them and
-    one update from there; the plain second update when that lowers the likelihood."""
+                  current: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One SQUAREM (S3) step from each row of ``shares``: two updates, an extrapolation
+    along them and one update from there; the plain second update where that lowers the
+    likelihood."""
     first = _update(channel, counts, shares)
     second = _update(channel, counts, first)
     r = first - shares
     v = second - 2 * first + shares
-    norm_v = float(np.linalg.norm(v))
-    plain = second, _log_likelihood(channel, counts, channel.rates(second))
-    if norm_v == 0.0:
-        return plain
-    alpha = min(-float(np.linalg.norm(r)) / norm_v, -1.0)
+    norm_v = np.linalg.norm(v, axis=1)
+    plain = _log_likelihood(channel, counts, channel.rates(second))
+    alpha = np.minimum(-np.linalg.norm(r, axis=1) / np.where(norm_v > 0, norm_v, 1.0), -1.0)
+    alpha = alpha[:, None]
     jump = np.clip(shares - 2 * alpha * r + alpha**2 * v, _FLOOR, None)
-    jump = _update(channel, counts, jump / jump.sum())
+    jump = _update(channel, counts, jump / jump.sum(axis=1, keepdims=True))
     likelihood = _log_likelihood(channel, counts, channel.rates(jump))
-    if not np.isfinite(likelihood) or likelihood < max(plain[1], current):
-        return plain
-    return jump, likelihood
+    better = (norm_v > 0) & np.isfinite(likelihood) & (likelihood >= np.maximum(plain, current))
+    out = np.where(better[:, None], jump, second)
+    return out, np.where(better, likelihood, plain)
 
 
 def simplex_start(unbiased: np.ndarray, background: float | None = None) -> np.ndarray:
@@ -236,8 +259,8 @@ def simplex_start(unbiased: np.ndarray, background: float | None = None) -> np.n
 
 @dataclasses.dataclass(frozen=True)
 class Bootstrap:
-    """Bootstrap standard errors and basic intervals of IBU's shares (one per component),
-    from ``replicates`` refits."""
+    """Bootstrap standard errors and percentile intervals of IBU's shares (one per
+    component), from ``replicates`` refits."""
 
     std_errors: np.ndarray
     low: np.ndarray
@@ -248,17 +271,13 @@ class Bootstrap:
 def bootstrap(channel: AffineChannel, fit: IbuFit, confidence: float,
               rng: np.random.Generator, replicates: int = REPLICATES,
               tol: float = TOLERANCE) -> Bootstrap:
-    """Standard errors (the replicates' standard deviation) and basic ``confidence``
+    """Standard errors (the replicates' standard deviation) and percentile ``confidence``
     intervals of ``fit`` (see the module docstring), from ``replicates`` draws of the
-    statistic under the oracle's law at the fitted shares, each refitted from them."""
-    estimates = np.empty((replicates, fit.shares.size))
-    for b in range(replicates):
-        counts = draw_counts(channel, fit.shares, rng)
-        estimates[b] = ibu(channel, counts, start=np.clip(fit.shares, 1e-6, None), tol=tol).shares
+    statistic under the oracle's law at the fitted shares, all refitted at once."""
+    counts = np.stack([draw_counts(channel, fit.shares, rng) for _ in range(replicates)])
+    estimates = ibu_batch(channel, counts, np.clip(fit.shares, 1e-6, None), tol).shares
     tail = (1 - confidence) / 2
-    q_low, q_high = np.quantile(estimates, [tail, 1 - tail], axis=0)
-    low = np.clip(2 * fit.shares - q_high, 0.0, 1.0)
-    high = np.clip(2 * fit.shares - q_low, 0.0, 1.0)
+    low, high = np.quantile(estimates, [tail, 1 - tail], axis=0)
     return Bootstrap(estimates.std(axis=0, ddof=1), low, high, replicates)
 
 
@@ -307,4 +326,65 @@ def _cohort_products(design: sp.csc_matrix, composition: Any, cohorts: np.ndarra
     """``sum_x design[o, x] * composition[x, cohort(o)]`` for every observation ``o``."""
     products = np.asarray(design @ composition)
     out: np.ndarray = np.rint(products[np.arange(design.shape[0]), cohorts])
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class IbuEstimate:
+    """IBU's fit with its bootstrap: what a decoder's table and summary show."""
+
+    fit: IbuFit
+    spread: Bootstrap
+
+    def summary_fields(self) -> dict[str, Any]:
+        """The summary's account of the estimator: its name, steps, convergence and the
+        bootstrap behind its intervals."""
+        return {
+            "estimator": "ibu",
+            "ibu_steps": self.fit.steps,
+            "ibu_converged": self.fit.converged,
+            "bootstrap_replicates": self.spread.replicates,
+            "interval": "parametric bootstrap, percentile interval, down to 0 where the "
+                        "unbiased share is not significant (docs/analysis.md, \"Choosing an "
+                        "estimator\")",
+        }
+
+
+def estimate(channel: AffineChannel, counts: np.ndarray, unbiased: np.ndarray,
+             unbiased_se: np.ndarray, confidence: float, background: float | None = None,
+             replicates: int = REPLICATES) -> IbuEstimate:
+    """IBU from a start near the ``unbiased`` shares (and ``background`` share), with its
+    bootstrap intervals; an interval reaches down to 0 wherever the unbiased share
+    (standard errors ``unbiased_se``; the background's interval is left as the bootstrap
+    gives it) is not above 0 at the interval's one-sided level. IBU's shares are never 0,
+    so no percentile interval would hold a share that is 0; the test says when the data
+    cannot tell the share from 0. The bootstrap's generator is seeded by the counts, so
+    a decode repeats."""
+    counts = np.asarray(counts, dtype=float).reshape(-1)
+    fit = ibu(channel, counts, start=simplex_start(unbiased, background))
+    seed = zlib.crc32(np.ascontiguousarray(counts).tobytes())
+    spread = bootstrap(channel, fit, confidence, np.random.default_rng(seed), replicates)
+    listed = np.asarray(unbiased, dtype=float)
+    se = np.asarray(unbiased_se, dtype=float)
+    undecided = ~(listed > z_quantile(confidence) * se)
+    low = spread.low.copy()
+    low[: listed.size][undecided] = 0.0
+    return IbuEstimate(fit, dataclasses.replace(spread, low=low))
+
+
+def with_ibu_shares(rows: list[dict[str, Any]], found: IbuEstimate, total: int,
+                    order: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """``rows`` (built from the unbiased estimate: their p-values test it) with IBU's share,
+    standard error and interval in place of the unbiased ones; row ``i`` shows component
+    ``order[i]`` (default: component ``i``)."""
+    index = np.arange(len(rows)) if order is None else np.asarray(order)
+    out = []
+    for row, component in zip(rows, index, strict=True):
+        share = float(found.fit.shares[component])
+        se = float(found.spread.std_errors[component])
+        low, high = float(found.spread.low[component]), float(found.spread.high[component])
+        changed = {"proportion": share, "prop_std_error": se, "prop_low_95": low,
+                   "prop_high_95": high, "estimate": share * total, "std_error": se * total,
+                   "low_95": low * total, "high_95": high * total}
+        out.append({name: changed.get(name, value) for name, value in row.items()})
     return out
