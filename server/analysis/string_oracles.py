@@ -33,6 +33,11 @@ The estimand is the population share (docs/analysis.md, "What an interval covers
 reports are independent given their cohorts' sizes, so ``Var(sum_r X_r) = sum_j N_j
 Var_j(X)``, estimated per cohort with the unbiased sample variance from ``sum X`` (the
 cell count) and ``sum X^2`` (FLH: from ``T[j, h_j(x)]``; HCMS: ``N_j / (2P - 1)^2``).
+A cohort of one report has no sample variance (its term would be 0, and with a pool of
+2^16 cells and a thousand reports nearly every report is alone in its cohort: the stated
+errors were a fifth of the spread): each such report adds the pooled sample variance of
+all reports instead (:func:`cohort_variance`), which exceeds the within-cohort variance by
+the spread of the cohorts' means only (the collisions' share, a few percent).
 The stated standard error is that of ``s'`` times the solve's inflation
 :func:`solve_inflation`, ``1 / (1 - candidates / (B x functions (1 - 1/B)))`` (least
 squares over a random design); docs/strings.md measures where it holds.
@@ -60,7 +65,6 @@ from veil.server.analysis.stats import (
     critical_z,
     normal_isf,
     one_sided_p_values,
-    walsh_hadamard,
     z_quantile,
 )
 from veil.server.analysis.string_summary import DETECTION_POWER, description, missing_fields
@@ -114,15 +118,24 @@ def candidate_buckets(params: StringOracleParams, keys: np.ndarray) -> np.ndarra
     step = max(1, CHUNK_PAIRS // max(a.size, 1))
     with np.errstate(over="ignore"):
         for start in range(0, keys.size, step):
-            u = keys[start:start + step, None]
-            high = (u * a[None, :] + b[None, :]) >> np.uint64(32)
-            out[start:start + step] = (high * n) >> np.uint64(32)
+            work = keys[start:start + step, None] * a[None, :]  # in place from here on
+            work += b[None, :]
+            work >>= np.uint64(32)
+            work *= n
+            work >>= np.uint64(32)
+            out[start:start + step] = work
     return out
 
 
 class CellModel:
     """One statistic read as cell counts ``t`` (functions x buckets) with each cohort's
-    reports ``sizes``, and what the variances need (see the module docstring)."""
+    reports ``sizes``, and what the variances need (see the module docstring).
+
+    A candidate's terms in cohort ``j`` are functions of its cell ``(j, h_j(x))`` alone, so
+    each per-candidate sum over the functions is a gather from a per-cell table:
+    ``cells`` (``sum X``), ``squares`` (``sum X^2``) and ``cell_variances`` (``N_j
+    Var_j(X)`` of cohorts of two reports or more, :func:`within_variance`); ``singles``
+    counts the cohorts of one report."""
 
     def __init__(self, params: StringOracleParams, responses: np.ndarray) -> None:
         self.params = params
@@ -145,15 +158,18 @@ class CellModel:
             self.signed_counts = signed
             self.by_coefficient = counts[:, 0::2] + counts[:, 1::2]
             self.cells = walsh_hadamard_rows(signed) / self.scale
+        self.squares = self.cell_squares()
+        self.cell_variances = within_variance(self.cells, self.squares, self.sizes[:, None])
+        self.singles = int(np.count_nonzero(self.sizes == 1))
 
-    def squares(self, buckets: np.ndarray) -> np.ndarray:
-        """``sum X_r(x)^2`` per cohort (columns) for candidates whose buckets are the rows."""
+    def cell_squares(self) -> np.ndarray:
+        """``sum X_r^2`` of each cell's reports (functions x buckets)."""
         if isinstance(self.params, FlhParams):
-            own = gather(self.counts, buckets)
-            out: np.ndarray = ((own * (1 - self.p0) ** 2 + (self.sizes - own) * self.p0**2)
+            out: np.ndarray = ((self.counts * (1 - self.p0) ** 2
+                                + (self.sizes[:, None] - self.counts) * self.p0**2)
                                / self.spread**2)
             return out
-        return np.broadcast_to(self.sizes / self.scale**2, buckets.shape)
+        return np.broadcast_to((self.sizes / self.scale**2)[:, None], self.cells.shape)
 
     def sum_squares(self, members: np.ndarray) -> np.ndarray:
         """``sum_r Z_r^2`` per cohort, ``Z_r`` the sum of report ``r``'s terms over the
@@ -170,10 +186,19 @@ class CellModel:
         return out
 
 
+def flat_cells(buckets: np.ndarray, width: int) -> np.ndarray:
+    """The flat index ``j * width + buckets[x, j]`` of each (candidate, function) cell in a
+    C-ordered (functions x width) table, as ``intp`` (what :func:`numpy.take` and
+    :func:`numpy.bincount` index with, unconverted)."""
+    offsets = np.arange(buckets.shape[1], dtype=np.intp) * width
+    out: np.ndarray = buckets.astype(np.intp)
+    out += offsets
+    return out
+
+
 def gather(table: np.ndarray, buckets: np.ndarray) -> np.ndarray:
     """``table[j, buckets[x, j]]`` for every candidate ``x`` (rows) and function ``j``."""
-    functions = np.arange(table.shape[0])
-    gathered: np.ndarray = table[functions[None, :], buckets]
+    gathered: np.ndarray = np.take(table.reshape(-1), flat_cells(buckets, table.shape[1]))
     return gathered
 
 
@@ -185,49 +210,103 @@ def _no_information(params: StringOracleParams) -> ParameterError:
 
 
 def walsh_hadamard_rows(table: np.ndarray) -> np.ndarray:
-    """The Walsh-Hadamard transform of each row (length a power of two), in float64."""
-    return np.stack([walsh_hadamard(row, np.float64) for row in np.asarray(table, float)])
+    """The (unnormalized) Walsh-Hadamard transform of each row, ``H[u] = sum_y v[y]
+    (-1)^popcount(u & y)`` as :func:`~veil.server.analysis.stats.walsh_hadamard` (rows of a
+    power-of-two length), in float64, by butterflies over all rows at once."""
+    out = np.array(table, dtype=np.float64)
+    rows, size = out.shape
+    if size & (size - 1):
+        raise ParameterError("columns", f"a row's length must be a power of two; got {size}")
+    half = 1
+    while half < size:
+        pairs = out.reshape(rows, size // (2 * half), 2, half)
+        low = pairs[:, :, 0, :].copy()
+        pairs[:, :, 0, :] += pairs[:, :, 1, :]
+        np.subtract(low, pairs[:, :, 1, :], out=pairs[:, :, 1, :])
+        half *= 2
+    return out
+
+
+def within_variance(total: np.ndarray, squares: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``N_j Var_j(X)`` element-wise from a cohort's ``sum X``, ``sum X^2`` and reports, with
+    the unbiased sample variance; 0 for a cohort of fewer than two reports (none defined)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = squares - total**2 / np.maximum(sizes, 1)
+        out: np.ndarray = np.where(sizes > 1, np.clip(spread, 0.0, None) * sizes
+                                   / np.maximum(sizes - 1, 1), 0.0)
+    return out
+
+
+def pooled_variance(total: np.ndarray | float, squares: np.ndarray | float, reports: float,
+                    ) -> np.ndarray:
+    """The sample variance of one report's term over all ``reports`` reports, from their
+    ``sum X`` and ``sum X^2`` (the second moment itself for a single report)."""
+    if reports <= 1:
+        return np.asarray(squares, dtype=float)
+    spread = np.asarray(squares, dtype=float) - np.asarray(total, dtype=float) ** 2 / reports
+    out: np.ndarray = np.clip(spread, 0.0, None) / (reports - 1)
+    return out
 
 
 def cohort_variance(total: np.ndarray, squares: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """``sum_j N_j Var_j(X)`` from each cohort's ``sum X`` and ``sum X^2`` (columns), with
-    the unbiased sample variance (cohorts of one report add their square)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        spread = squares - np.where(sizes > 0, total**2 / np.maximum(sizes, 1), 0.0)
-        factor = np.where(sizes > 1, sizes / np.maximum(sizes - 1, 1), 1.0)
-    out: np.ndarray = np.clip(spread * factor, 0.0, None).sum(axis=-1)
+    """``sum_j N_j Var_j(X)`` from each cohort's ``sum X`` and ``sum X^2`` (the last axis):
+    the unbiased sample variance within each cohort of two reports or more, and for each
+    cohort of one report the :func:`pooled_variance` of all reports (module docstring)."""
+    out: np.ndarray = within_variance(total, squares, sizes).sum(axis=-1)
+    singles = int(np.count_nonzero(sizes == 1))
+    if singles:
+        out = out + singles * pooled_variance(total.sum(axis=-1), squares.sum(axis=-1),
+                                              float(sizes.sum()))
     return out
 
 
 class CollisionSystem:
-    """``(C - 11'/B) / (1 - 1/B)`` over the candidates as an operator (module docstring),
-    applied in chunks of candidates so that memory stays bounded."""
+    """``(C - 11'/B) / (1 - 1/B)`` over the candidates as an operator (module docstring).
+
+    Each product is one scatter of the candidates' values over the cells and one gather,
+    through the (candidate, function) cells' flat indices: computed once for at most
+    :data:`MAX_SOLVED_PAIRS` pairs (the joint solve's, reused by every iteration), per chunk
+    of candidates beyond, so that memory stays bounded."""
 
     def __init__(self, buckets: np.ndarray, weights: np.ndarray, width: int) -> None:
         self.buckets = buckets
         self.weights = weights
         self.width = width
         self.functions = buckets.shape[1]
-        self._offsets = np.arange(self.functions, dtype=np.int32) * np.int32(width)
         self._step = max(1, CHUNK_PAIRS // max(self.functions, 1))
+        self._flat = flat_cells(buckets, width) if buckets.size <= MAX_SOLVED_PAIRS else None
 
     def _chunks(self) -> list[slice]:
         return [slice(start, start + self._step)
                 for start in range(0, self.buckets.shape[0], self._step)]
 
-    def apply(self, v: np.ndarray) -> np.ndarray:
-        """The operator times ``v``: one scatter over the cells, one gather."""
+    def _cells(self, rows: slice) -> np.ndarray:
+        if self._flat is not None:
+            return self._flat[rows]
+        return flat_cells(self.buckets[rows], self.width)
+
+    def weighted_cells(self, v: np.ndarray) -> np.ndarray:
+        """``w_j sum_{x: h_j(x) = b} v_x`` of every cell, flat (the scatter)."""
         cells = np.zeros(self.functions * self.width)
         for rows in self._chunks():
-            flat = (self.buckets[rows].astype(np.int32) + self._offsets[None, :]).ravel()
-            cells += np.bincount(flat, weights=np.repeat(v[rows], self.functions),
+            cells += np.bincount(self._cells(rows).reshape(-1),
+                                 weights=np.repeat(v[rows], self.functions),
                                  minlength=cells.size)
-        weighted = cells.reshape(-1, self.width) * self.weights[:, None]
-        collided = np.concatenate([gather(weighted, self.buckets[rows]).sum(axis=1)
+        weighted: np.ndarray = (cells.reshape(-1, self.width) * self.weights[:, None]).reshape(-1)
+        return weighted
+
+    def collisions(self, weighted: np.ndarray, total: float) -> np.ndarray:
+        """The operator's rows applied to a vector whose cells are ``weighted`` and whose sum
+        is ``total`` (the gather)."""
+        collided = np.concatenate([np.take(weighted, self._cells(rows)).sum(axis=1)
                                    for rows in self._chunks()] or [np.zeros(0)])
         share = 1 / self.width
-        out: np.ndarray = (collided - share * v.sum()) / (1 - share)
+        out: np.ndarray = (collided - share * total) / (1 - share)
         return out
+
+    def apply(self, v: np.ndarray) -> np.ndarray:
+        """The operator times ``v``: one scatter over the cells, one gather."""
+        return self.collisions(self.weighted_cells(v), float(v.sum()))
 
     def solve(self, rhs: np.ndarray) -> tuple[np.ndarray, int]:
         """Conjugate gradients from ``rhs`` (the system is near the identity)."""
@@ -371,14 +450,14 @@ class StringOracleDecoder:
         solved.sort()
         self.solved_ = solved
         estimates = raw.copy()
-        estimates[solved], self.solve_iterations_ = CollisionSystem(
-            buckets[solved], weights, width).solve(raw[solved])
+        system = CollisionSystem(buckets[solved], weights, width)
+        estimates[solved], self.solve_iterations_ = system.solve(raw[solved])
         if solved.size < raw.size:
             rest = np.ones(raw.size, dtype=bool)
             rest[solved] = False
-            held = np.zeros(raw.size)
-            held[solved] = estimates[solved]
-            estimates[rest] -= CollisionSystem(buckets, weights, width).apply(held)[rest]
+            weighted = system.weighted_cells(estimates[solved])
+            estimates[rest] -= CollisionSystem(buckets, weights, width).collisions(
+                weighted, float(estimates[solved].sum()))[rest]
         return estimates
 
     def _shares(self, model: CellModel, buckets: np.ndarray, total: float,
@@ -387,12 +466,17 @@ class StringOracleDecoder:
         width = self.params.buckets
         step = max(1, CHUNK_PAIRS // max(buckets.shape[1], 1))
         raw, variance = np.empty(buckets.shape[0]), np.empty(buckets.shape[0])
+        cells, variances = model.cells.reshape(-1), model.cell_variances.reshape(-1)
+        squares = np.asarray(model.squares).reshape(-1) if model.singles else None
         for start in range(0, buckets.shape[0], step):
-            chunk = buckets[start:start + step]
-            cells = gather(model.cells, chunk)
-            raw[start:start + step] = cells.sum(axis=1) / total
-            variance[start:start + step] = cohort_variance(cells, model.squares(chunk),
-                                                           model.sizes)
+            rows = slice(start, start + step)
+            flat = flat_cells(buckets[rows], width)
+            sums = np.take(cells, flat).sum(axis=1)
+            raw[rows] = sums / total
+            variance[rows] = np.take(variances, flat).sum(axis=1)
+            if squares is not None:
+                variance[rows] += model.singles * pooled_variance(
+                    sums, np.take(squares, flat).sum(axis=1), total)
         shares = (raw - 1 / width) / (1 - 1 / width)
         solved = min(buckets.shape[0], max(1, MAX_SOLVED_PAIRS // buckets.shape[1]))
         inflation = solve_inflation(self.params, solved)

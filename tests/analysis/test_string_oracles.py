@@ -84,3 +84,60 @@ def test_the_collision_solve_removes_what_a_heavy_value_adds_to_the_others() -> 
     assert np.abs(before).max() > 10
     # after, the nulls' z-scores are standard normal draws: none beyond 4.5 of 40
     assert np.abs(after).max() < 4.5
+
+
+@pytest.mark.parametrize("params", [FlhParams(epsilon=2.0, functions=64),
+                                    HcmsParams(epsilon=2.0, rows=64, columns=8)],
+                         ids=["flh", "hcms"])
+def test_the_exact_law_of_one_report_matches_the_encoders(params: StringOracleParams) -> None:
+    """:func:`report_law` (the calibration grid's one-draw sampler) against 400,000 reports
+    drawn with the simulation encoders' law: each cell's count within 4.5 of its binomial
+    standard errors ``sqrt(N p (1 - p))`` of ``N p`` (Bonferroni over the cells, 5e-3 in
+    all), and the law sums to 1."""
+    from veil.simulations.string_oracles import report_law
+
+    rng = np.random.default_rng(11)
+    names = [f"{i}.example" for i in range(6)]
+    shares = np.array([0.4, 0.25, 0.15, 0.1, 0.1, 0.0])
+    reports = 400_000
+    law = report_law(params, candidate_keys(names), shares)
+    assert law.shape == (params.hash_functions, params.responses)
+    assert law.sum() == pytest.approx(1.0, abs=1e-12)
+    drawn = report_counts(params, candidate_keys(names), rng.multinomial(reports, shares), rng)
+    expected = reports * law
+    z = (drawn - expected) / np.sqrt(expected * (1 - law))
+    assert np.abs(z).max() < 4.5, np.abs(z).max()
+
+
+def test_the_row_transform_is_the_walsh_hadamard_transform() -> None:
+    """The decoder's butterflies over all rows give :func:`walsh_hadamard` row by row,
+    exactly (integer counts in float64)."""
+    from veil.server.analysis.stats import walsh_hadamard
+    from veil.server.analysis.string_oracles import walsh_hadamard_rows
+
+    rng = np.random.default_rng(5)
+    for width in (2, 16, 1024):
+        table = rng.integers(-1000, 1000, size=(9, width)).astype(float)
+        want = np.stack([walsh_hadamard(row, np.float64) for row in table])
+        assert np.array_equal(walsh_hadamard_rows(table), want)
+
+
+def test_a_small_list_solves_as_the_dense_collision_system() -> None:
+    """The collision solve (scatter and gather through flat cell indices, conjugate
+    gradients) agrees with ``numpy.linalg.solve`` of the dense system built from the
+    candidates' buckets, to the solver's tolerance."""
+    from veil.server.analysis.string_oracles import SOLVE_TOLERANCE, candidate_buckets
+
+    params = FlhParams(epsilon=2.0, functions=512)
+    rng = np.random.default_rng(3)
+    names = [*HEAVY, *NULLS[:10]]
+    shares = np.array([*HEAVY.values(), *[0.03] * 10])
+    counts = report_counts(params, candidate_keys(names), rng.multinomial(50_000, shares), rng)
+    fitted = StringOracleDecoder(params).fit(counts, names)
+    buckets = candidate_buckets(params, candidate_keys(names)).astype(np.int64)
+    weights = counts.sum(axis=1) / counts.sum()
+    same = buckets[:, None, :] == buckets[None, :, :]
+    width = params.buckets
+    system = ((same * weights).sum(axis=2) - 1 / width) / (1 - 1 / width)
+    want = np.linalg.solve(system, fitted.uncorrected_)
+    assert np.abs(fitted.proportions_ - want).max() <= 10 * SOLVE_TOLERANCE * np.linalg.norm(want)
