@@ -76,8 +76,10 @@ from veil.shared.bits import PROB_ONE
 from veil.shared.kinds import (
     BooleanParams,
     CategoryParams,
+    FlhParams,
     GrrParams,
     HadamardParams,
+    HcmsParams,
     MechanismParams,
     NumberParams,
     OlhParams,
@@ -86,6 +88,9 @@ from veil.shared.kinds import (
 )
 from veil.shared.statistics import statistic_for
 from veil.simulations.calibration_joint import draw_joint
+from veil.simulations.calibration_string_oracles import QUICK_POINTS as STRING_ORACLE_QUICK
+from veil.simulations.calibration_string_oracles import RUNS as STRING_ORACLE_RUNS
+from veil.simulations.calibration_string_oracles import draw_string_oracle
 from veil.simulations.calibration_strings import (
     FDR,
     MISSING_SHARE,
@@ -474,6 +479,11 @@ def _string_case(case: StringCase, quick_reports: int | None) -> CalibrationCase
 
 register(CalibrationCase("boolean", _booleans))
 register(CalibrationCase("joint 4 x 3", lambda *args: Draws(**draw_joint(*args))))
+for _string_oracle in (FlhParams, HcmsParams):
+    register(CalibrationCase(f"strings: {_string_oracle.oracle}", lambda *args, o=_string_oracle:
+                             Draws(**draw_string_oracle(o, CATEGORY_SHARES, *args)),
+                             tuple((n, eps) for n in REPORTS for eps in EPSILONS),
+                             STRING_ORACLE_QUICK, STRING_ORACLE_RUNS))
 for _mechanism in ("laplace", "gaussian", "1bitmean"):
     register(_number_case(_mechanism))
 for _case in STRING_CASES:

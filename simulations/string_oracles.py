@@ -8,7 +8,9 @@ instantaneous response for every report, with the realized probabilities
 :class:`numpy.random.Generator`: reproducible, fast, and NOT for production.
 
 :func:`report_counts` draws a population's whole statistic (the counts per cohort and
-payload) for one report per installation, from arrays only.
+payload) for one report per installation, from arrays only; :func:`report_law` gives the
+exact law of one report of a value drawn from given shares, so that the statistic of ``N``
+such installations is one ``Multinomial(N, law)`` draw (:func:`draw_statistic`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from veil.server.analysis.string_oracles import candidate_buckets, candidate_keys
+from veil.server.analysis.string_oracles import (
+    candidate_buckets,
+    candidate_keys,
+    walsh_hadamard_rows,
+)
 from veil.shared.kinds import FlhParams, HcmsParams, StringOracleParams
 from veil.simulations.encoders import SimulatedReports, _client_cohorts, simulates
 from veil.simulations.encoding import memo_rows
@@ -112,5 +118,42 @@ def report_counts(params: StringOracleParams, keys: np.ndarray, counts: np.ndarr
     return out
 
 
-__all__ = ["flh_payloads", "hcms_payloads", "report_counts", "simulate_flh", "simulate_hcms",
-           "value_buckets"]
+def report_law(params: StringOracleParams, keys: np.ndarray, shares: np.ndarray,
+               ) -> np.ndarray:
+    """The probability of each (cohort, payload) cell (cohorts x payloads, summing to 1) for
+    one report of a value drawn with ``shares`` (summing to 1) over the values whose keys are
+    ``keys``: the cohort uniform, then the SDK's two responses, composed. With ``held[j, b]``
+    the share of values that function ``j`` sends to bucket ``b``: FLH's cell is ``(P0 +
+    (P1 - P0) held[j, b]) / F``; HCMS's ``(2 l + bit)`` is ``((1 - P) + (2P - 1) (1 +- W[j,
+    l]) / 2) / (F m)``, ``W`` the rows' Walsh-Hadamard transform of ``held`` (``+`` for bit 0,
+    the share of values whose sign under coefficient ``l`` is +1)."""
+    functions, width = params.hash_functions, params.buckets
+    table = candidate_buckets(params, keys).astype(np.int64)
+    held = np.zeros((functions, width))
+    np.add.at(held, (np.broadcast_to(np.arange(functions), table.shape), table),
+              np.broadcast_to(np.asarray(shares, dtype=float)[:, None], table.shape))
+    if isinstance(params, FlhParams):
+        p1, p0 = params.bucket_probs
+        out: np.ndarray = (p0 + (p1 - p0) * held) / functions
+        return out
+    assert isinstance(params, HcmsParams)
+    kept = params.bit_kept
+    plus = (1 + walsh_hadamard_rows(held)) / 2
+    law = np.empty((functions, 2 * width))
+    law[:, 0::2] = (1 - kept) + (2 * kept - 1) * plus
+    law[:, 1::2] = (1 - kept) + (2 * kept - 1) * (1 - plus)
+    out = law / (functions * width)
+    return out
+
+
+def draw_statistic(law: np.ndarray, reports: int, rng: np.random.Generator) -> np.ndarray:
+    """The ``responses`` statistic of ``reports`` installations whose values are drawn from
+    the population of :func:`report_law` (one report each): ``Multinomial(reports, law)``,
+    exact, since each report's (cohort, payload) is an independent draw from ``law``."""
+    flat = np.clip(law.reshape(-1), 0.0, None)
+    out: np.ndarray = rng.multinomial(reports, flat / flat.sum()).reshape(law.shape)
+    return out
+
+
+__all__ = ["draw_statistic", "flh_payloads", "hcms_payloads", "report_counts", "report_law",
+           "simulate_flh", "simulate_hcms", "value_buckets"]
