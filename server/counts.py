@@ -36,7 +36,7 @@ import numpy as np
 
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import KINDS, MechanismParams, StringParams, params_from_dict
-from veil.shared.registry import METRIC_KEYS
+from veil.shared.registry import is_metric_key
 from veil.shared.statistics import statistic_for
 
 #: a UTC day as counts documents write it
@@ -105,7 +105,7 @@ def _params(document: Mapping[str, Any], source: str) -> MechanismParams:
     if kind not in KINDS:
         raise _fail(source, "params.kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")
     # the metric's own keys (Metric.to_dict) around its parameters
-    settings = {key: value for key, value in raw.items() if key not in METRIC_KEYS}
+    settings = {key: value for key, value in raw.items() if not is_metric_key(key, value)}
     try:
         return params_from_dict({**settings, "kind": kind})
     except ParameterError as exc:

@@ -55,6 +55,7 @@ from typing import Any
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import KINDS, DiscoveryParams, MechanismParams, parse_params
 from veil.shared.kinds.discovery import CHANNEL_SUFFIX
+from veil.shared.kinds.joint import declared_domains
 from veil.shared.privacy import parallel, sequential
 
 METRIC_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
@@ -62,6 +63,15 @@ DEFAULT_MIN_REPORTS = 100
 #: a metric's own keys in its table (besides ``kind``), in the order :meth:`Metric.to_dict`
 #: writes them; every other key is a parameter of its kind
 METRIC_KEYS = ("description", "min_reports", "note", "of")
+
+
+def is_metric_key(key: str, value: Any) -> bool:
+    """Whether ``key`` (holding ``value``) is a metric's own key rather than a parameter of
+    its kind: one of :data:`METRIC_KEYS`, except a list in ``of``, which names a joint
+    metric's variables (:mod:`veil.shared.kinds.joint`)."""
+    return key in METRIC_KEYS and not (key == "of" and isinstance(value, list | tuple))
+
+
 #: the own keys :meth:`Metric.to_dict` writes only when they are set
 _OPTIONAL_KEYS = ("note", "of")
 #: the key of a string metric's table that holds its discovery channel's table
@@ -135,7 +145,8 @@ class Metric:
                 f"metrics.{name}.kind must be one of {', '.join(map(repr, KINDS))}. "
                 f"Got {kind!r} instead.",
             )
-        own = {key: settings.pop(key) for key in METRIC_KEYS if key in settings}
+        own = {key: settings.pop(key) for key in METRIC_KEYS
+               if key in settings and is_metric_key(key, settings[key])}
         try:
             params, note = parse_params({"kind": kind, **settings})
         except ParameterError as exc:
@@ -244,7 +255,11 @@ class Registry(Mapping[str, Metric]):
             if isinstance(table, Mapping) and CHANNEL_KEY in table:
                 table = dict(table)
                 channel = table.pop(CHANNEL_KEY)
-            add(str(name), functools.partial(Metric.from_dict, name, table))
+            build = functools.partial(Metric.from_dict, name, table)
+            if isinstance(table, Mapping) and isinstance(table.get("of"), list) \
+                    and "domains" not in table:
+                build = functools.partial(_with_domains, str(name), table, metrics)
+            add(str(name), build)
             if channel is not None:
                 add(f"{name}{CHANNEL_SUFFIX}",
                     functools.partial(_nested_channel, name, table.get("kind"), channel))
@@ -336,6 +351,20 @@ def _channel_problems(metrics: Mapping[str, Metric]) -> dict[str, ParameterError
             continue
         problems[name] = ParameterError(f"metrics.{name}.of", f"metrics.{name}: {why}")
     return problems
+
+
+def _with_domains(name: str, table: Mapping[str, Any], tables: Mapping[str, Any]) -> Metric:
+    """The joint metric ``name`` whose ``of`` names metrics of the registry, with the
+    ``domains`` those metrics define (:func:`~veil.shared.kinds.joint.declared_domains`)."""
+    def params_of(variable: str) -> MechanismParams | None:
+        other = tables.get(variable)
+        if variable == name or not isinstance(other, Mapping):
+            return None
+        return Metric.from_dict(variable, {key: value for key, value in other.items()
+                                           if key != CHANNEL_KEY}).params
+
+    return Metric.from_dict(name, {**table,
+                                   "domains": declared_domains(name, table["of"], params_of)})
 
 
 def _nested_channel(name: str, kind: Any, table: Any) -> Metric:

@@ -46,8 +46,11 @@ from veil.shared.kinds import (
     BooleanParams,
     CategoryParams,
     DiscoveryParams,
+    FlhParams,
     GrrParams,
     HadamardParams,
+    HcmsParams,
+    JointParams,
     MechanismParams,
     NumberParams,
     OlhParams,
@@ -67,6 +70,10 @@ EXAMPLES: list[tuple[MechanismParams, dict[Any, float], dict[str, float]]] = [
     (StringParams(k=32, h=2, m=8, hashing="md5-google"),
      {"a.example": 0.5, "b.example": 0.3, "c.example": 0.2},
      {"a.example": 0.5, "b.example": 0.3, "c.example": 0.2}),
+    *[(cls(epsilon=3.0, report_epsilon=2.0, **shape),
+       {"a.example": 0.5, "b.example": 0.3, "c.example": 0.2},
+       {"a.example": 0.5, "b.example": 0.3, "c.example": 0.2})
+      for cls, shape in ((FlhParams, {"functions": 8}), (HcmsParams, {"rows": 8, "columns": 16}))],
     (CategoryParams(categories=("x", "y", "z")), {"x": 0.6, "y": 0.3, "z": 0.1},
      {"x": 0.6, "y": 0.3, "z": 0.1}),
     *[(cls(categories=("x", "y", "z", "w"), epsilon=3.0), {"x": 0.5, "y": 0.3, "z": 0.2},
@@ -81,10 +88,16 @@ EXAMPLES: list[tuple[MechanismParams, dict[Any, float], dict[str, float]]] = [
      {2.5: 0.5, 10.0: 0.5}, {"mean": 6.25}),
     (DiscoveryParams(share=0.5, segment=1, max_length=4, fingerprint_bits=6),
      {"ab": 0.5, "cd": 0.3, "xyz": 0.2}, {"ab": 0.5, "cd": 0.3, "xyz": 0.2}),
+    *[(JointParams(of=("b", "c"), domains=(("x", "y", "z"), "boolean"), epsilon=3.0,
+                   encoding=encoding),
+       {("x", True): 0.3, ("y", False): 0.5, ("z", True): 0.2},
+       {"b=x, c=true": 0.3, "b=y, c=false": 0.5, "b=z, c=true": 0.2, "b=x, c=false": 0.0})
+      for encoding in ("grr", "olh")],
 ]
 IDS = [
     "-".join(part for part in (params.mechanism_name.replace("/", "-"),
-                               getattr(params, "mechanism", ""), getattr(params, "hashing", ""))
+                               getattr(params, "mechanism", ""), getattr(params, "hashing", ""),
+                               getattr(params, "encoding", ""))
              if part)
     for params, _, _ in EXAMPLES
 ]

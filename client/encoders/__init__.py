@@ -12,6 +12,9 @@ from veil.client.encoders.base import ENCODERS, Encoder
 from veil.client.encoders.boolean import BooleanEncoder
 from veil.client.encoders.category import CategoryEncoder
 from veil.client.encoders.discovery import DiscoveryEncoder
+from veil.client.encoders.flh import FlhEncoder
+from veil.client.encoders.hcms import HcmsEncoder
+from veil.client.encoders.joint import JointEncoder
 from veil.client.encoders.number import NumberEncoder
 from veil.client.encoders.oracles import GrrEncoder, HadamardEncoder, OlhEncoder, OueEncoder
 from veil.client.encoders.string import StringEncoder
@@ -39,8 +42,11 @@ __all__ = [
     "CategoryEncoder",
     "DiscoveryEncoder",
     "Encoder",
+    "FlhEncoder",
     "GrrEncoder",
     "HadamardEncoder",
+    "HcmsEncoder",
+    "JointEncoder",
     "NumberEncoder",
     "OlhEncoder",
     "OueEncoder",

@@ -22,6 +22,13 @@ from veil.shared.kinds.base import KINDS, MECHANISMS, MechanismParams, implement
 
 # isort: off
 from veil.shared.kinds.string import StringParams
+from veil.shared.kinds.string_oracles import (
+    STRING_ORACLES,
+    FlhParams,
+    HcmsParams,
+    StringOracleParams,
+    choose_string_oracle,
+)
 from veil.shared.kinds.category import CategoryParams
 from veil.shared.kinds.oracles import (
     ORACLES,
@@ -35,7 +42,12 @@ from veil.shared.kinds.oracles import (
 from veil.shared.kinds.boolean import BooleanParams
 from veil.shared.kinds.number import NumberParams
 from veil.shared.kinds.discovery import DiscoveryParams
+from veil.shared.kinds.joint import JointParams
 # isort: on
+
+
+#: the ``oracle = "auto"`` of kinds that choose with settings of their own, by kind
+AUTO_CHOICES = {StringParams.kind: choose_string_oracle}
 
 
 def parse_params(data: Mapping[str, Any]) -> tuple[MechanismParams, str]:
@@ -58,6 +70,9 @@ def parse_params(data: Mapping[str, Any]) -> tuple[MechanismParams, str]:
     choices = [name for name, cls in MECHANISMS.items() if cls.kind == kind]
     if len(choices) == 1:
         raise ParameterError("oracle", f"a {kind} metric has no oracle to choose; omit it")
+    if oracle == "auto" and kind in AUTO_CHOICES:
+        settings.pop("oracle")
+        return AUTO_CHOICES[kind](settings)
     if oracle == "auto":
         settings.pop("oracle")
         reject = sorted(set(settings) - {"categories", "epsilon", "report_epsilon",
@@ -93,18 +108,24 @@ __all__ = [
     "KINDS",
     "MECHANISMS",
     "ORACLES",
+    "STRING_ORACLES",
     "BooleanParams",
     "CategoryParams",
     "DiscoveryParams",
+    "FlhParams",
     "GrrParams",
     "HadamardParams",
+    "HcmsParams",
+    "JointParams",
     "MechanismParams",
     "NumberParams",
     "OlhParams",
     "OracleParams",
     "OueParams",
+    "StringOracleParams",
     "StringParams",
     "choose_oracle",
+    "choose_string_oracle",
     "implements",
     "params_from_dict",
     "parse_params",
