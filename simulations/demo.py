@@ -5,7 +5,8 @@
 2. Thousands of simulated installations each run the real
    :class:`veil.client.Client` with their own state directory: they fetch the
    registry over HTTP, report the sites they visit (a string metric), a
-   yes/no setting and a number, and upload their randomized reports.
+   yes/no setting, a number and the pair of both (a joint metric), and upload
+   their randomized reports.
 3. The counts are read back over HTTP with the read token and decoded with
    the real analysis; the top strings are printed with 95% intervals next to
    the truth, with the privacy cost of every metric.
@@ -42,11 +43,12 @@ import numpy as np
 
 from veil.client import Client
 from veil.server.analysis import DecodeResult, decode_counts
+from veil.server.analysis.joint import JointResult
 from veil.server.http import fetch_counts
 from veil.shared.errors import VeilError
-from veil.shared.privacy import sequential
+from veil.shared.privacy import format_epsilon, sequential
 from veil.shared.registry import Registry
-from veil.simulations.demo_config import DemoConfig
+from veil.simulations.demo_config import SESSION_BUCKETS, DemoConfig
 from veil.simulations.populations import distribution_weights
 from veil.simulations.report import new_figure, progress
 
@@ -98,8 +100,10 @@ def simulate_users(config: DemoConfig) -> Truth:
                                       p=weights)]
         for _ in range(config.installations)
     ]
-    return Truth(sites, draw_settings(rng, config.installations),
-                 np.round(rng.gamma(2.0, 12.0, config.installations), 1))
+    dark = draw_settings(rng, config.installations)
+    # dark-mode users run longer sessions: the association dark_by_session shows
+    return Truth(sites, dark,
+                 np.round(rng.gamma(2.0, np.where(dark, 20.0, 10.0)), 1))
 
 
 class Collector:
@@ -162,9 +166,11 @@ def run_installation(
             client.report("homepage", site)
         client.report("dark_mode", bool(dark))
         client.report("session_minutes", float(minutes))
+        client.report("dark_by_session",
+                      {"session_minutes": float(minutes), "dark_mode": bool(dark)})
         result = client.flush(timeout=60.0)
         spent = client.privacy_spent()
-    if not result.ok or result.accepted != len(sites) + 2:
+    if not result.ok or result.accepted != len(sites) + 3:
         raise VeilError(f"an installation's upload failed: {result}")
     return {"accepted": result.accepted, "epsilon": spent.total, "per_metric": spent.per_metric}
 
@@ -238,7 +244,8 @@ def print_estimates(config: DemoConfig, truth: Truth, documents: dict[str, dict[
     detected = []
     for row in strings.rows:
         detected.append(row["string"])
-        mark = "" if row["string"] in true_counts else "   <- nobody reported this"
+        mark = ("" if row["string"] in true_counts
+                else "   <- a decoy nobody reported: a false positive (see the chart's note)")
         print(f"  {row['string']:<22}{row['estimate']:9.0f}  {_interval(row, total):<18}"
               f"{true_counts.get(row['string'], 0):7d}{mark}")
     missed = [s for s, _ in true_counts.most_common() if s not in detected]
@@ -254,7 +261,24 @@ def print_estimates(config: DemoConfig, truth: Truth, documents: dict[str, dict[
           f"{yes['prop_high_95']:.1%}]; truth {truth.dark_mode.mean():.1%}")
     print(f"session_minutes: mean {mean['estimate']:.1f}, 95% interval [{mean['low_95']:.1f}, "
           f"{mean['high_95']:.1f}]; truth {np.clip(truth.minutes, 0, 120).mean():.1f}")
+    print_association(truth, decode_counts(documents["dark_by_session"]))
     return strings, detected, true_counts
+
+
+def print_association(truth: Truth, joint: DecodeResult) -> None:
+    """The joint metric: the dark-mode share by session length, beside the truth, and the
+    test of independence."""
+    buckets = np.digitize(np.clip(truth.minutes, 0, 120), SESSION_BUCKETS[1:-1])
+    test = joint.summary["independence"]
+    print(f"dark_by_session (one joint report each): dark mode by session length, "
+          f"independence test p = {test['p_value']:.2g}")
+    assert isinstance(joint, JointResult)
+    rows = [row for row in joint.conditional_rows if row["value"] == "true"]
+    for index, row in enumerate(rows):
+        held = truth.dark_mode[buckets == index]
+        share = f"{held.mean():.0%}" if held.size else "n/a"
+        print(f"  {row['given']:<34} {row['conditional']:6.1%}  [{row['low_95']:.0%}, "
+              f"{row['high_95']:.0%}]  truth {share}")
 
 
 def print_privacy(config: DemoConfig, registry: Registry, spent: float) -> None:
@@ -262,15 +286,17 @@ def print_privacy(config: DemoConfig, registry: Registry, spent: float) -> None:
     print()
     print("Privacy cost (worst case, per installation; lower is more private):")
     for name, metric in registry.items():
-        print(f"  {name:<16} {metric.kind:<8} epsilon_1 = {metric.params.epsilon_1:5.2f} per report, "
-              f"epsilon_inf = {metric.params.epsilon_inf:5.2f} per distinct value, however often reported")
+        print(f"  {name:<16} {metric.kind:<8} epsilon_1 = {format_epsilon(metric.params.epsilon_1):>5} "
+              f"per report, epsilon_inf = {format_epsilon(metric.params.epsilon_inf):>5} per "
+              "distinct value, however often reported")
     # each distinct value reported costs epsilon_inf (privacy_map of its values), metrics add up
     values_reported = {"homepage": config.sites_per_installation}
     bound = sequential(metric.params.privacy_map(values_reported.get(name, 1))
                        for name, metric in registry.items())
-    print(f"  one installation's ledger: epsilon = {spent:.2f} in total (sequential composition: "
-          f"{config.sites_per_installation} sites, 1 setting and 1 number, each reported once so "
-          f"far); reporting the same values again, however often, costs at most {bound:.2f}")
+    print(f"  one installation's ledger: epsilon = {format_epsilon(spent)} in total (sequential "
+          f"composition: {config.sites_per_installation} sites, 1 setting, 1 number and 1 pair, each "
+          f"reported once so far); reporting the same values again, however often, costs at most "
+          f"{format_epsilon(bound)} (epsilons rounded up)")
 
 
 def run_demo(config: DemoConfig) -> dict[str, Any]:
@@ -289,7 +315,8 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     strings.write_csv(config.out / "homepage_results.csv")
     elapsed = time.perf_counter() - started
     print()
-    print(f"Plot: {plot}; decoded table: {config.out / 'homepage_results.csv'}")
+    print(f"Plot: {plot.resolve()}; decoded table: "
+          f"{(config.out / 'homepage_results.csv').resolve()}")
     print(f"Why these parameters: {config.installations} installations x "
           f"{config.sites_per_installation} sites = {total} string reports is what the real client "
           "pushes through HTTP here in well under a minute; RAPPOR's per-value privacy (f=0.5) "
@@ -303,19 +330,30 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
 
 
 def _plot(rows: list[dict[str, Any]], truth: Counter[str], total: int, path: Path) -> None:
-    """Detected strings: estimates with 95% intervals, and the truth."""
+    """Detected strings: estimates with 95% intervals, and the truth; a detected decoy (a
+    candidate nobody reported) in its own colour, with a note on why it can be detected."""
     shown = rows[:15]
-    figure = new_figure(6.4, max(2.5, 0.35 * len(shown) + 1.2))
+    figure = new_figure(6.4, max(2.5, 0.35 * len(shown) + 1.9))
     axis = figure.subplots()
     y = np.arange(len(shown))[::-1]
     estimates = np.array([r["estimate"] for r in shown])
     low = np.array([r["prop_low_95"] * total for r in shown])
     high = np.array([r["prop_high_95"] * total for r in shown])
-    axis.barh(y, estimates, color="#56B4E9", label="estimate")
+    decoy = np.array([r["string"] not in truth for r in shown], dtype=bool)
+    axis.barh(y[~decoy], estimates[~decoy], color="#56B4E9", label="estimate")
+    if decoy.any():
+        axis.barh(y[decoy], estimates[decoy], color="#E69F00", hatch="//",
+                  label="estimate of a decoy\n(nobody reported it)")
     axis.errorbar(estimates, y, xerr=[estimates - low, high - estimates], fmt="none", ecolor="k",
                   capsize=3, label="95% interval")
     axis.plot([truth.get(r["string"], 0) for r in shown], y, "D", color="#D55E00", label="truth")
     axis.set_yticks(y, [r["string"] for r in shown], fontsize=8)
     axis.set(xlabel="reports", title=f"veil demo: detected sites ({total} reports)")
     axis.legend(fontsize=8, loc="lower right")
+    if decoy.any():
+        figure.text(0.01, 0.005, "A decoy is detected when the Bloom bits it shares with reported "
+                    "sites carry their reports:\nthe regression cannot tell them apart with "
+                    "this few bits (k), and its interval counts only the reports' noise.",
+                    fontsize=7, va="bottom", ha="left")
+        figure.get_layout_engine().set(rect=(0, 0.06, 1, 0.94))
     figure.savefig(path, dpi=100)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from veil.shared.kinds import BooleanParams, NumberParams, StringParams
+from veil.shared.kinds import BooleanParams, JointParams, NumberParams, StringParams
 from veil.shared.registry import Metric, Registry
+
+#: the session lengths (minutes) the joint metric ``dark_by_session`` buckets
+SESSION_BUCKETS = (0.0, 15.0, 30.0, 60.0, 120.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,4 +39,10 @@ class DemoConfig:
             Metric("session_minutes", NumberParams(low=0, high=120, mechanism="laplace",
                                                    epsilon=1.0, resolution=120),
                    description="length of the last session", min_reports=100),
+            Metric("dark_by_session",
+                   JointParams(of=("session_minutes", "dark_mode"),
+                               domains=(SESSION_BUCKETS, "boolean"), epsilon=2.0,
+                               report_epsilon=2.0),
+                   description="dark mode by session length, reported together",
+                   min_reports=100),
         ])

@@ -49,6 +49,7 @@ def write_outputs(
     }
     result.write_csv(paths["results"])
     result.write_summary(paths["summary"])
+    paths.update(result.extra_files(out))
     drawings: list[tuple[Any, ...]] = [(plot_estimates, result, paths["chart"], top)]
     if daily is not None:
         paths["by_day"], paths["by_day_chart"] = out / "by_day.csv", out / "by_day.png"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from veil.server.analysis.charts import Chart, plot_result
-from veil.server.analysis.tables import TEXT_COLUMNS, html_table, write_rows
+from veil.server.analysis.tables import TEXT_COLUMNS, html_table, interval_column, write_rows
 
 if TYPE_CHECKING:
     import pandas
@@ -37,6 +37,15 @@ class DecodeResult:
     summary: dict[str, Any]
     headline: str = ""
     chart: Chart = "shares"
+
+    def __post_init__(self) -> None:
+        """Name the interval columns for the confidence decoded at (``low_90`` at 0.9): the
+        decoders write them as at the default 0.95."""
+        confidence = float(self.summary.get("confidence") or 0.95)
+        if interval_column("low_95", confidence) != "low_95":
+            self.columns = tuple(interval_column(name, confidence) for name in self.columns)
+            self.rows = [{interval_column(name, confidence): value
+                          for name, value in row.items()} for row in self.rows]
 
     @property
     def metric(self) -> str:
@@ -59,17 +68,20 @@ class DecodeResult:
 
     def to_pandas(self) -> pandas.DataFrame:
         """The table as a tidy pandas DataFrame, one row per value, the columns of
-        ``results.csv`` (pandas is the ``analysis`` extra's; imported here only)."""
+        ``results.csv``, numbers as floats (an empty cell as NaN); pandas is the ``analysis``
+        extra's, imported here only."""
         import pandas
 
-        return pandas.DataFrame(self.rows, columns=list(self.columns))
+        frame = pandas.DataFrame(self.rows, columns=list(self.columns))
+        numbers = [name for name in self.columns if name not in TEXT_COLUMNS]
+        return frame.astype(dict.fromkeys(numbers, float))
 
     def column(self, name: str) -> list[Any]:
         """One column as a list."""
         return [row[name] for row in self.rows]
 
     def plot(self, ax: Axes | None = None, top: int = 30) -> Axes:
-        """Draw the estimates with their 95% intervals on ``ax`` (a new figure when None);
+        """Draw the estimates with their intervals on ``ax`` (a new figure when None);
         return the axes. Numbers show the mean on its metric's range, booleans the share
         answering true, strings and categories a bar per value (the ``top`` first)."""
         return plot_result(self, ax, top)
@@ -77,6 +89,12 @@ class DecodeResult:
     def write_csv(self, path: str | Path) -> None:
         """Write the rows as CSV with a header (full float precision)."""
         write_rows(path, self.columns, self.rows)
+
+    def extra_files(self, out: Path) -> dict[str, Path]:
+        """Write the files a kind adds to ``results.csv``, ``summary.json`` and
+        ``estimates.png`` into the directory ``out`` and return their paths (none here; a
+        joint table adds its conditionals, marginals and heatmap)."""
+        return {}
 
     def write_summary(self, path: str | Path) -> None:
         """Write the summary as indented JSON."""

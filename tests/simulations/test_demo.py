@@ -26,6 +26,10 @@ def test_demo_detects_the_top_strings_and_cleans_up(tmp_path, capsys) -> None:
                 and not line.strip().startswith("not detected")]
     assert SITES[0] in detected and SITES[1] in detected
     assert "epsilon_inf" in printed and "temporary files removed" in printed
+    # the joint metric: the dark-mode share for each of the four session buckets, and the test
+    joint = printed.split("dark_by_session (one joint report each)")[1].split("Privacy cost")[0]
+    assert "independence test p = " in joint
+    assert sum("session_minutes=" in line and "truth" in line for line in joint.splitlines()) == 4
     assert list(temp_root.iterdir()) == []  # state dirs, SQLite file and log all removed
     assert (out / "demo.png").read_bytes()[:4] == b"\x89PNG"
     header = (out / "homepage_results.csv").read_text().splitlines()[0].split(",")
