@@ -28,29 +28,6 @@ if TYPE_CHECKING:
 Z_95 = 1.959963984540054
 
 
-def configure_assoc(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``veil assoc`` (google/rappor's ``decode_assoc.R`` names)."""
-    parser.add_argument("--metric-name", required=True,
-                        help="the metric whose variables the schema lists")
-    parser.add_argument("--schema", required=True,
-                        help="schema CSV: metric,var,var_type,params (var_type string or boolean)")
-    parser.add_argument("--params-dir", required=True,
-                        help="directory of the parameter files the schema names (<params>.csv)")
-    parser.add_argument("--reports", required=True,
-                        help="reports CSV: a cohort column and one bit-string column per variable")
-    parser.add_argument("--var1", required=True, help="the first variable")
-    parser.add_argument("--var2", required=True, help="the second variable")
-    parser.add_argument("--map1", help="map.csv of --var1 when it is a string")
-    parser.add_argument("--map2", help="map.csv of --var2 when it is a string")
-    parser.add_argument("--output-dir", default=".", help="output directory (default: .)")
-    parser.add_argument(
-        "--prior-reports", type=float, default=30.0,
-        help="strength of the Dirichlet prior, in pseudo-reports spread evenly over the "
-             "cells (default: 30; 0 gives the maximum-likelihood table)")
-    parser.add_argument("--max-em-iters", type=int, default=1000,
-                        help="most accelerated EM cycles (default: 1000); reported if reached")
-
-
 def run_assoc(args: argparse.Namespace) -> int:
     """Read the files, fit the joint table and write ``assoc-results.csv``."""
     from veil.server.analysis.assoc_em import JointEM

@@ -11,7 +11,6 @@ import os
 import sys
 from concurrent.futures import Executor
 
-from veil.server.analysis.assoc_cli import configure_assoc, run_assoc
 from veil.server.cli.options import (
     add_db_option,
     add_range_options,
@@ -69,6 +68,11 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--alpha", type=float, help="false discovery rate (storey, bh) or "
         "family-wise error rate (bonferroni) for detected strings (default: 0.05)",
+    )
+    parser.add_argument(
+        "--confidence", type=float,
+        help="confidence level of the intervals, in (0, 1); their columns are named for it "
+             "(low_90 and high_90 at 0.9; default: 0.95, low_95 and high_95)",
     )
     parser.add_argument(
         "--estimator", choices=("unbiased", "ibu"),
@@ -131,7 +135,8 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
 
     collected = _collected_source(args, bool(args.params or args.counts))
     # options not given on the command line keep the decoders' defaults (DEFAULT_OPTIONS)
-    given = {name: getattr(args, name) for name in ("correction", "alpha", "estimator")
+    given = {name: getattr(args, name)
+             for name in ("correction", "alpha", "confidence", "estimator")
              if getattr(args, name) is not None}
     options = {"background": not args.no_background, **given}
     if args.all_candidates:
@@ -267,6 +272,38 @@ def run_discover(args: argparse.Namespace) -> int:
           f"{found.result.headline}; wrote {', '.join(str(p) for p in paths.values())}")
     print(f"privacy: {summary['privacy']['statement']}")
     return 0
+
+
+def configure_assoc(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``veil assoc`` (google/rappor's ``decode_assoc.R`` names)."""
+    parser.add_argument("--metric-name", required=True,
+                        help="the metric whose variables the schema lists")
+    parser.add_argument("--schema", required=True,
+                        help="schema CSV: metric,var,var_type,params (var_type string or boolean)")
+    parser.add_argument("--params-dir", required=True,
+                        help="directory of the parameter files the schema names (<params>.csv)")
+    parser.add_argument("--reports", required=True,
+                        help="reports CSV: a cohort column and one bit-string column per variable")
+    parser.add_argument("--var1", required=True, help="the first variable")
+    parser.add_argument("--var2", required=True, help="the second variable")
+    parser.add_argument("--map1", help="map.csv of --var1 when it is a string")
+    parser.add_argument("--map2", help="map.csv of --var2 when it is a string")
+    parser.add_argument("--output-dir", default=".", help="output directory (default: .)")
+    parser.add_argument(
+        "--prior-reports", type=float, default=30.0,
+        help="strength of the Dirichlet prior, in pseudo-reports spread evenly over the "
+             "cells (default: 30; 0 gives the maximum-likelihood table)")
+    parser.add_argument("--max-em-iters", type=int, default=1000,
+                        help="most accelerated EM cycles (default: 1000); reported if reached")
+
+
+
+def run_assoc(args: argparse.Namespace) -> int:
+    """``veil assoc``: :func:`veil.server.analysis.assoc_cli.run_assoc` (loaded when it runs, so
+    that listing the commands loads none of the analysis)."""
+    from veil.server.analysis.assoc_cli import run_assoc as run
+
+    return run(args)
 
 
 COMMANDS = [
