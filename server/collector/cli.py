@@ -32,7 +32,7 @@ from veil.server.cli.options import (
 from veil.server.collector.config import DEFAULTS
 from veil.server.collector.logs import FORMATS, LEVELS, configure_logging
 from veil.server.settings import ENVIRONMENT, env_value
-from veil.shared.errors import VeilError
+from veil.shared.errors import ParameterError, VeilError
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +107,12 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-free-bytes", type=int, default=DEFAULTS["MIN_FREE_BYTES"],
                         help="/readyz answers 503 while the database's filesystem has less free "
                         "space (default: the storage's, 64 MiB)")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="also serve the read-only dashboard at /dashboard, to the read "
+                        "tokens (docs/dashboard.md)")
+    parser.add_argument("--dashboard-candidates", default=None,
+                        help="with --dashboard: a directory of <metric>.txt candidate files for "
+                        "string metrics")
     parser.add_argument("--migrate", action="store_true",
                         help="bring a database with an older schema to this Veil's before serving "
                         "(default: refuse it; see veil migrate --dry-run)")
@@ -140,6 +146,8 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
         "RECEIVE_TIMEOUT": args.receive_timeout,
         "LOG_FORMAT": args.log_format,
         "LOG_LEVEL": args.log_level,
+        "DASHBOARD": args.dashboard,
+        "DASHBOARD_CANDIDATES": args.dashboard_candidates,
     }
 
 
@@ -152,26 +160,29 @@ def run_serve(args: argparse.Namespace) -> int:
     for name in ("threads", "workers", "connection_limit", "channel_timeout", "receive_timeout"):
         if getattr(args, name) < 1:
             option = "--" + name.replace("_", "-")
-            raise VeilError(f"{option} must be at least 1; got {getattr(args, name)}")
+            raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
     if args.recent_ids_limit is not None and args.recent_ids_limit < 1:
-        raise VeilError(f"--recent-ids-limit must be at least 1; got {args.recent_ids_limit}")
+        raise ParameterError("recent_ids_limit", f"--recent-ids-limit must be at least 1; got {args.recent_ids_limit}")
     for name in ("network_rate", "token_rate", "token_daily_cap", "proxy_hops"):
         if getattr(args, name) < 0:
             option = "--" + name.replace("_", "-")
-            raise VeilError(f"{option} must be 0 (off) or more; got {getattr(args, name)}")
+            raise ParameterError(name, f"{option} must be 0 (off) or more; got {getattr(args, name)}")
     if args.burst_seconds <= 0:
-        raise VeilError(f"--burst-seconds must be more than 0; got {args.burst_seconds}")
+        raise ParameterError("burst_seconds", f"--burst-seconds must be more than 0; got {args.burst_seconds}")
     if args.min_free_bytes is not None and args.min_free_bytes < 0:
-        raise VeilError(f"--min-free-bytes must be at least 0; got {args.min_free_bytes}")
+        raise ParameterError("min_free_bytes", f"--min-free-bytes must be at least 0; got {args.min_free_bytes}")
     if args.max_body_bytes < 1024:
-        raise VeilError(f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
+        raise ParameterError("max_body_bytes", f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
     for name, allowed in (("log_format", FORMATS), ("log_level", LEVELS)):
         value = getattr(args, name)
         if value not in allowed:
             option = "--" + name.replace("_", "-")
-            raise VeilError(f"{option} (default ${ENVIRONMENT[name]}) must be one of "
+            raise ParameterError(name, f"{option} (default ${ENVIRONMENT[name]}) must be one of "
                             f"{', '.join(allowed)}; got {value!r}")
     config = serve_config(args)
+    if config["DASHBOARD"] and not config["READ_TOKENS"]:
+        raise VeilError("--dashboard shows data to read tokens only: give --read-token (or set "
+                        f"${ENVIRONMENT['read_token']})")
     token_daily_cap(config)  # a cap that could not hold is refused before anything starts
     configure_logging(config["LOG_FORMAT"], config["LOG_LEVEL"])
     registry = Registry.load(args.config)
@@ -262,7 +273,7 @@ def run_export(args: argparse.Namespace) -> int:
     with open_storage(args.db) as storage:
         registry = Registry.load(args.config) if args.config else storage.registry
         if args.metric not in registry:
-            raise VeilError(f"unknown metric {args.metric!r}; known: {', '.join(sorted(registry))}")
+            raise ParameterError("metric", f"unknown metric {args.metric!r}; known: {', '.join(sorted(registry))}")
         metric = registry[args.metric]
         params = rappor_params(metric.params)
         document = storage.counts(metric, args.start, args.end,
@@ -288,6 +299,7 @@ def configure_metrics(parser: argparse.ArgumentParser) -> None:
 
 def run_metrics(args: argparse.Namespace) -> int:
     """Print each metric's mechanism, what it costs in privacy, and the registry's choices."""
+    from veil.shared.privacy import format_epsilon
     from veil.shared.registry import Registry
 
     registry = Registry.load(args.config)
@@ -297,13 +309,14 @@ def run_metrics(args: argparse.Namespace) -> int:
         size = getattr(params, "report_bytes", None)
         if size is None and (rappor := params.as_rappor()) is not None:
             size = (rappor.k + 7) // 8
-        shown = f"{size} bytes" if size is not None else "one number"
-        print(f"{name:<24} {params.mechanism_name:<18} {params.epsilon_1:>9.4g} "
-              f"{params.epsilon_inf:>11.4g}  {shown}")
+        shown = f"{size} byte{'s' * (size != 1)}" if size is not None else "one number"
+        print(f"{name:<24} {params.mechanism_name:<18} {format_epsilon(params.epsilon_1):>9} "
+              f"{format_epsilon(params.epsilon_inf):>11}  {shown}")
         if metric.note:
             print(f"{'':<24} {metric.note}")
     print(f"epsilon_inf bounds what all reports of one value reveal; an installation reporting "
-          f"one value per metric spends at most {registry.epsilon_total():.4g} in all")
+          f"one value per metric spends at most {format_epsilon(registry.epsilon_total())} in "
+          "all (epsilons rounded up)")
     return 0
 
 

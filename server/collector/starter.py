@@ -37,8 +37,9 @@ version = 1
 
 # A string from an open set (Bloom-filter RAPPOR): the analysis finds which of a list
 # of candidate strings are common and how common (veil decode --candidates).
-# privacy: epsilon_1 = 1.074 per report; epsilon_inf = 4.394 per distinct value.
-# An installation whose home page changed to 3 different hosts has spent 3 x 4.394.
+# privacy: epsilon_1 = 1.08 per report; epsilon_inf = 4.40 per distinct value (rounded up,
+# as veil metrics writes them). An installation whose home page changed to 3 different
+# hosts has spent 3 x 4.40.
 [metrics.homepage]
 kind = "string"
 description = "Host name of the configured home page"

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from veil.server.counts import build_document
-from veil.shared.errors import VeilError
+from veil.shared.errors import ParameterError, VeilError
 from veil.shared.registry import Metric, Registry
 from veil.shared.statistics import COLUMNS, State, Statistic, statistic_for
 from veil.shared.wire import Report
@@ -48,6 +48,11 @@ def sums_agree(stored: Any, recounted: Any, reports: int) -> bool:
 
 class StorageError(VeilError):
     """The store cannot be opened or used as asked (wrong file, newer schema, unknown metric)."""
+
+
+class DayError(StorageError, ParameterError):
+    """A day is not written ``YYYY-MM-DD``, or a range ends before it starts: the caller's
+    input (a usage error of a command, a 400 of the API), not the store's state."""
 
 
 class StorageUnavailable(StorageError):
@@ -292,7 +297,7 @@ def parse_day(value: dt.date | str | None, field: str) -> str | None:
             return dt.datetime.strptime(value, DAY_FORMAT).date().strftime(DAY_FORMAT)
         except ValueError:
             pass
-    raise StorageError(f"{field} must be a day written YYYY-MM-DD; got {value!r}")
+    raise DayError(field, f"{field} must be a day written YYYY-MM-DD; got {value!r}")
 
 
 def day_range(start: dt.date | str | None, end: dt.date | str | None,
@@ -300,7 +305,7 @@ def day_range(start: dt.date | str | None, end: dt.date | str | None,
     """``(start, end)`` as ``YYYY-MM-DD`` (either may be ``None``), checked to be in order."""
     start_text, end_text = parse_day(start, "start"), parse_day(end, "end")
     if start_text and end_text and start_text > end_text:
-        raise StorageError(f"start ({start_text}) is after end ({end_text})")
+        raise DayError("start", f"start ({start_text}) is after end ({end_text})")
     return start_text, end_text
 
 

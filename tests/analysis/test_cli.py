@@ -288,18 +288,18 @@ def test_decode_errors_from_a_collector(
 ) -> None:
     out = str(tmp_path / "out")
     assert main(["decode", "--server", live_collector.url, "--token", "wrong", "--metric",
-                 "browser", "--out", out]) == 2
+                 "browser", "--out", out]) == 1
     assert "401" in capsys.readouterr().err
     _upload(live_collector, "rare", ["x"] * 10, seed=9)
     assert main(["decode", "--server", live_collector.url, "--token", live_collector.token,
-                 "--metric", "rare", "--out", out]) == 2
+                 "--metric", "rare", "--out", out]) == 1
     assert "too_few_reports" in capsys.readouterr().err
     # a local database file honours min_reports too, unless the operator forces it
     candidates = tmp_path / "candidates.txt"
     candidates.write_text("x\ny\n", encoding="utf-8")
     rare = ["decode", "--db", str(live_collector.db_path), "--metric", "rare",
             "--candidates", str(candidates), "--out", out]
-    assert main(rare) == 2
+    assert main(rare) == 1
     assert "at least 50" in capsys.readouterr().err
     assert main([*rare, "--force"]) == 0
     assert json.loads((Path(out) / "summary.json").read_text())["reports"] == 10
@@ -329,7 +329,7 @@ def test_a_source_on_the_command_line_wins_over_the_variables(
     decode = ["decode", "--metric", METRIC, "--out", str(tmp_path / "out")]
     assert main([*decode, "--db", str(db)]) == 0
     assert "300 reports" in capsys.readouterr().out
-    assert main([*decode, "--server", nowhere]) == 2
+    assert main([*decode, "--server", nowhere]) == 1
     assert f"cannot reach the collector at {nowhere}" in capsys.readouterr().err
     assert main(decode) == 2
     assert "$VEIL_URL and $VEIL_DB are both set" in capsys.readouterr().err

@@ -86,19 +86,16 @@ def test_every_kind_writes_the_same_columns(
     assert summary["privacy"]["statement"] in capsys.readouterr().out
 
 
-def test_a_number_row_fills_every_column(tmp_path: Path) -> None:
+def test_a_number_row_fills_its_columns_and_leaves_share_and_p_value_empty(
+        tmp_path: Path) -> None:
     params = NumberParams(low=0.0, high=10.0, mechanism="laplace", epsilon=2.0)
     [row] = decode_example(params, {2.5: 0.5, 7.5: 0.5}, {"mean": 5.0}, tmp_path).rows
     assert row["value"] == "mean" and row["kind"] == "number"
-    # the mean in its unit, and the same as a position between low and high
-    assert row["proportion"] == pytest.approx(row["estimate"] / 10.0)
-    assert row["prop_std_error"] == pytest.approx(row["std_error"] / 10.0)
-    assert row["prop_low_95"] == pytest.approx(row["low_95"] / 10.0)
-    assert row["prop_high_95"] == pytest.approx(row["high_95"] / 10.0)
-    # the p-value tests "the mean is low (0)" against "above it", one-sided
-    z = row["estimate"] / row["std_error"]
-    assert row["p_value"] == pytest.approx(stats.norm.sf(z), rel=1e-9)
-    assert row["log10_p_value"] == pytest.approx(stats.norm.logsf(z) / math.log(10), rel=1e-9)
+    assert row["low_95"] < row["estimate"] < row["high_95"] and row["std_error"] > 0
+    # a mean is no share of reports, and "the mean is low" no hypothesis: left empty
+    for name in ("proportion", "prop_std_error", "prop_low_95", "prop_high_95", "p_value",
+                 "log10_p_value"):
+        assert row[name] is None, name
 
 
 def test_p_values_far_in_the_tail_keep_their_size_in_log10() -> None:

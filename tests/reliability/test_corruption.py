@@ -147,14 +147,14 @@ def test_a_malformed_aggregate_row_is_503_and_rebuilding_repairs_it(db, app_fact
     ["backup", "--out", "{tmp}/copy.db"],
     ["decode", "--metric", "dark_mode", "--out", "{tmp}/decoded"],
 ], ids=lambda command: command[0])
-def test_commands_on_a_damaged_file_print_one_line_and_exit_2(db, tmp_path, test_registry,
+def test_commands_on_a_damaged_file_print_one_line_and_exit_1(db, tmp_path, test_registry,
                                                               command):
     config = tmp_path / "metrics.toml"
     config.write_text(test_registry.to_toml(), encoding="utf-8")
     scribble(db, [root_page(db, "meta"), *middle_pages(db)])
     args = [arg.format(config=config, tmp=tmp_path) for arg in command]
     result = veil(*args, "--db", str(db))
-    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"veil {command[0]}: error: {db} is damaged")

@@ -384,7 +384,7 @@ def test_aggregate_refuses_a_row_the_wire_refuses_and_sets_nothing(
     archive(store, root, buckets=1, progress=False)
     path, row = tamper(root, metric, DAYS[1], value)
     assert main(["aggregate", "--archive", str(root), "--db", str(target), "--config",
-                 str(registry), "--scheduler", dask_client.scheduler.address]) == 2
+                 str(registry), "--scheduler", dask_client.scheduler.address]) == 1
     err = capsys.readouterr().err
     assert f"the archive file {path}, row {row} (counting from 0)" in err, err
     assert reason in err and f"for metric {metric!r}" in err, err
@@ -403,7 +403,7 @@ def test_the_veil_aggregate_command_exits_non_zero_on_a_boolean_of_10_to_the_12(
     path, row = tamper(root, "dark_mode", DAYS[0], 10**12)
     done = veil("aggregate", "--archive", str(root), "--db", str(target), "--config",
                 str(registry), "--scheduler", dask_client.scheduler.address)
-    assert done.returncode == 2, done.stdout
+    assert done.returncode == 1, done.stdout
     assert done.stderr.startswith(f"veil aggregate: error: the archive file {path}, row {row} "
                                   "(counting from 0): the wire refuses its payload "
                                   "1000000000000 for metric 'dark_mode' (wrong_type): "
@@ -480,8 +480,8 @@ def test_cli_round_trip_into_a_fresh_store(store, wire, tmp_path, dask_client):
 def test_cli_errors_name_the_problem(store, tmp_path, capsys):
     db = str(tmp_path / "veil.db")
 
-    def error(*args: str) -> str:
-        assert main(list(args)) == 2
+    def error(*args: str, code: int = 1) -> str:
+        assert main(list(args)) == code
         return capsys.readouterr().err
 
     assert "is not a directory" in error("aggregate", "--archive", str(tmp_path / "nope"),
@@ -497,7 +497,7 @@ def test_cli_errors_name_the_problem(store, tmp_path, capsys):
                                                            str(root), "--metric", "nope")
     assert "--workers sizes a local cluster" in error(
         "aggregate", "--archive", str(root), "--db", db, "--scheduler", "tcp://127.0.0.1:1",
-        "--workers", "2")
+        "--workers", "2", code=2)
     document = json.loads((root / "manifest.json").read_text())
     document["format_version"] = FORMAT_VERSION + 1
     (root / "manifest.json").write_text(json.dumps(document))

@@ -60,13 +60,13 @@ def test_export_of_a_category_metric_and_refusals(app, client, wire, tmp_path):
     assert veil("export", "--db", db, "--metric", "browser", "--out", str(out)).returncode == 0
     assert (out / "params.csv").read_text().splitlines()[1] == "4,1,1,0.5,0.75,0.5"
     refused = veil("export", "--db", db, "--metric", "rare", "--out", str(tmp_path / "r"))
-    assert refused.returncode == 2 and "min_reports" in refused.stderr and "3" in refused.stderr
+    assert refused.returncode == 1 and "min_reports" in refused.stderr and "3" in refused.stderr
     forced = veil("export", "--db", db, "--metric", "rare", "--out", str(tmp_path / "r"), "--force")
     assert forced.returncode == 0, forced.stderr
     boolean = veil("export", "--db", db, "--metric", "dark_mode", "--out", str(tmp_path / "b"))
     assert boolean.returncode == 2 and "exist only for metrics reported with RAPPOR bits" in boolean.stderr
     missing = veil("export", "--db", str(tmp_path / "none.db"), "--metric", "x", "--out", "o")
-    assert missing.returncode == 2 and "no Veil database" in missing.stderr
+    assert missing.returncode == 1 and "no Veil database" in missing.stderr
 
 
 def test_rebuild_aggregates_and_backup_commands(client, wire, tmp_path):

@@ -118,14 +118,14 @@ def test_dry_run_refuses_what_it_cannot_migrate(tmp_path, capsys):
     conn.close()
     with pytest.raises(StorageError, match="not a Veil database"):
         pending_migrations(foreign)
-    assert main(["migrate", "--db", str(tmp_path / "missing.db"), "--dry-run"]) == 2
+    assert main(["migrate", "--db", str(tmp_path / "missing.db"), "--dry-run"]) == 1
     assert "no Veil database at" in capsys.readouterr().err
 
 
 def test_serve_refuses_an_older_database_unless_told_to_migrate(old_db, wire, tmp_path):
     refused = CollectorHandle(tmp_path, wire.registry)
     assert refused.db_path == old_db
-    with pytest.raises(RuntimeError, match=r"exit code 2\) and printed ''"):
+    with pytest.raises(RuntimeError, match=r"exit code 1\) and printed ''"):
         refused.start()
     log = tmp_path / "serve.log"
     assert f"veil migrate --db {old_db}" in log.read_text()

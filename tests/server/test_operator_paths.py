@@ -40,7 +40,7 @@ def test_a_file_on_the_way_is_named(tmp_path, wire):
 ])
 def test_every_command_names_the_missing_directory(tmp_path, capsys, command):
     db = tmp_path / "missing" / "veil.db"
-    assert main([command[0], "--db", str(db), *command[1:]]) == 2
+    assert main([command[0], "--db", str(db), *command[1:]]) == 1
     error = capsys.readouterr().err
     assert f"the directory {tmp_path / 'missing'} does not exist" in error
     assert "unable to open database" not in error
@@ -53,7 +53,7 @@ def test_serve_names_the_missing_directory(tmp_path, wire):
     served = subprocess.run([sys.executable, "-m", "veil.server.cli", "serve", "--config",
                              str(registry), "--db", str(db), "--port", "0"],
                             capture_output=True, text=True, timeout=60)
-    assert served.returncode == 2
+    assert served.returncode == 1
     assert f"create it first (mkdir -p {db.parent})" in served.stderr
 
 
