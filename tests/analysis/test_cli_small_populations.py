@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.test_common_checks import EXAMPLES, IDS, population, registry_for, sdk_reports
+from veil.server.analysis.joint import variable_columns
 from veil.server.analysis.tables import RESULT_COLUMNS, STRING_COLUMNS, TEXT_COLUMNS
 from veil.server.cli import main
 from veil.server.storage import open_storage
@@ -36,6 +37,7 @@ from veil.shared.kinds import (
     DiscoveryParams,
     GrrParams,
     HadamardParams,
+    JointParams,
     MechanismParams,
     NumberParams,
     OlhParams,
@@ -118,6 +120,11 @@ def check_outputs(out: Path, params: MechanismParams, reports: int,
     """The three files are there and sound; return the rows of results.csv."""
     kind = "string" if isinstance(params, DiscoveryParams) else params.kind
     columns = list(STRING_COLUMNS if kind == "string" else RESULT_COLUMNS)
+    text = set(TEXT_COLUMNS)
+    if isinstance(params, JointParams):  # a column per variable, and the consistent share
+        variables = variable_columns(params)
+        columns = [*RESULT_COLUMNS[:2], *variables, *RESULT_COLUMNS[2:], "consistent"]
+        text |= set(variables)
     with open(out / "results.csv", newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         assert next(reader) == columns
@@ -125,22 +132,23 @@ def check_outputs(out: Path, params: MechanismParams, reports: int,
     rows = [dict(zip(columns, row, strict=True)) for row in cells]
     for row in rows:
         assert (row["metric"], row["kind"]) == (METRIC, kind)
-        # every other cell a number: no NaN, no inf
-        values = {name: float(row[name]) for name in columns if name not in TEXT_COLUMNS}
+        # every other cell a number (no NaN, no inf), or empty where it has no meaning
+        values = {name: float(row[name]) for name in columns
+                  if name not in text and row[name] != ""}
         assert all(math.isfinite(v) for v in values.values()), row
+        if isinstance(params, NumberParams):
+            # a mean is not a share: its share and p-value columns are left empty
+            assert row["value"] == "mean" and row["p_value"] == row["proportion"] == "", row
+            assert params.low <= values["low_95"] <= values["high_95"] <= params.high, row
+            continue
+        assert set(values) == set(columns) - text, row
         assert values["log10_p_value"] <= 0.0
         assert values["p_value"] == pytest.approx(10 ** values["log10_p_value"], rel=1e-9)
-        if isinstance(params, NumberParams):
-            assert row["value"] == "mean"
-            assert params.low <= values["low_95"] <= values["high_95"] <= params.high, row
-            width = params.high - params.low
-            assert values["proportion"] == pytest.approx((values["estimate"] - params.low) / width)
-        else:
-            # the estimate is unbiased, so it may leave [0, 1]; its interval may not
-            assert 0.0 <= values["prop_low_95"] <= values["prop_high_95"] <= 1.0, row
-            assert values["std_error"] >= 0 and values["prop_std_error"] >= 0, row
-            assert values["estimate"] == pytest.approx(values["proportion"] * reports, abs=1e-9)
-            assert 0.0 <= values["p_value"] <= 1.0, row
+        # the estimate is unbiased, so it may leave [0, 1]; its interval may not
+        assert 0.0 <= values["prop_low_95"] <= values["prop_high_95"] <= 1.0, row
+        assert values["std_error"] >= 0 and values["prop_std_error"] >= 0, row
+        assert values["estimate"] == pytest.approx(values["proportion"] * reports, abs=1e-9)
+        assert 0.0 <= values["p_value"] <= 1.0, row
     labels = [row["value"] for row in rows]
     if params.kind == "number":
         assert labels == ["mean"]
@@ -148,6 +156,8 @@ def check_outputs(out: Path, params: MechanismParams, reports: int,
         assert labels == ["true", "false"]
     elif isinstance(params, CategoryParams | OracleParams):
         assert labels == list(params.categories)
+    elif isinstance(params, JointParams):  # every cell of the product domain, once
+        assert len(labels) == len(set(labels)) == params.cells
     else:  # strings: the detected candidates, each once
         assert len(set(labels)) == len(labels)
         assert candidates is None or set(labels) <= set(candidates)
@@ -202,7 +212,7 @@ def test_tiny_population_decodes_to_all_three_files(
         args = decode_args(db, out, params, candidates)
         args.remove("--force")
         code, _, err = run_cli(args, capsys)
-        assert code == 2 and f"at least {DEFAULT_MIN_REPORTS}" in err
+        assert code == 1 and f"at least {DEFAULT_MIN_REPORTS}" in err
         assert not out.exists()
     code, stdout, _ = run_cli(decode_args(db, out, params, candidates), capsys)
     assert code == 0
