@@ -23,6 +23,7 @@ from veil.client.errors import (
     StateError,
     UnknownMetricError,
 )
+from veil.client.outage import Outage
 from veil.client.transport import RequestsTransport, Transport
 from veil.shared.errors import ParameterError, VeilError, WireFormatError
 
@@ -31,6 +32,7 @@ __all__ = [
     "Client",
     "ClientClosedError",
     "FlushResult",
+    "Outage",
     "ParameterError",
     "PrivacySpent",
     "RegistryUnavailableError",

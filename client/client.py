@@ -41,6 +41,7 @@ from veil.client.options import (
     POSITIVE_SECONDS,
     ClientOptions,
 )
+from veil.client.outage import Outage
 from veil.client.outbox import DROP_CAUSES
 from veil.client.privacy_limits import DEFAULT_MAX_EPSILON_PER_VALUE
 from veil.client.recorder import Recorder
@@ -345,6 +346,20 @@ class Client:
         if self.disabled:
             return dict.fromkeys(DROP_CAUSES, 0)
         return self._recorder.drop_counts()
+
+    @property
+    def outage(self) -> Outage | None:
+        """The collector's outage under way, as this installation saw it, or ``None``.
+
+        It begins with the first upload or registry fetch that cannot reach the
+        collector and ends when the collector answers; ``since`` (UTC) and
+        ``failures`` (failed attempts) are kept in the state database, so a
+        program that runs once a minute continues the outage of its previous run.
+        Its first failure is logged as one WARNING, later ones at DEBUG level, and
+        its end as one INFO line. Still readable after :meth:`close`; ``None``
+        when disabled.
+        """
+        return None if self.disabled else self._recorder.outage()
 
     def flush(self, timeout: float | None = DEFAULT_FLUSH_TIMEOUT) -> FlushResult:
         """Upload every queued report in batches; ``timeout`` bounds the whole call (seconds,

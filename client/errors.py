@@ -45,7 +45,16 @@ class BudgetExceededError(VeilError):
 
 
 class RegistryUnavailableError(VeilError):
-    """No metric registry: the collector could not be reached and nothing is cached."""
+    """No metric registry: the collector could not be reached and nothing is cached.
+
+    ``unreachable`` says that the collector did not answer (a network error, a
+    timeout, or a 408, 429 or 5xx answer): part of an outage. An answer that is
+    no registry (a 404, a malformed document) is not.
+    """
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 class StateError(VeilError):

@@ -195,9 +195,13 @@ class DropCounter:
         """The ``durable`` counts (:meth:`Outbox.drops`) with the ones kept in memory added."""
         return {cause: durable[cause] + self._unsaved[cause] for cause in DROP_CAUSES}
 
-    def log(self, cause: str, message: str, *, warn: bool = False) -> None:
+    def log(self, cause: str, message: str, *, warn: bool = False, quiet: bool = False) -> None:
         """Log a drop: at WARNING level the first time for ``cause`` (or with ``warn``), at DEBUG
-        afterwards."""
+        afterwards, or with ``quiet`` (a drop that an earlier WARNING announced, such as the
+        outage's)."""
+        if quiet:
+            log.debug("%s", message)
+            return
         with self._lock:
             first = cause not in self._warned or warn
             self._warned.add(cause)

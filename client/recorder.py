@@ -2,8 +2,9 @@
 
 :class:`Recorder` is a client's hold on its state database: one SQLite
 connection, the lock that serializes it, the :class:`~veil.client.outbox.Outbox`
-and the :class:`~veil.client.accounting.PrivacyLedger` on it, and the drop
-counts (:class:`~veil.client.outbox.DropCounter`). :meth:`Recorder.submit`
+and the :class:`~veil.client.accounting.PrivacyLedger` on it, the drop counts
+(:class:`~veil.client.outbox.DropCounter`) and the record of the collector's
+outage under way (:class:`~veil.client.outage.OutageRecord`). :meth:`Recorder.submit`
 looks the metric up in the registry its
 :class:`~veil.client.registry_source.RegistryLoader` holds (or lets the value
 wait for one), encodes the value with the metric's encoder, and queues the
@@ -39,6 +40,7 @@ from veil.client.errors import (
     UnknownMetricError,
 )
 from veil.client.options import ClientOptions, Location
+from veil.client.outage import Outage, OutageRecord, log_failure, log_recovery
 from veil.client.outbox import DROP_CAUSES, DropCounter, Outbox
 from veil.client.randomness import HmacStream
 from veil.client.registry_source import Metrics, RegistryLoader
@@ -102,16 +104,18 @@ class Recorder:
         self.lock = threading.Lock()
         self.closed = False
         self.drops = DropCounter(debug=options.debug)
+        self.outages = OutageRecord()
         self.on_queue: Callable[[], None] | None = None
         self._pid = os.getpid()
         self._abandoned: list[sqlite3.Connection] = []
         self._drops_at_close = dict.fromkeys(DROP_CAUSES, 0)
+        self._outage_at_close: Outage | None = None
         self._attach(connection, recover=True)
         self.cohort_seed = cohort_seed(connection, secret)
         self.loader = RegistryLoader(
             transport, location.url, directory, token=location.token, timeout=options.timeout,
             limits=options.limits, submit=functools.partial(self.submit, strict=False),
-            drop=self.drop, hold=hold,
+            drop=self.drop, hold=hold, unreachable=self.unreachable, reached=self.reached,
         )
 
     def _attach(self, connection: sqlite3.Connection, *, recover: bool) -> None:
@@ -269,13 +273,15 @@ class Recorder:
             "that is unknown and counts as the whole budget)"
         )
 
-    def drop(self, cause: str, message: str, count: int = 1, *, warn: bool = False) -> None:
+    def drop(
+        self, cause: str, message: str, count: int = 1, *, warn: bool = False, quiet: bool = False
+    ) -> None:
         """Count ``count`` reports dropped for ``cause`` and log it (WARNING the first time, or
-        with ``warn``). The count is durable, unless the client is closed or the state database
-        fails: then it is kept in memory."""
+        with ``warn``; DEBUG with ``quiet``). The count is durable, unless the client is closed
+        or the state database fails: then it is kept in memory."""
         with self.lock:
             self.drops.count(None if self.closed else self.outbox, cause, count)
-        self.drops.log(cause, message, warn=warn)
+        self.drops.log(cause, message, warn=warn, quiet=quiet)
 
     def drop_counts(self) -> dict[str, int]:
         """Reports dropped over the installation's lifetime, per cause (those at close, once
@@ -287,6 +293,37 @@ class Recorder:
             with self.lock:
                 durable = self.outbox.drops()
         return self.drops.totals(durable)
+
+    def unreachable(self, problem: str, consequence: str) -> bool:
+        """An upload or fetch could not reach the collector (``problem`` says how): count it in
+        the outage under way, or begin one, and log it (a WARNING saying ``consequence`` when it
+        begins the outage, else DEBUG). After close (a fetch that outlived it) only DEBUG.
+
+        Returns whether the outage was announced by another run (or process): what it
+        costs this run is then logged at DEBUG level too."""
+        with self.lock:
+            if self.closed:
+                log.debug("cannot reach the collector: %s", problem)
+                return True
+            outage = self.outages.failed(self.connection)
+            earlier = outage.since != self.outages.began
+        log_failure(outage, problem, consequence)
+        return earlier
+
+    def reached(self) -> None:
+        """The collector answered: end the outage under way, if any, with one INFO line."""
+        with self.lock:
+            ended = None if self.closed else self.outages.reached(self.connection)
+        if ended is not None:
+            log_recovery(ended)
+
+    def outage(self) -> Outage | None:
+        """The outage of the collector under way (the one at close, once closed)."""
+        if self.closed:
+            return self._outage_at_close
+        self.check_process()
+        with self.lock:
+            return self.outages.current(self.connection)
 
     def spent(self) -> PrivacySpent:
         """The privacy ledger's spend."""
@@ -307,6 +344,7 @@ class Recorder:
         try:
             with self.lock:
                 self.closed = True
+                self._outage_at_close = self.outages.current(self.connection)
                 self._drops_at_close = self.outbox.drops()
                 return self.outbox.pending()
         except sqlite3.Error as problem:

@@ -204,9 +204,12 @@ NOT_LOADED = Metrics(Registry([]), {})
 
 class Drop(Protocol):
     """How the loader hands over the values it drops: ``count`` reports for ``cause``, logged
-    with ``message`` (at WARNING level the first time for the cause, or with ``warn``)."""
+    with ``message`` (at WARNING level the first time for the cause, or with ``warn``; at DEBUG
+    level with ``quiet``)."""
 
-    def __call__(self, cause: str, message: str, count: int = 1, *, warn: bool = False) -> None:
+    def __call__(
+        self, cause: str, message: str, count: int = 1, *, warn: bool = False, quiet: bool = False
+    ) -> None:
         ...
 
 
@@ -227,12 +230,19 @@ class RegistryLoader:
     ``submit`` (to be encoded and queued, or dropped), and the ones given up go
     to ``drop``. ``hold(True)`` is called while values wait in memory only (the
     client's exit hook then keeps it alive), ``hold(False)`` once none does.
+    A fetch that finds the collector unreachable goes to ``unreachable`` (what
+    failed, and what that means for the application), one it answers to ``reached``:
+    the outage under way (:mod:`veil.client.outage`) counts the one, and the other ends it.
+    While an outage that another run announced lasts (``unreachable`` returned
+    ``True``), the values it costs this run are counted and logged at DEBUG level:
+    its WARNING said they would be dropped.
     """
 
     def __init__(
         self, transport: Transport, url: str, directory: Path, *, token: str | None,
         timeout: float, limits: PrivacyLimits, submit: Callable[[Any, Any], None], drop: Drop,
-        hold: Callable[[bool], None],
+        hold: Callable[[bool], None], unreachable: Callable[[str, str], bool],
+        reached: Callable[[], None],
     ) -> None:
         self.transport = transport
         self.url = url
@@ -243,11 +253,15 @@ class RegistryLoader:
         self._submit = submit
         self._drop = drop
         self._hold = hold
+        self._unreachable = unreachable
+        self._reached = reached
         #: the registry in use (:data:`NOT_LOADED` until one arrives)
         self.metrics = NOT_LOADED
         #: why the last fetch failed (``None``: it did not)
         self.problem: str | None = None
         self._warned = False
+        #: the last fetch failed in an outage another run announced: its losses are not news
+        self._quiet = False
         self._fetched = threading.Event()
         self._fetch_ended = -math.inf
         self.forked()
@@ -302,7 +316,7 @@ class RegistryLoader:
             self._hold(bool(self.waiting))
         self.problem = problem
         if problem is None:
-            self._warned = False
+            self._warned = self._quiet = False
         return previous, ready, expired
 
     def start_fetch(
@@ -336,45 +350,65 @@ class RegistryLoader:
             registry = fetch_registry(self.transport, self.url, self.directory,
                                       token=self.token, timeout=timeout)
         except VeilError as problem:
-            self._unavailable(str(problem))
+            self._unavailable(str(problem), unreachable=getattr(problem, "unreachable", False))
         except Exception as problem:
             log.exception("fetching the metric registry failed")
-            self._unavailable(f"{type(problem).__name__}: {problem}")
+            self._unavailable(f"{type(problem).__name__}: {problem}", unreachable=None)
         else:
+            self._reached()
             self.install(registry)
         finally:
             done.set()
 
-    def _unavailable(self, problem: str) -> None:
+    def _unavailable(self, problem: str, *, unreachable: bool | None) -> None:
         """A fetch failed: forget the values that waited too long; with a registry loaded (this
-        was a refresh), the values that waited for it are reported against the one in use."""
+        was a refresh), the values that waited for it are reported against the one in use.
+
+        ``unreachable``: the collector did not answer (a failure of the outage under
+        way); ``False``: it answered with no registry; ``None``: the transport broke."""
         with self.waiting.settling:
             previous, retry, expired = self._end_fetch(None, problem)
+            if unreachable:
+                self._quiet = self._unreachable(problem, (
+                    "The metric registry loaded stays in use; reports stay queued and will be "
+                    "retried" if previous.loaded else
+                    f"Values reported wait in memory for the metric registry (at most "
+                    f"{MAX_WAITING}); those reported more than {WAITING_SECONDS:g} s before a "
+                    "later failed fetch, and all still waiting when the client closes, are "
+                    "dropped and counted in client.drops['no_registry']"
+                ))
+            else:
+                self._quiet = False
+                self._log_unavailable(problem, refresh=previous.loaded)
             self._drop_waiting(
                 expired,
                 f"for more than {WAITING_SECONDS:g} s (it could not be fetched: {problem})",
             )
-            if previous.loaded:
-                log.info("could not refresh the metric registry; using the one loaded: %s",
-                         problem)
-            elif not self._warned:
-                self._warned = True
-                log.warning(
-                    "the metric registry is not available yet: %s. Up to %d values wait in "
-                    "memory for it; one reported more than %g s ago is dropped when the next "
-                    "value waits or the next fetch fails, and counted in "
-                    "client.drops['no_registry']",
-                    problem, MAX_WAITING, WAITING_SECONDS,
-                )
             for metric, value in retry:
                 self._submit(metric, value)
+        if unreachable is False:
+            self._reached()
+
+    def _log_unavailable(self, problem: str, *, refresh: bool) -> None:
+        """Log a fetch the collector answered without a registry (or a broken transport): at
+        INFO level for a ``refresh``, else as a WARNING once until a registry arrives."""
+        if refresh:
+            log.info("could not refresh the metric registry; using the one loaded: %s", problem)
+        elif not self._warned:
+            self._warned = True
+            log.warning(
+                "the metric registry is not available yet: %s. Up to %d values wait in memory "
+                "for it; one reported more than %g s ago is dropped when the next value waits "
+                "or the next fetch fails, and counted in client.drops['no_registry']",
+                problem, MAX_WAITING, WAITING_SECONDS,
+            )
 
     def _drop_waiting(self, count: int, why: str) -> None:
         """Count and log ``count`` values dropped after waiting for the registry (``why`` ends
         the message: how long they waited)."""
         if count:
             self._drop("no_registry", f"dropped {counted_values(count)} that waited for the "
-                       f"metric registry {why}", count)
+                       f"metric registry {why}", count, quiet=self._quiet)
 
     def wait(self, metrics: Metrics, metric: Any, value: Any) -> bool:
         """Keep ``value`` in memory until the registry arrives (bounded in count and time), if
@@ -410,7 +444,8 @@ class RegistryLoader:
 
     def abandon(self, when: str) -> int:
         """At close: drop the values still waiting (counted, and logged as a WARNING naming
-        ``when`` it happened); return how many. Call it holding ``waiting.settling``."""
+        ``when`` it happened, or at DEBUG level in an outage another run announced); return
+        how many. Call it holding ``waiting.settling``."""
         with self.waiting.lock:
             lost = len(self.waiting.take())
             self._hold(False)
@@ -420,6 +455,6 @@ class RegistryLoader:
                 f"lost {counted_values(lost)} reported before the metric registry arrived: it "
                 f"could not be fetched {when} ({self.problem or 'the fetch was still under way'}"
                 "); they are counted in client.drops['no_registry']",
-                lost, warn=True,
+                lost, warn=True, quiet=self._quiet,
             )
         return lost

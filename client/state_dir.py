@@ -4,7 +4,8 @@ Layout (all files mode 0600, the directory 0700)::
 
     secret          32 random bytes from the OS CSPRNG; keys every memoized response
     veil.db         SQLite (WAL): the outbox, the privacy ledger and whether it covers
-                    the secret's whole life, the cohort seed, the counts of dropped reports
+                    the secret's whole life, the cohort seed, the counts of dropped reports,
+                    the collector's outage under way (``veil.client.outage``)
     veil.db-wal     SQLite's write-ahead log (and veil.db-shm, its index)
     registry.json   the last metric registry fetched from the collector
 

@@ -174,8 +174,10 @@ class Transport(ABC):
     def fetch_registry(self, url: str, *, token: str | None, timeout: float) -> Registry:
         """The collector's metric registry (``GET {url}/v1/metrics``).
 
-        Raises :class:`~veil.client.RegistryUnavailableError`; this default
-        always does, so the client falls back to its cached copy or ``registry=``.
+        Raises :class:`~veil.client.RegistryUnavailableError`, with
+        ``unreachable=True`` when the collector did not answer (the client counts
+        that in the outage under way); this default always does, so the client
+        falls back to its cached copy or ``registry=``.
         """
         raise RegistryUnavailableError(f"{type(self).__name__} does not fetch the registry")
 
@@ -245,15 +247,15 @@ class RequestsTransport(Transport):
                         "refused", status, message=f"HTTP {status} {code} {message}".strip()
                     )
             if attempt >= policy.max_retries:
-                return Outcome("unreachable", status, message=f"{problem} (gave up after "
-                               f"{attempt + 1} attempts)")
+                tries = f"{attempt + 1} attempts" if attempt else "1 attempt"
+                return Outcome("unreachable", status, message=f"{problem} (gave up after {tries})")
             delay = policy.delay(attempt) if wait is None else wait
             if wait is not None and wait > policy.backoff_cap:
                 return Outcome("unreachable", status, message=f"{problem}; the collector asked "
                                f"to retry after {wait:.0f} s")
             if deadline is not None and time.monotonic() + delay >= deadline:
                 return Outcome("unreachable", status, message=f"{problem} (flush deadline reached)")
-            log.info("%s; retrying in %.2f s", problem, delay)
+            log.debug("%s; retrying in %.2f s", problem, delay)
             if stop is not None:
                 if stop.wait(delay):
                     return Outcome("unreachable", status, message=f"{problem} (client closing)")
@@ -268,10 +270,12 @@ class RequestsTransport(Transport):
             response = self.session.get(address, headers=_authorization(token), timeout=timeout)
         except requests.RequestException as exc:
             raise RegistryUnavailableError(
-                f"GET {address} failed: {network_problem(exc)}"
+                f"GET {address} failed: {network_problem(exc)}", unreachable=True
             ) from None
-        if response.status_code != 200:
-            raise RegistryUnavailableError(f"GET {address} answered HTTP {response.status_code}")
+        status = response.status_code
+        if status != 200:
+            raise RegistryUnavailableError(f"GET {address} answered HTTP {status}",
+                                           unreachable=status in RETRY_STATUSES)
         try:
             return Registry.from_dict(response.json(), lenient=True)
         except (ValueError, ParameterError) as exc:

@@ -77,7 +77,8 @@ class Uploader:
         #: the most reports per batch: ``batch_size``, halved each time the collector found a
         #: batch too large (its limit holds for later flushes too)
         self._batch_limit = options.batch_size
-        self._failing = False
+        #: whether the collector refused the last batch it answered (logged once until one passes)
+        self._refused = False
         self.worker: BackgroundWorker | None = None
         if options.background:
             self.worker = BackgroundWorker(
@@ -166,7 +167,7 @@ class Uploader:
                     recorder.outbox.count_dropped("rejected", rejected)
             for item in answer.get("errors", [])[:20]:
                 recorder.drops.log("rejected", f"the collector refused a report: {item}")
-            self._note_upload(None, outcome.kind)
+            self._note_upload(outcome)
             totals.update(batches=1, sent=len(rows), accepted=answer["accepted"],
                           duplicates=answer["duplicates"], rejected=rejected)
             return None
@@ -174,6 +175,7 @@ class Uploader:
             with recorder.lock:
                 recorder.outbox.delete(seqs)
                 recorder.outbox.count_dropped("rejected")
+            self._note_upload(outcome)
             recorder.drops.log(
                 "rejected", f"the collector refuses a report as too large: {outcome.message}"
             )
@@ -181,29 +183,35 @@ class Uploader:
             return None
         with recorder.lock:
             recorder.outbox.release(seqs)
+        self._note_upload(outcome)
         if outcome.kind == "too_large":
             self._batch_limit = max(1, len(rows) // 2)
             return None
-        self._note_upload(outcome.message, outcome.kind)
         return outcome
 
-    def _note_upload(self, error: str | None, kind: str) -> None:
-        """Log an upload failure once per outage (then at DEBUG level), and the recovery."""
-        with self.recorder.lock:
-            was_failing, self._failing = self._failing, error is not None
-        if error is None:
-            if was_failing:
-                log.info("uploads to the collector succeed again")
+    def _note_upload(self, outcome: Outcome) -> None:
+        """Note how an upload ended: an unreachable collector counts in the outage under way
+        (:mod:`veil.client.outage`: one WARNING per outage, even across runs), any answer ends
+        it; a refused batch is an ERROR, logged once until a batch is acknowledged again."""
+        recorder = self.recorder
+        if outcome.kind == "unreachable":
+            recorder.unreachable(outcome.message, "The reports stay queued and will be retried")
             return
-        if was_failing:
-            log.debug("upload failed; the reports stay queued: %s", error)
+        recorder.reached()
+        if outcome.kind == "too_large":
             return
-        if kind == "refused":
+        refused = outcome.kind == "refused"
+        with recorder.lock:
+            was_refused, self._refused = self._refused, refused
+        if refused and was_refused:
+            log.debug("the collector refused a batch; the reports stay queued: %s",
+                      outcome.message)
+        elif refused:
             log.error("the collector refused a batch; the reports stay queued: %s (further "
-                      "failures are logged at debug level until an upload succeeds)", error)
-        else:
-            log.warning("upload failed; the reports stay queued: %s (further failures are "
-                        "logged at debug level until an upload succeeds)", error)
+                      "refusals are logged at debug level until a batch is accepted)",
+                      outcome.message)
+        elif was_refused:
+            log.info("the collector accepts batches again")
 
     def _flush_in_background(self, stop: threading.Event) -> None:
         """The background worker's flush: retries as configured, waits end when ``stop`` is set."""

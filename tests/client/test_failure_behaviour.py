@@ -11,6 +11,8 @@ directory every application had to invent.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import itertools
 import json
 import logging
@@ -347,10 +349,51 @@ def test_an_offline_application_sees_one_line_per_problem_on_stderr(
     for noise in ("urllib3", "HTTPConnectionPool", "Traceback", "Max retries"):
         assert noise not in completed.stderr
     assert len(lines) == 2, lines
-    [upload] = [line for line in lines if line.startswith("upload failed; the reports stay queued")]
+    [upload] = [line for line in lines if line.startswith("the collector is unreachable: POST")]
     assert "failed: ConnectionError (connection refused)" in upload
+    assert "The reports stay queued and will be retried" in upload
     [dropped] = [line for line in lines if line.startswith("dropped a report of 'homepage'")]
     assert "value must be a str; got int" in dropped
+
+
+def test_an_outage_is_counted_continued_by_the_next_client_and_ended_by_an_answer(
+    collector_factory, tmp_path, caplog
+):
+    """``client.outage`` counts the failed attempts of one outage, from the state database: a
+    second client on the same state directory continues it (one WARNING in all, then DEBUG),
+    and the first answer from the collector ends it with one INFO line."""
+    collector = collector_factory()
+    collector.stop()
+    state = tmp_path / "state"
+    with caplog.at_level(logging.DEBUG, logger="veil.client"):
+        first = Client(collector.url, state, registry=collector.registry, max_retries=0)
+        assert first.outage is None
+        first.report("dark_mode", True)
+        began = datetime.datetime.now(datetime.UTC)
+        for _ in range(2):
+            assert not first.flush(timeout=2).ok
+        outage = first.outage
+        assert outage is not None and outage.failures == 2
+        assert abs(outage.since - began) < datetime.timedelta(seconds=5)
+        first.close(timeout=1)
+        assert first.outage == dataclasses.replace(outage, failures=3)  # readable once closed
+
+        second = Client(collector.url, state, registry=collector.registry, max_retries=0)
+        assert second.outage == first.outage
+        assert not second.flush(timeout=2).ok
+        collector.start()
+        result = second.flush(timeout=10)
+        assert result.ok and result.accepted == 1, result
+        assert second.outage is None
+        second.close()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records
+            if r.getMessage().startswith(("the collector is", "failed attempt"))]
+    assert [level for level, _ in said] == [logging.WARNING] + [logging.DEBUG] * 3 + [logging.INFO]
+    assert [text.startswith(f"failed attempt {n} of the outage since ")
+            for n, (_, text) in enumerate(said[1:4], 2)] == [True] * 3
+    assert said[-1][1].startswith("the collector is reachable again after ")
+    assert f"(4 failed attempts since {outage.since.isoformat()})" in said[-1][1]
+    assert collector.counts("dark_mode")["reports"] == 1
 
 
 # ---------------------------------------------------------------- the outbox

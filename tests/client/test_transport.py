@@ -94,7 +94,7 @@ def test_a_custom_transport_carries_every_batch_with_the_clients_settings(tmp_pa
     ("outcome", "level", "logged"),
     [
         (Outcome("unreachable", message="no route to the collector"), logging.WARNING,
-         "upload failed"),
+         "the collector is unreachable: no route to the collector. The reports stay queued"),
         (Outcome("refused", 401, message="HTTP 401 unauthorized"), logging.ERROR,
          "refused a batch"),
     ],
@@ -209,7 +209,7 @@ def test_requests_transport_reports_an_unreachable_collector(offline_url):
     transport = RequestsTransport()
     options: dict[str, Any] = {"token": None, "timeout": 2}
     once = transport.send(offline_url, one_report_batch(), 1, policy=RetryPolicy(0), **options)
-    assert once.kind == "unreachable" and "gave up after 1 attempts" in once.message
+    assert once.kind == "unreachable" and "gave up after 1 attempt)" in once.message
     late = transport.send(offline_url, one_report_batch(), 1, policy=RetryPolicy(),
                           deadline=time.monotonic() - 1, **options)
     assert (late.kind, late.message) == ("unreachable", "flush deadline reached")
