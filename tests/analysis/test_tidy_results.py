@@ -31,11 +31,13 @@ from veil.server.analysis import (
     simulate_string_counts,
 )
 from veil.server.analysis.api import discover
+from veil.server.analysis.joint import variable_columns
 from veil.server.cli import main
 from veil.server.storage import open_storage
 from veil.shared.kinds import (
     BooleanParams,
     DiscoveryParams,
+    JointParams,
     MechanismParams,
     NumberParams,
     StringParams,
@@ -76,6 +78,9 @@ def test_every_kind_writes_the_same_columns(
     if params.kind == "string":
         assert header == list(STRING_COLUMNS)
         assert set(RAPPOR_COLUMNS) <= set(header)  # google/rappor's tools still read it
+    elif isinstance(params, JointParams):  # the same table, with a column per variable
+        assert header == [*RESULT_COLUMNS[:2], *variable_columns(params), *RESULT_COLUMNS[2:],
+                          "consistent"]
     else:
         assert header == list(RESULT_COLUMNS)
     # the DataFrame is the same table
