@@ -187,7 +187,13 @@ def simulate_discovery(params: DiscoveryParams, values: Sequence[str], rng: np.r
 def simulate_joint(params: JointParams, values: Sequence[Any], rng: np.random.Generator,
                    clients: np.ndarray | None = None) -> SimulatedReports:
     """Joint reports of tuples ``values`` (mappings or sequences, as the SDK takes them): each
-    tuple's cell through the cell oracle's simulation encoder."""
+    tuple's cell through the cell oracle's simulation encoder; with ``marginals``, the cell
+    of the marginal each installation's uniformly random cohort names."""
     oracle = params.cell_oracle
-    cells = [str(params.cell_of(value)) for value in values]
-    return SIMULATORS.lookup(oracle.mechanism_name)(oracle, cells, rng, clients)
+    simulate = SIMULATORS.lookup(oracle.mechanism_name)
+    if not params.has_cohorts:
+        return simulate(oracle, [str(params.cell_of(value)) for value in values], rng, clients)
+    cohorts = _client_cohorts(params, len(values), rng, clients)
+    cells = [str(params.marginal_cell(int(c), value))
+             for c, value in zip(cohorts, values, strict=True)]
+    return SimulatedReports(cohorts, simulate(oracle, cells, rng, clients).payloads)

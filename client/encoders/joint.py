@@ -9,6 +9,12 @@ permanent response's stream is that oracle's (purpose ``prr``), with the context
 metric's own: parameters declared anew under the metric's name (other variables,
 domains or epsilons) draw independent permanent responses, and no two metrics
 share a stream.
+
+With ``marginals`` the installation's cohort names its marginal
+(:attr:`~veil.shared.kinds.joint.JointParams.marginal_sets`, the cohort seed modulo
+their number, fixed by the secret): the encoder checks the whole tuple and reports
+the cell of that marginal (:meth:`~veil.shared.kinds.joint.JointParams.marginal_cell`)
+the same way, so the memo key and the stream's context are that cell's index.
 """
 
 from __future__ import annotations
@@ -35,8 +41,11 @@ class JointEncoder(Encoder[JointParams]):
         self.cells.fresh = self.fresh
 
     def memo_key(self, value: Any) -> bytes:
-        """The cell's index as ASCII digits (the cell oracle's category); a
+        """The cell's index as ASCII digits (the cell oracle's category): the tuple's, or with
+        ``marginals`` its cell in the installation's marginal; a
         :class:`~veil.shared.errors.ParameterError` names the variable at fault."""
+        if self.cohort is not None:
+            return str(self.params.marginal_cell(self.cohort, value)).encode()
         return str(self.params.cell_of(value)).encode()
 
     def derive(self, key: bytes) -> Any:

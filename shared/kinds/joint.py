@@ -24,9 +24,24 @@ A variable's domain is one of:
 String variables over an open dictionary are refused (docs/association.md says
 what supporting them would cost).
 
+**Marginals** (``marginals = k``, three or more variables; CALM, Zhang et al., CCS
+2018): instead of the whole tuple, each installation reports one of the ``C(v, k)``
+marginals of ``k`` variables (:attr:`JointParams.marginal_sets`, in the order of
+:func:`itertools.combinations`), the one its cohort names: the cohort is the
+installation's cohort seed modulo ``C(v, k)`` (derived from its secret, independent
+of every value) and goes on the wire, so the collector keeps the cell oracle's
+statistic per marginal. The installation still gives the whole tuple; it reports the
+cell of the assigned marginal (row-major over that marginal's variables) through
+the cell oracle, which is built over the largest marginal's cells, so every payload
+is one any marginal can produce. The product domain may then exceed what one oracle
+takes; each marginal may not.
+
 Privacy: one report of a cell is the oracle's report of one category, so a joint
 metric costs ``epsilon`` per distinct tuple an installation reports (its
-``epsilon_inf``) and ``report_epsilon`` per report, as a category metric would.
+``epsilon_inf``) and ``report_epsilon`` per report, as a category metric would. With
+marginals, per distinct cell of its assigned marginal: the assignment depends on the
+secret alone, so it costs nothing, and tuples that agree on the marginal share one
+memoized response.
 It is a mechanism of its own, composed sequentially with the single-variable
 metrics of the same installation (docs/privacy.md).
 """
@@ -142,10 +157,12 @@ class JointParams(MechanismParams):
     product domain through the frequency oracle ``encoding`` (``auto``: the one of lowest
     variance, :func:`~veil.shared.kinds.oracles.choose_oracle`) at ``epsilon`` (all reports
     of one tuple) and ``report_epsilon`` (one report; default ``epsilon / 2``); ``g``: OLH's
-    buckets (chosen when omitted). See the module docstring."""
+    buckets (chosen when omitted); ``marginals``: report one assigned marginal of that many
+    variables instead of the tuple (omitted: the tuple). See the module docstring."""
 
     kind: ClassVar[str] = "joint"
     min_wire_version: ClassVar[int] = 2
+    omitted_when_default: ClassVar[frozenset[str]] = frozenset({"marginals"})
 
     of: tuple[str, ...] = ()
     domains: tuple[Any, ...] = ()
@@ -153,6 +170,7 @@ class JointParams(MechanismParams):
     report_epsilon: float | None = None
     encoding: str = "auto"
     g: int | None = None
+    marginals: int | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -173,10 +191,12 @@ class JointParams(MechanismParams):
         object.__setattr__(self, "of", names)
         object.__setattr__(self, "domains", tuple(stored for stored, _ in parsed))
         object.__setattr__(self, "_variables", tuple(variable for _, variable in parsed))
-        cells = math.prod(len(variable.labels) for variable in self.variables)
+        self._check_marginals(owner)
+        cells = max(math.prod(self.marginal_shape(j)) for j in range(self.cohorts))
         if cells > MAX_ORACLE_CATEGORIES:
+            what = "a marginal" if self.marginals else "the product domain"
             raise ParameterError(
-                "domains", f"{owner}: the product domain has {cells} cells, more than the "
+                "domains", f"{owner}: {what} has {cells} cells, more than the "
                            f"{MAX_ORACLE_CATEGORIES} an oracle takes; bucket or drop a variable")
         if self.report_epsilon is None and isinstance(self.epsilon, int | float):
             object.__setattr__(self, "report_epsilon", self.epsilon / 2)
@@ -185,9 +205,28 @@ class JointParams(MechanismParams):
         check_report_epsilon(owner, self.epsilon, float(self.report_epsilon or 0.0))
         self._choose_encoding(owner)
 
+    def _check_marginals(self, owner: str) -> None:
+        """Validate ``marginals`` and lay out :attr:`marginal_sets`."""
+        variables = len(self.of)
+        if self.marginals is None:
+            object.__setattr__(self, "_sets", (tuple(range(variables)),))
+            return
+        if variables < 3:
+            raise ParameterError(
+                "marginals", f"{owner}: marginals takes three or more variables; with "
+                             f"{variables} one report of the tuple is the joint table, so omit it")
+        if isinstance(self.marginals, bool) or not isinstance(self.marginals, int) \
+                or not 2 <= self.marginals < variables:
+            raise ParameterError(
+                "marginals", f"The 'marginals' parameter of {owner} must be a whole number from "
+                             f"2 to {variables - 1} (the variables of 'of' less one). "
+                             f"Got {self.marginals!r} instead.")
+        object.__setattr__(self, "_sets",
+                           tuple(itertools.combinations(range(variables), self.marginals)))
+
     def _choose_encoding(self, owner: str) -> None:
         """Resolve ``encoding = "auto"`` and OLH's ``g``, and build :attr:`cell_oracle`."""
-        cells = tuple(str(i) for i in range(self.cells))
+        cells = tuple(str(i) for i in range(self.oracle_cells))
         if self.encoding == "auto":
             if self.g is not None:
                 raise ParameterError("g", f"{owner}: g applies to encoding = 'olh' only")
@@ -230,6 +269,35 @@ class JointParams(MechanismParams):
         return math.prod(self.shape)
 
     @property
+    def marginal_sets(self) -> tuple[tuple[int, ...], ...]:
+        """The variables (their positions in ``of``) of each marginal an installation may be
+        assigned, the cohort's number its index; one set of every variable without
+        ``marginals``."""
+        sets: tuple[tuple[int, ...], ...] = self.__dict__["_sets"]
+        return sets
+
+    @property
+    def cohorts(self) -> int:
+        """The marginals (``C(v, marginals)``), one cohort each; 1 without ``marginals``."""
+        return len(self.marginal_sets)
+
+    @property
+    def has_cohorts(self) -> bool:  # type: ignore[override]
+        """Whether reports carry a cohort: the marginal's number, with ``marginals``."""
+        return self.marginals is not None
+
+    def marginal_shape(self, marginal: int) -> tuple[int, ...]:
+        """The number of values of each variable of marginal ``marginal``."""
+        shape = self.shape
+        return tuple(shape[i] for i in self.marginal_sets[marginal])
+
+    @property
+    def oracle_cells(self) -> int:
+        """Categories of the cell oracle: the largest marginal's cells (the product domain's
+        without ``marginals``)."""
+        return max(math.prod(self.marginal_shape(j)) for j in range(self.cohorts))
+
+    @property
     def cell_oracle(self) -> OracleParams:
         """The frequency oracle over the cells (category ``str(i)`` is cell ``i``)."""
         oracle: OracleParams = self.__dict__["_oracle"]
@@ -244,6 +312,21 @@ class JointParams(MechanismParams):
         """The cell of a tuple: ``value`` is a mapping from each variable's name to its value,
         or a sequence of the values in the order of ``of``. A :class:`ParameterError` names
         the variable at fault (``value.NAME``) and what is wrong."""
+        return self._row_major(self.value_indices(value), range(len(self.of)))
+
+    def marginal_cell(self, marginal: int, value: Any) -> int:
+        """The cell of the tuple ``value`` (the whole tuple, as :meth:`cell_of` takes it) in
+        marginal ``marginal``: row-major over that marginal's variables."""
+        return self._row_major(self.value_indices(value), self.marginal_sets[marginal])
+
+    def _row_major(self, indices: Sequence[int], chosen: Sequence[int]) -> int:
+        cell = 0
+        for i in chosen:
+            cell = cell * len(self.variables[i].labels) + indices[i]
+        return cell
+
+    def value_indices(self, value: Any) -> tuple[int, ...]:
+        """Each variable's value index in the tuple ``value`` (see :meth:`cell_of`)."""
         variables = self.variables
         if isinstance(value, Mapping):
             missing = [v.name for v in variables if v.name not in value]
@@ -262,13 +345,13 @@ class JointParams(MechanismParams):
             raise ParameterError(
                 "value", f"{value!r:.200} must be a dict of {', '.join(map(repr, self.of))} "
                          f"(or a tuple of their values in that order)")
-        cell = 0
+        out = []
         for variable, item in zip(variables, items, strict=True):
             try:
-                cell = cell * len(variable.labels) + variable.index(item)
+                out.append(variable.index(item))
             except ParameterError as problem:
                 raise ParameterError(f"value.{variable.name}", problem.message) from None
-        return cell
+        return tuple(out)
 
     def cell_label(self, cell: int) -> str:
         """A cell for people: ``browser=chrome, crashed=true``."""
@@ -314,8 +397,8 @@ class JointParams(MechanismParams):
 
     @property
     def k(self) -> int:
-        """Bits of an OUE report (one per cell; its ``bits`` statistic's length)."""
-        return self.cells
+        """Bits of an OUE report (one per oracle cell; its ``bits`` statistic's length)."""
+        return self.oracle_cells
 
     @property
     def report_bytes(self) -> int:
