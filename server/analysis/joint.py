@@ -67,13 +67,10 @@ def variable_columns(params: JointParams) -> tuple[str, ...]:
 
 
 @dataclasses.dataclass
-class JointResult(DecodeResult):
-    """A decoded joint table: ``rows`` one per cell, ``conditional_rows`` the conditional
-    shares of the last variable, ``marginal_rows`` each variable's marginal shares."""
+class TextColumnsResult(DecodeResult):
+    """A result whose ``text_columns`` (the variables' values among them) stay text in
+    :meth:`to_records` and :meth:`to_pandas`."""
 
-    conditional_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    marginal_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    shape: tuple[int, ...] = ()
     text_columns: tuple[str, ...] = ()
 
     def to_records(self) -> np.recarray:
@@ -92,6 +89,16 @@ class JointResult(DecodeResult):
         frame = pandas.DataFrame(self.rows, columns=list(self.columns))
         numbers = [name for name in self.columns if name not in self.text_columns]
         return frame.astype(dict.fromkeys(numbers, float))
+
+
+@dataclasses.dataclass
+class JointResult(TextColumnsResult):
+    """A decoded joint table: ``rows`` one per cell, ``conditional_rows`` the conditional
+    shares of the last variable, ``marginal_rows`` each variable's marginal shares."""
+
+    conditional_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    marginal_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    shape: tuple[int, ...] = ()
 
     def conditional_to_pandas(self) -> pandas.DataFrame:
         """``conditional.csv`` as a DataFrame."""
@@ -189,10 +196,16 @@ def _conditional_rows(params: JointParams, metric: str, theta: np.ndarray,
 
 
 @decodes(JointParams)
-def decode_joint(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> JointResult:
+def decode_joint(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS,
+                 ) -> TextColumnsResult:
     """The joint table of a joint metric: each cell with its standard error, p-value and
     interval, the consistent (projected) shares, marginals, conditionals and the test of
-    independence (see the module docstring)."""
+    independence (see the module docstring). A metric of assigned marginals is decoded by
+    :func:`~veil.server.analysis.joint_marginals.decode_marginals`."""
+    if isinstance(counts.params, JointParams) and counts.params.marginals is not None:
+        from veil.server.analysis.joint_marginals import decode_marginals
+
+        return decode_marginals(counts, options)
     started, confidence, params = start_decode(counts, options, JointParams, "decode_joint")
     total = require_reports(counts)
     z = z_quantile(confidence)

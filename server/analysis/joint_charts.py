@@ -1,4 +1,5 @@
-"""The heatmap of a decoded joint table: the joint shares and the conditional shares.
+"""The heatmap of a decoded joint table: the joint shares and the conditional shares; and
+the pairwise heatmaps of decoded marginals (:func:`draw_pair_heatmaps`).
 
 Two panels over the same grid, conditions (each combination of the first variables)
 down and the last variable's values across. Left: each cell's consistent share
@@ -11,6 +12,7 @@ only those of largest share are drawn, as the title says.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +25,12 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
     from veil.server.analysis.joint import JointResult
+    from veil.server.analysis.joint_marginals import MarginalsResult
 
 #: most cells per panel whose numbers are written in them
 ANNOTATED_CELLS = 400
+#: most cells of a pairwise panel whose numbers are written in them
+PAIR_ANNOTATED_CELLS = 16
 
 
 def _grid(result: JointResult, top: int) -> tuple[list[str], list[str], dict[str, Any], str]:
@@ -119,3 +124,66 @@ def save_heatmap(result: JointResult, path: str | Path, top: int = 30) -> None:
     figure = _figure(width, height)
     draw_heatmap(result, figure.add_subplot(), top)
     figure.savefig(path)
+
+
+def _pair_grid(result: MarginalsResult) -> tuple[list[str], int]:
+    """The variables and the side of the grid of pairwise panels (first variable down, the
+    second across: an upper triangle)."""
+    variables = list(result.summary["variables"])
+    return variables, len(variables) - 1
+
+
+def draw_pair_heatmaps(result: MarginalsResult, ax: Axes | None = None) -> Axes:
+    """Every pairwise table of decoded marginals as a heatmap of its consistent shares (one
+    colour scale for all), each titled with its independence test's p-value; the shares and
+    the half-widths of their intervals are written in the cells of small tables. Drawn on
+    ``ax``'s figure when given; returns the first panel."""
+    variables, side = _pair_grid(result)
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        figure = plt.figure(figsize=(2.4 * side + 1.0, 2.2 * side + 0.8), layout="constrained")
+    else:
+        figure = ax.figure  # type: ignore[assignment]
+        figure.clear()
+    panels = figure.subplots(side, side, squeeze=False)
+    tables = {pair: result.pair_table(pair) for pair in result.summary["independence"]}
+    top = max(max(float(t.max()) for t in tables.values()), 1e-9)
+    z = z_quantile(float(result.summary.get("confidence", 0.95)))
+    image = None
+    for i, j in itertools.product(range(side), repeat=2):
+        panel = panels[i][j]
+        if j < i:
+            panel.axis("off")
+            continue
+        first, second = variables[i], variables[j + 1]
+        pair = f"{first} x {second}"
+        table = tables[pair]
+        image = panel.imshow(table, cmap="Blues", vmin=0.0, vmax=top, aspect="auto")
+        labels = result.summary["variables"]
+        panel.set_yticks(range(table.shape[0]), labels[first], fontsize=5)
+        panel.set_xticks(range(table.shape[1]), labels[second], fontsize=5, rotation=90)
+        panel.set_ylabel(first, fontsize=6)
+        panel.set_xlabel(second, fontsize=6)
+        p_value = result.summary["independence"][pair]["p_value"]
+        panel.set_title(f"independence p = {p_value:.2g}", fontsize=6)
+        if table.size <= PAIR_ANNOTATED_CELLS:
+            halves = z * result.pair_table(pair, "prop_std_error")
+            for (r, c), share in np.ndenumerate(table):
+                panel.text(c, r, f"{share:.0%}\n\u00b1{halves[r, c]:.0%}", ha="center",
+                           va="center", fontsize=5,
+                           color="white" if share > 0.6 * top else "black")
+    if image is not None:
+        figure.colorbar(image, ax=panels, format="{x:.0%}", shrink=0.6)
+    figure.suptitle(f"{_title(result)}\nevery pair of {len(variables)} variables "
+                    f"(consistent shares; text: \u00b1 {z:.2g} std errors)", fontsize=8)
+    axes: Axes = panels[0][0]
+    return axes
+
+
+def save_pair_heatmaps(result: MarginalsResult, path: str | Path) -> None:
+    """Save :func:`draw_pair_heatmaps`'s chart as a PNG at ``path``."""
+    _, side = _pair_grid(result)
+    figure = _figure(2.4 * side + 1.0, 2.2 * side + 0.8)
+    draw_pair_heatmaps(result, figure.add_subplot())
+    figure.savefig(path, dpi=120)
