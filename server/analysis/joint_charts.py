@@ -170,13 +170,15 @@ def draw_pair_heatmaps(result: MarginalsResult, ax: Axes | None = None) -> Axes:
         if table.size <= PAIR_ANNOTATED_CELLS:
             halves = z * result.pair_table(pair, "prop_std_error")
             for (r, c), share in np.ndenumerate(table):
-                panel.text(c, r, f"{share:.0%}\n\u00b1{halves[r, c]:.0%}", ha="center",
+                panel.text(c, r, f"{max(share, 0.0):.1%}\n\u00b1{halves[r, c]:.1%}", ha="center",
                            va="center", fontsize=5,
                            color="white" if share > 0.6 * top else "black")
     if image is not None:
         figure.colorbar(image, ax=panels, format="{x:.0%}", shrink=0.6)
-    figure.suptitle(f"{_title(result)}\nevery pair of {len(variables)} variables "
-                    f"(consistent shares; text: \u00b1 {z:.2g} std errors)", fontsize=8)
+    confidence = float(result.summary.get("confidence", 0.95))
+    figure.suptitle(f"{_title(result)}\nevery pair of {len(variables)} variables (colour: "
+                    f"consistent shares; text: share \u00b1 half-width of its {confidence:.0%} "
+                    "interval)", fontsize=8)
     axes: Axes = panels[0][0]
     return axes
 

@@ -14,12 +14,13 @@ oracle's statistic for that marginal alone:
    1, each table weighted by the inverse of its cells' mean variance. Linear, so
    unbiased, with variances derived exactly from the tables' covariances: the
    ``proportion`` column and its errors, p-values and intervals;
-3. **non-negativity**: CALM's alternation of simplex and consistent projections, ending
-   consistent: the ``consistent`` column (shared marginals agree exactly, no cell below
-   ``-1e-9``);
-4. **every pairwise table** from them: for ``k = 2`` the marginals themselves, for
+3. **every pairwise table** from them: for ``k = 2`` the marginals themselves, for
    larger ``k`` their sums (the same from every marginal holding the pair, since they are
    consistent); each variable's one-way marginal likewise (``marginals.csv``);
+4. **non-negativity** of the pairwise tables: CALM's alternation of simplex and
+   consistent projections (the pairs weighted by their cells' mean variance), ending
+   consistent: the ``consistent`` column (the pairs agree exactly on every variable, no
+   cell below ``-1e-9``);
 5. **independence per pair**: the Wald test of :func:`~veil.server.analysis.joint_tests.independence_test`
    on the pair's direct estimate (the tables holding it, summed to the pair and averaged
    with the consistency's weights; its covariance the weighted sum of theirs). For
@@ -46,7 +47,12 @@ from veil.server.analysis.closed_form import base_summary, require_reports, star
 from veil.server.analysis.decoders import DECODERS, DEFAULT_OPTIONS, DecodeOptions
 from veil.server.analysis.joint import MARGINAL_COLUMNS, TextColumnsResult, _interval_row
 from veil.server.analysis.joint_consistency import Consistency, NonNegative
-from veil.server.analysis.joint_tests import CellCovariance, IndependenceTest, independence_test
+from veil.server.analysis.joint_tests import (
+    CellCovariance,
+    IndependenceTest,
+    independence_test,
+    project_to_simplex,
+)
 from veil.server.analysis.stats import z_quantile
 from veil.server.analysis.tables import RESULT_COLUMNS, frequency_rows, write_rows
 from veil.server.counts import CountsArrays
@@ -193,31 +199,42 @@ def pair_test(consistency: Consistency, estimates: MarginalEstimates, s: list[np
 
 @dataclasses.dataclass(frozen=True)
 class Reconstruction:
-    """The linear consistent tables, the non-negative ones and the covariance models."""
+    """The linear consistent tables (:attr:`consistency` over the marginals), their
+    covariance models, and the non-negative consistent pairwise tables (:attr:`pairs`, a
+    consistency over the pairs)."""
 
     consistency: Consistency
     linear: list[np.ndarray]
-    final: NonNegative
     s: list[np.ndarray]
     u: list[np.ndarray]
+    pairs: Consistency
+    final: NonNegative
 
     def cells(self, target: tuple[int, ...], reports: np.ndarray,
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The marginal on ``target``: linear estimate, its standard errors and the
-        non-negative consistent shares, each flattened row-major."""
+        """The marginal on ``target`` (one or two variables): linear estimate, its standard
+        errors and the non-negative consistent shares, each flattened row-major."""
         variance = self.consistency.variance(target, self.s, self.u, reports)
         return (self.consistency.estimate(self.linear, target).ravel(),
                 np.sqrt(np.maximum(variance, 0.0)).ravel(),
-                self.consistency.estimate(self.final.tables, target).ravel())
+                self.pairs.estimate(self.final.tables, target).ravel())
 
 
 def reconstruct(params: JointParams, estimates: MarginalEstimates) -> Reconstruction:
-    """Steps 2 and 3 of the module docstring."""
+    """Steps 2 to 4 of the module docstring. Non-negativity is imposed on the pairwise
+    tables, the ones reported: imposed on larger marginals, each pair's cells would sum
+    cells clipped at 0, an upward bias (measured: the total variation at ``k = 3``,
+    epsilon 4, N = 10^6 was 0.070 against 0.058 for the linear tables)."""
     consistency = Consistency(params.marginal_sets, params.shape, estimates.weights)
     linear = consistency.project(estimates.tables)
-    final = consistency.nonnegative(linear)
-    s, u = covariance_models(params, estimates, final.tables)
-    return Reconstruction(consistency, linear, final, s, u)
+    shares = [project_to_simplex(table).reshape(table.shape) for table in linear]
+    s, u = covariance_models(params, estimates, shares)
+    sets = list(itertools.combinations(range(len(params.of)), 2))
+    pair_tables = [consistency.estimate(linear, pair) for pair in sets]
+    weights = [1.0 / float(np.mean(consistency.variance(pair, s, u, estimates.reports)))
+               for pair in sets]
+    pairs = Consistency(sets, params.shape, weights)
+    return Reconstruction(consistency, linear, s, u, pairs, pairs.nonnegative(pair_tables))
 
 
 def _pair_rows(params: JointParams, metric: str, built: Reconstruction, reports: np.ndarray,
@@ -256,9 +273,9 @@ def _one_way_rows(params: JointParams, metric: str, built: Reconstruction,
 
 
 def _disagreement(built: Reconstruction) -> float:
-    """The largest difference between two tables' sums over a shared set of variables in
+    """The largest difference between two pairwise tables' sums over a shared variable in
     the non-negative consistent tables (0 up to rounding)."""
-    consistency, tables = built.consistency, built.final.tables
+    consistency, tables = built.pairs, built.final.tables
     worst = 0.0
     for shared, holders in consistency.shared.items():
         sums = [consistency.marginal(tables[j], consistency.sets[j], shared) for j in holders]
@@ -304,8 +321,8 @@ def decode_marginals(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTI
                          for test in tests},
         "marginal_shares": marginal_summary,
         "consistent": {
-            "method": "weighted least squares onto consistent tables, then alternating "
-                      "simplex and consistent projections (CALM)",
+            "method": "weighted least squares onto consistent marginals; the pairwise tables "
+                      "then by alternating simplex and consistent projections (CALM)",
             "rounds": built.final.rounds, "lowest_share": built.final.lowest,
             "largest_disagreement": _disagreement(built),
         },
