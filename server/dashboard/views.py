@@ -40,6 +40,9 @@ COOKIE = "veil_dashboard_token"
 CSP = ("default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
        "form-action 'self'; frame-ancestors 'none'")
 
+#: page kinds drawn by another kind's template (the wheel must not hold two equal files)
+SHARED_TEMPLATES = {"discovery": "metric"}
+
 dashboard = Blueprint("dashboard", __name__, template_folder="templates",
                       static_folder="static", static_url_path="/static")
 
@@ -189,7 +192,10 @@ def _render(page: Page, state: PageState | None) -> Response | str:
     query = state.query() if state is not None else ""
     links = {name: url_for("dashboard.metric", name=name) + (f"?{query}" if query else "")
              for name in current_dashboard().decodes.source.registry()}
-    return render_template(f"{page.kind}.html", page=page, state=state, charts=charts, links=links,
+    # a page kind without a template of its own is drawn by the one it shares (discovery:
+    # the metric page's links), else by the plain page
+    templates = [f"{page.kind}.html", f"{SHARED_TEMPLATES.get(page.kind, 'page')}.html"]
+    return render_template(templates, page=page, state=state, charts=charts, links=links,
                            quick_ranges=QUICK_RANGES, refresh_choices=list(REFRESH),
                            fields=planner_fields.FIELDS, title=page.title)
 
