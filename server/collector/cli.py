@@ -110,7 +110,7 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dashboard", action="store_true",
                         help="also serve the read-only dashboard at /dashboard, to the read "
                         "tokens (docs/dashboard.md)")
-    parser.add_argument("--dashboard-candidates", default=None,
+    parser.add_argument("--dashboard-candidates", default=DEFAULTS["DASHBOARD_CANDIDATES"],
                         help="with --dashboard: a directory of <metric>.txt candidate files for "
                         "string metrics")
     parser.add_argument("--migrate", action="store_true",

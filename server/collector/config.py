@@ -47,6 +47,10 @@ Serving settings (read by ``veil serve``, ignored by the app):
 ``RECEIVE_TIMEOUT``       seconds a client may take to send one request, headers and body, from
                           its first byte; a slower one is disconnected, so connections that trickle
                           bytes cannot hold the connection limit (default 30)
+``DASHBOARD``             also serve the read-only dashboard at ``/dashboard`` to the read tokens
+                          (default off; docs/dashboard.md)
+``DASHBOARD_CANDIDATES``  with ``DASHBOARD``: a directory of ``<metric>.txt`` candidate files for
+                          string metrics (default none)
 ``LOG_FORMAT``            ``text`` (default) or ``json``: one JSON object a line
 ``LOG_LEVEL``             ``debug``, ``info`` (default), ``warning`` or ``error``
 """
@@ -75,6 +79,8 @@ DEFAULTS: dict[str, Any] = {
     "CONNECTION_LIMIT": 1000,
     "CHANNEL_TIMEOUT": 30,
     "RECEIVE_TIMEOUT": 30,
+    "DASHBOARD": False,
+    "DASHBOARD_CANDIDATES": None,
     "LOG_FORMAT": "text",
     "LOG_LEVEL": "info",
 }

@@ -24,7 +24,7 @@ METRICS_TOML = """\
 # caps the installation's total. Metrics add up (a string metric and its discovery
 # channel count once, at the larger of the two, since an installation reports through
 # one of them): an installation reporting one value of every metric below spends at
-# most epsilon_total = 23.69.
+# most epsilon_total = 33.69.
 #
 # Parameters are permanent once the collector has recorded them: to change a metric's
 # parameters, publish it under a new name (e.g. homepage.v2). Description and
@@ -37,9 +37,8 @@ version = 1
 
 # A string from an open set (Bloom-filter RAPPOR): the analysis finds which of a list
 # of candidate strings are common and how common (veil decode --candidates).
-# privacy: epsilon_1 = 1.08 per report; epsilon_inf = 4.40 per distinct value (rounded up,
-# as veil metrics writes them). An installation whose home page changed to 3 different
-# hosts has spent 3 x 4.40.
+# privacy: epsilon_1 = 1.074 per report; epsilon_inf = 4.394 per distinct value.
+# An installation whose home page changed to 3 different hosts has spent 3 x 4.394.
 [metrics.homepage]
 kind = "string"
 description = "Host name of the configured home page"
@@ -200,4 +199,39 @@ low = 0.0
 high = 100.0
 resolution = 100
 epsilon = 1.0
+
+# A string from an open set through fast local hashing (oracle = "flh"): each
+# installation hashes with its cohort's function of a fixed pool into a few buckets, so a
+# report is about 16 bits; the collector keeps counts per (function, bucket) and decodes
+# any candidate list without reading reports (docs/strings.md).
+# privacy: epsilon_1 = 2 per report; epsilon_inf = 4 per distinct value.
+[metrics.search_engine]
+kind = "string"
+description = "Search engine host"
+min_reports = 1000
+oracle = "flh"
+epsilon = 4.0
+
+# The same through Apple's Hadamard count-mean sketch (oracle = "hcms"): one bit and a
+# sketch position per report.
+# privacy: epsilon_1 = 2 per report; epsilon_inf = 4 per distinct value.
+[metrics.download_host]
+kind = "string"
+description = "Download host"
+min_reports = 1000
+oracle = "hcms"
+epsilon = 4.0
+
+# How two things relate: a joint metric reports the tuple (browser, crashed) in one
+# report, as one cell of the product domain (docs/association.md); GRR is the oracle of
+# lowest variance for 10 cells at this epsilon (encoding = "auto" would choose it too).
+# privacy: epsilon_1 = 1 per report; epsilon_inf = 2 per distinct value.
+[metrics.crash_by_browser]
+kind = "joint"
+description = "Whether the app crashed, by browser"
+min_reports = 1000
+of = ["browser", "crashed"]
+domains = [["chrome", "firefox", "safari", "edge", "other"], "boolean"]
+encoding = "grr"
+epsilon = 2.0
 """

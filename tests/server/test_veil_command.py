@@ -14,9 +14,10 @@ from veil.server.collector.cli import serve_config
 from veil.server.collector.config import DEFAULTS
 
 GROUPS = {
-    "analysis": ["decode", "discover", "map"],
+    "analysis": ["assoc", "decode", "discover", "map"],
     "archive": ["archive", "aggregate"],
     "collector": ["metrics", "serve", "export"],
+    "dashboard": ["dashboard"],
     "init": ["init"],
     "simulations": ["demo", "experiment", "populate", "simulate"],
     "storage": ["check", "migrate", "stats", "retention", "rebuild-aggregates", "backup"],
@@ -33,6 +34,7 @@ def test_each_package_registers_its_commands_and_help_lists_them_by_group_name()
         "analysis": "veil.server.analysis.cli:COMMANDS",
         "archive": "veil.server.archive.cli:COMMANDS",
         "collector": "veil.server.collector.cli:COMMANDS",
+        "dashboard": "veil.server.dashboard.cli:COMMANDS",
         "init": "veil.server.collector.bootstrap:COMMANDS",
         "simulations": "veil.simulations.cli:COMMANDS",
         "storage": "veil.server.storage.cli:COMMANDS",
