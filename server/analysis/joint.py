@@ -34,13 +34,17 @@ import numpy as np
 
 from veil.server.analysis.closed_form import base_summary, require_reports, start_decode
 from veil.server.analysis.decoders import DECODERS, DEFAULT_OPTIONS, DecodeOptions, decodes
+from veil.server.analysis.joint_tables import (
+    MARGINAL_COLUMNS,
+    TextColumnsResult,
+    interval_row,
+)
 from veil.server.analysis.joint_tests import (
     CellCovariance,
     conditionals,
     independence_test,
     project_to_simplex,
 )
-from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.stats import z_quantile
 from veil.server.analysis.tables import RESULT_COLUMNS, frequency_rows, write_rows
 from veil.server.counts import CountsArrays
@@ -54,41 +58,11 @@ if TYPE_CHECKING:
 #: columns of ``conditional.csv``
 CONDITIONAL_COLUMNS = ("metric", "given", "value", "conditional", "std_error", "low_95",
                        "high_95", "given_share", "given_std_error")
-#: columns of ``marginals.csv``
-MARGINAL_COLUMNS = ("metric", "variable", "value", "proportion", "prop_std_error",
-                    "prop_low_95", "prop_high_95")
-
-
 def variable_columns(params: JointParams) -> tuple[str, ...]:
     """The results table's column of each variable: its name, or ``var_NAME`` where the
     name is one of the table's other columns."""
     return tuple(f"var_{name}" if name in (*RESULT_COLUMNS, "consistent") else name
                  for name in params.of)
-
-
-@dataclasses.dataclass
-class TextColumnsResult(DecodeResult):
-    """A result whose ``text_columns`` (the variables' values among them) stay text in
-    :meth:`to_records` and :meth:`to_pandas`."""
-
-    text_columns: tuple[str, ...] = ()
-
-    def to_records(self) -> np.recarray:
-        """As :meth:`DecodeResult.to_records`, the variables' columns as text."""
-        dtype = [(name, f"U{max([len(str(row[name])) for row in self.rows] + [1])}")
-                 if name in self.text_columns else (name, "f8") for name in self.columns]
-        values = [tuple(str(row[name]) if name in self.text_columns else float(row[name])
-                        for name in self.columns) for row in self.rows]
-        return np.rec.array(np.array(values, dtype=dtype))
-
-    def to_pandas(self) -> pandas.DataFrame:
-        """The cells as a tidy DataFrame, one row per cell, the variables' columns as text and
-        the rest as floats."""
-        import pandas
-
-        frame = pandas.DataFrame(self.rows, columns=list(self.columns))
-        numbers = [name for name in self.columns if name not in self.text_columns]
-        return frame.astype(dict.fromkeys(numbers, float))
 
 
 @dataclasses.dataclass
@@ -144,12 +118,6 @@ def _cell_estimates(counts: CountsArrays, confidence: float) -> tuple[np.ndarray
             np.array([row["prop_std_error"] for row in rows]))
 
 
-def _interval_row(metric: str, share: float, se: float, z: float) -> dict[str, Any]:
-    return {"metric": metric, "proportion": share, "prop_std_error": se,
-            "prop_low_95": min(max(share - z * se, 0.0), 1.0),
-            "prop_high_95": max(min(share + z * se, 1.0), 0.0)}
-
-
 def _marginals(params: JointParams, metric: str, theta: np.ndarray, cov: CellCovariance,
                z: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each variable's marginal shares: rows for ``marginals.csv`` and the summary's."""
@@ -162,7 +130,7 @@ def _marginals(params: JointParams, metric: str, theta: np.ndarray, cov: CellCov
         errors = np.sqrt(np.maximum(cov.group_variance(groups), 0.0))
         summary[variable.name] = {}
         for label, share, se in zip(variable.labels, shares, errors, strict=True):
-            row = {**_interval_row(metric, float(share), float(se), z),
+            row = {**interval_row(metric, float(share), float(se), z),
                    "variable": variable.name, "value": label}
             rows.append(row)
             summary[variable.name][label] = {key: row[key] for key in MARGINAL_COLUMNS[3:]}

@@ -14,18 +14,32 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from veil.server.analysis.charts import _figure, _title
+from veil.server.analysis.charts import Charted, _figure, _title
 from veil.server.analysis.stats import z_quantile
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from veil.server.analysis.joint import JointResult
-    from veil.server.analysis.joint_marginals import MarginalsResult
+
+class JointResult(Charted, Protocol):
+    """What the heatmap reads of a decoded joint table
+    (:class:`veil.server.analysis.joint.JointResult`): the charts import no result class."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def conditional_rows(self) -> list[dict[str, Any]]: ...
+
+
+class MarginalsResult(Charted, Protocol):
+    """What the pairwise heatmaps read of decoded marginals
+    (:class:`veil.server.analysis.joint_marginals.MarginalsResult`)."""
+
+    def pair_table(self, *args: Any, **kwargs: Any) -> Any: ...
 
 #: most cells per panel whose numbers are written in them
 ANNOTATED_CELLS = 400

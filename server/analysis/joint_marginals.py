@@ -45,8 +45,8 @@ import numpy as np
 
 from veil.server.analysis.closed_form import base_summary, require_reports, start_decode
 from veil.server.analysis.decoders import DECODERS, DEFAULT_OPTIONS, DecodeOptions
-from veil.server.analysis.joint import MARGINAL_COLUMNS, TextColumnsResult, _interval_row
 from veil.server.analysis.joint_consistency import Consistency, NonNegative
+from veil.server.analysis.joint_tables import MARGINAL_COLUMNS, TextColumnsResult, interval_row
 from veil.server.analysis.joint_tests import (
     CellCovariance,
     IndependenceTest,
@@ -265,7 +265,7 @@ def _one_way_rows(params: JointParams, metric: str, built: Reconstruction,
         share, se, _ = built.cells((a,), reports)
         summary[variable.name] = {}
         for label, value, error in zip(variable.labels, share, se, strict=True):
-            row = {**_interval_row(metric, float(value), float(error), z),
+            row = {**interval_row(metric, float(value), float(error), z),
                    "variable": variable.name, "value": label}
             rows.append(row)
             summary[variable.name][label] = {key: row[key] for key in MARGINAL_COLUMNS[3:]}

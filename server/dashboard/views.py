@@ -26,6 +26,7 @@ from flask import (
     request,
     url_for,
 )
+from jinja2 import Template
 from werkzeug.wrappers import Response as BaseResponse
 
 from veil.server.dashboard import admin_pages, joint_page, pages
@@ -194,7 +195,8 @@ def _render(page: Page, state: PageState | None) -> Response | str:
              for name in current_dashboard().decodes.source.registry()}
     # a page kind without a template of its own is drawn by the one it shares (discovery:
     # the metric page's links), else by the plain page
-    templates = [f"{page.kind}.html", f"{SHARED_TEMPLATES.get(page.kind, 'page')}.html"]
+    templates: list[str | Template] = [f"{page.kind}.html",
+                                       f"{SHARED_TEMPLATES.get(page.kind, 'page')}.html"]
     return render_template(templates, page=page, state=state, charts=charts, links=links,
                            quick_ranges=QUICK_RANGES, refresh_choices=list(REFRESH),
                            fields=planner_fields.FIELDS, title=page.title)

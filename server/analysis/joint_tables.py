@@ -1,0 +1,52 @@
+"""Pieces of a joint decode's tables that the whole table and the assigned marginals
+(:mod:`veil.server.analysis.joint`, :mod:`veil.server.analysis.joint_marginals`) share: the
+marginals' columns, a result whose variable columns stay text, a share's interval row."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from veil.server.analysis.results import DecodeResult
+
+if TYPE_CHECKING:
+    import pandas
+
+#: columns of ``marginals.csv``
+MARGINAL_COLUMNS = ("metric", "variable", "value", "proportion", "prop_std_error",
+                    "prop_low_95", "prop_high_95")
+
+
+
+@dataclasses.dataclass
+class TextColumnsResult(DecodeResult):
+    """A result whose ``text_columns`` (the variables' values among them) stay text in
+    :meth:`to_records` and :meth:`to_pandas`."""
+
+    text_columns: tuple[str, ...] = ()
+
+    def to_records(self) -> np.recarray:
+        """As :meth:`DecodeResult.to_records`, the variables' columns as text."""
+        dtype = [(name, f"U{max([len(str(row[name])) for row in self.rows] + [1])}")
+                 if name in self.text_columns else (name, "f8") for name in self.columns]
+        values = [tuple(str(row[name]) if name in self.text_columns else float(row[name])
+                        for name in self.columns) for row in self.rows]
+        return np.rec.array(np.array(values, dtype=dtype))
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """The cells as a tidy DataFrame, one row per cell, the variables' columns as text and
+        the rest as floats."""
+        import pandas
+
+        frame = pandas.DataFrame(self.rows, columns=list(self.columns))
+        numbers = [name for name in self.columns if name not in self.text_columns]
+        return frame.astype(dict.fromkeys(numbers, float))
+
+
+def interval_row(metric: str, share: float, se: float, z: float) -> dict[str, Any]:
+    """A share's row of ``marginals.csv``: the share, its error and its interval in [0, 1]."""
+    return {"metric": metric, "proportion": share, "prop_std_error": se,
+            "prop_low_95": min(max(share - z * se, 0.0), 1.0),
+            "prop_high_95": max(min(share + z * se, 1.0), 0.0)}
