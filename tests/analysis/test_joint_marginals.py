@@ -172,3 +172,16 @@ def test_a_marginal_without_reports_is_named() -> None:
                  if isinstance(value, list)})
     with pytest.raises(ParameterError, match=r"no reports of marginal 4 \(v1 x v3\)"):
         decode_counts(document)
+
+
+def test_the_marginals_experiment_runs_quickly_and_scores_every_design() -> None:
+    from veil.simulations.marginals_experiment import marginals
+
+    results = marginals(quick=True, seed=3)
+    assert len(results.rows) == 2 * 3 and "marginals" in results.figures
+    for row in results.rows:
+        for key in ("consistent", "linear", "independence"):
+            assert 0.0 < row[f"tv_{key}"] < 1.0, row
+        # the decoder's non-negative tables are never further than the linear ones by
+        # more than their seeds' spread
+        assert row["tv_consistent"] <= row["tv_linear"] + 3 * row["tv_linear_sd"], row
