@@ -80,6 +80,9 @@ PRIVACY_CASES = [
     for shape, k in (("v3", 2), ("v4", 2), ("v4", 3))
     for epsilon in (0.5, 4.0, 20.0)
     for report in ("equal", "small")
+    # OLH's exact law enumerates its g = e^epsilon + 1 buckets: about 4.9e8 at epsilon 20,
+    # more memory and time than a test may take
+    if not (encoding == "olh" and epsilon > 4.0)
 ]
 
 
