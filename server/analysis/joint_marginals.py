@@ -24,9 +24,9 @@ oracle's statistic for that marginal alone:
 5. **independence per pair**: the Wald test of :func:`~veil.server.analysis.joint_tests.independence_test`
    on the pair's direct estimate (the tables holding it, summed to the pair and averaged
    with the consistency's weights; its covariance the weighted sum of theirs). For
-   ``k = 2`` that is the pair's own table and its exact covariance model; for larger
-   ``k`` the average's covariance is taken as one rank-one term, exact for OUE, OLH and
-   Hadamard and close for GRR (docs/association.md).
+   ``k = 2`` that is the pair's own table and its covariance model; for larger ``k`` the
+   average's rank-one terms are taken as one (they differ only through the tables'
+   estimated shares, and for GRR the offsets of the values summed out).
 
 :class:`MarginalsResult` holds one row per (pair, cell) and writes ``marginals.csv``,
 ``independence.csv`` and ``heatmap.png`` (the pairwise tables,
