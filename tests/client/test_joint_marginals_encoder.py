@@ -31,6 +31,7 @@ import pytest
 from tests.client.test_oracle_encoders import (
     assert_law,
     assert_stated,
+    exact_epsilon,
     exact_law,
     fresh,
     max_log_ratio,
@@ -109,6 +110,22 @@ def test_stated_epsilons_are_the_exact_worst_case_over_pairs_of_tuples(
                                       for t in (first, second))
                         for j in range(params.cohorts)]
         assert max(per_marginal) == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("epsilon", [8.0, 20.0])
+@pytest.mark.parametrize("report", ["equal", "small"])
+def test_olh_at_large_epsilon_states_its_cell_oracle_exact_worst_case(epsilon: float,
+                                                                      report: str) -> None:
+    """Above, the assignment's factor cancels from every ratio and the worst marginal is
+    the cell oracle's worst case; OLH's own exact computation (which does not enumerate its
+    e^epsilon + 1 buckets' law) gives it at large epsilon."""
+    report_epsilon = epsilon if report == "equal" else 0.05
+    for shape, k in (("v3", 2), ("v4", 3)):
+        params = marginals(DOMAINS[shape], k, "olh", epsilon, report_epsilon)
+        assert_stated(params.epsilon_inf, exact_epsilon(params.cell_oracle, report=False),
+                      epsilon, "epsilon_inf")
+        assert_stated(params.epsilon_1, exact_epsilon(params.cell_oracle, report=True),
+                      report_epsilon, "epsilon_1")
 
 
 @pytest.mark.parametrize("encoding", ["grr", "oue", "olh", "hadamard"])
