@@ -14,7 +14,8 @@ from veil.shared.errors import ParameterError
 from veil.shared.hashing import HASHINGS
 
 EXPERIMENT_NAMES = ("regression", "detection", "rr-vs-laplace", "laplace-mean", "composition",
-                    "variances", "oracles", "strings", "calibration", "association")
+                    "variances", "oracles", "strings", "calibration", "association",
+                    "marginals")
 
 
 def configure_experiment(parser: argparse.ArgumentParser) -> None:

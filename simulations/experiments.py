@@ -22,6 +22,7 @@ from veil.shared.kinds import BooleanParams, StringParams
 from veil.shared.privacy import parallel, sequential
 from veil.simulations.association_experiment import association
 from veil.simulations.calibration_report import calibration
+from veil.simulations.marginals_experiment import marginals
 from veil.simulations.oracle_experiment import oracles
 from veil.simulations.oracles import ORACLES, Oracle
 from veil.simulations.populations import DISTRIBUTIONS, Population
@@ -495,6 +496,8 @@ EXPERIMENTS: dict[str, tuple[str, Callable[..., Results]]] = {
                     "over N x epsilon", calibration),
     "association": ("one joint report vs the split budget with EM vs independence, over "
                     "epsilon and N", association),
+    "marginals": ("every pairwise table of 8 variables from assigned marginals (CALM) vs "
+                  "independence, over epsilon and N", marginals),
 }
 
 
