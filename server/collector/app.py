@@ -53,7 +53,7 @@ def _token_list(setting: str | Iterable[str] | None, name: str) -> list[str]:
             f"{name}: a bearer token may hold only letters, digits and - . _ ~ + / "
             "(then = padding), as RFC 6750 says; HTTP headers carry nothing else "
             "reliably. Generate one with: python3 -c 'import secrets; "
-            "print(secrets.token_urlsafe(32))'"
+            "print(secrets.token_hex(32))'"
         )
     return tokens
 

@@ -21,7 +21,7 @@ from veil.shared.errors import ParameterError
 #: the files ``veil init`` writes, by role
 REGISTRY_FILE = "metrics.toml"
 ENV_FILE = "veil.env"
-#: bytes of randomness per token (``secrets.token_urlsafe``: 43 characters)
+#: bytes of randomness per token (``secrets.token_hex``: 64 hex digits, which never read as a command-line option)
 TOKEN_BYTES = 32
 
 
@@ -68,8 +68,8 @@ def run_init(args: argparse.Namespace) -> int:
     try:
         directory.mkdir(parents=True, exist_ok=True)
         registry_path.write_text(METRICS_TOML, encoding="utf-8")
-        _write_private(env_path, env_text(secrets.token_urlsafe(TOKEN_BYTES),
-                                          secrets.token_urlsafe(TOKEN_BYTES)))
+        _write_private(env_path, env_text(secrets.token_hex(TOKEN_BYTES),
+                                          secrets.token_hex(TOKEN_BYTES)))
     except OSError as exc:
         raise ParameterError("dir", f"cannot write to {directory}: {exc.strerror}") from None
     config, db = (shlex.quote(str(path)) for path in (registry_path, directory / "veil.db"))

@@ -23,7 +23,7 @@ from tests.conftest import TEST_REGISTRY
 from veil.shared.wire import make_batch, make_report
 
 CAP = 100
-TOKEN = secrets.token_urlsafe(32)
+TOKEN = secrets.token_hex(32)
 #: the options of every collector here: one upload token capped at CAP reports a day, batches
 #: of up to CAP reports (a cap may not be smaller than the largest batch)
 CAPPED = {"upload_token": TOKEN, "max_reports": CAP, "serve_args": ["--token-daily-cap", str(CAP)]}

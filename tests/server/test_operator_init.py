@@ -16,7 +16,8 @@ from veil.server.collector.starter import METRICS_TOML
 from veil.shared.registry import Registry
 from veil.shared.wire import make_batch, make_report
 
-TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")
+#: 32 bytes in hex: a token that began with "-" would read as an option in --read-token X
+TOKEN = re.compile(r"[0-9a-f]{64}")
 
 
 def read_env(path: Path) -> dict[str, str]:
