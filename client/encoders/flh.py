@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from veil.client.encoders.base import Encoder
+from veil.client.encoders.hashed_strings import HashedStringEncoder
 from veil.client.encoders.oracles import keep_or_fresh, keep_or_other
-from veil.shared.hashing import value_bytes
 from veil.shared.kinds import FlhParams
-from veil.shared.kinds.string_oracles import bucket, value_key
 
 
-class FlhEncoder(Encoder[FlhParams]):
+class FlhEncoder(HashedStringEncoder[FlhParams]):
     """FLH: the value's bucket under the cohort's hash function, through GRR over ``g``
     (memoized), then the instantaneous response (see the module docstring)."""
 
@@ -27,20 +25,11 @@ class FlhEncoder(Encoder[FlhParams]):
 
     def __init__(self, params: FlhParams, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)
-        assert self.cohort is not None
-        self._function = self.cohort
-        self._cohort_bytes = self.cohort.to_bytes(4, "big")
         self._g = params.buckets
-        self._prr = params.prr_numerator
-        self._irr = params.irr_numerator
-
-    def memo_key(self, value: Any) -> bytes:
-        return value_bytes(value)
 
     def derive(self, key: bytes) -> int:
-        stream = self.permanent_stream(b"prr", self._cohort_bytes + key)
-        own = bucket(self._function, value_key(key), self._g)
-        return keep_or_other(stream, own, self._g, self._prr)
+        return keep_or_other(self.prr_stream(key), self.hashed(key, self._g), self._g,
+                             self._prr)
 
     def finish(self, permanent: int) -> int:
         return keep_or_fresh(self.fresh, permanent, self._g, self._irr)

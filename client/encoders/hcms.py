@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from veil.client.encoders.base import Encoder
-from veil.shared.hashing import value_bytes
+from veil.client.encoders.hashed_strings import HashedStringEncoder
 from veil.shared.kinds import HcmsParams
-from veil.shared.kinds.string_oracles import bucket, value_key
 
 
-class HcmsEncoder(Encoder[HcmsParams]):
+class HcmsEncoder(HashedStringEncoder[HcmsParams]):
     """HCMS: one Hadamard coefficient of the value's column in the cohort's row, its sign
     flipped with probability ``1 - a`` (memoized), then the instantaneous response."""
 
@@ -28,21 +26,12 @@ class HcmsEncoder(Encoder[HcmsParams]):
 
     def __init__(self, params: HcmsParams, *args: Any, **kwargs: Any) -> None:
         super().__init__(params, *args, **kwargs)
-        assert self.cohort is not None
-        self._row = self.cohort
-        self._cohort_bytes = self.cohort.to_bytes(4, "big")
         self._m = params.columns
-        self._prr = params.prr_numerator
-        self._irr = params.irr_numerator
-
-    def memo_key(self, value: Any) -> bytes:
-        return value_bytes(value)
 
     def derive(self, key: bytes) -> int:
-        stream = self.permanent_stream(b"prr", self._cohort_bytes + key)
+        stream = self.prr_stream(key)
         coefficient = stream.randbelow(self._m)
-        column = bucket(self._row, value_key(key), self._m)
-        sign = (coefficient & column).bit_count() & 1
+        sign = (coefficient & self.hashed(key, self._m)).bit_count() & 1
         kept = stream.u32() < self._prr
         return 2 * coefficient + (sign if kept else 1 - sign)
 
