@@ -9,10 +9,9 @@ from typing import Any, TypeVar
 from veil.client.encoders.base import Encoder
 from veil.client.randomness import HmacStream
 from veil.shared.hashing import value_bytes
-from veil.shared.kinds import FlhParams, HcmsParams
-from veil.shared.kinds.string_oracles import bucket, value_key
+from veil.shared.kinds.string_oracles import StringOracleParams, bucket, value_key
 
-S = TypeVar("S", FlhParams, HcmsParams)
+S = TypeVar("S", bound=StringOracleParams)
 
 
 class HashedStringEncoder(Encoder[S]):

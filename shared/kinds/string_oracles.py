@@ -56,10 +56,10 @@ from veil.shared.faces import FaceRegistry
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.oracles.base import (
     EPSILON_FIELDS,
+    CountedResponses,
     check_report_epsilon,
     largest_numerator,
     log_ratio,
-    parse_index,
 )
 from veil.shared.kinds.oracles.olh import bucket_channel, numerators
 from veil.shared.privacy import round_up
@@ -108,7 +108,7 @@ def bucket(j: int, u: int, n: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class StringOracleParams(MechanismParams, abstract=True):
+class StringOracleParams(CountedResponses, MechanismParams, abstract=True):
     """A string metric through a hashed oracle: ``epsilon`` bounds every report of a value
     (``epsilon_inf``), ``report_epsilon`` one report (``epsilon_1``, default half);
     ``functions`` hash functions, one per cohort. Defining a subclass registers it in
@@ -150,26 +150,21 @@ class StringOracleParams(MechanismParams, abstract=True):
         return self.hash_functions
 
     @property
-    def statistic(self) -> str:
-        return "responses"
+    def prr_numerator(self) -> int:
+        """``N_prr``: the permanent response keeps the value's own symbol when a uniform
+        32-bit word is below it."""
+        raise NotImplementedError
 
     @property
-    def responses(self) -> int:
-        """Distinct payloads of one report (the length of the ``responses`` counts)."""
+    def irr_numerator(self) -> int:
+        """``N_irr``: a report keeps the permanent response when a uniform 32-bit word is
+        below it."""
         raise NotImplementedError
 
     @property
     def report_bits(self) -> int:
         """Bits a report carries on a compact wire: its cohort and its payload."""
         return (self.hash_functions - 1).bit_length() + (self.responses - 1).bit_length()
-
-    @property
-    def report_bytes(self) -> int:
-        """:attr:`report_bits` rounded up to whole bytes."""
-        return (self.report_bits + 7) // 8
-
-    def parse_payload(self, payload: Any, field: str = "payload") -> int:
-        return parse_index(payload, self.responses, field)
 
     def share_variance(self, share: float = 0.0, reports: int = 1) -> float:
         """Variance of a candidate's estimated share (true share ``share``) among ``reports``

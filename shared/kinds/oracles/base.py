@@ -107,8 +107,37 @@ def largest_numerator(epsilon_of: Any, target: float, low: int, high: int) -> in
     return low
 
 
+class CountedResponses:
+    """What a mechanism whose collector counts each distinct payload shares (the category
+    oracles and the hashed string oracles): the ``responses`` statistic, a payload checked
+    as an index into it, and the report's size on a compact wire."""
+
+    @property
+    def statistic(self) -> str:
+        return "responses"
+
+    @property
+    def responses(self) -> int:
+        """Number of distinct report payloads (the length of the ``responses`` statistic)."""
+        raise NotImplementedError
+
+    @property
+    def report_bits(self) -> int:
+        """Bits of information one report carries (its size on a compact wire)."""
+        raise NotImplementedError
+
+    @property
+    def report_bytes(self) -> int:
+        """:attr:`report_bits` rounded up to whole bytes."""
+        return (self.report_bits + 7) // 8
+
+    def parse_payload(self, payload: Any, field: str = "payload") -> int:
+        """The payload, an index into the ``responses`` statistic (:func:`parse_index`)."""
+        return parse_index(payload, self.responses, field)
+
+
 @dataclasses.dataclass(frozen=True)
-class OracleParams(CategoryList, MechanismParams, abstract=True):
+class OracleParams(CountedResponses, CategoryList, MechanismParams, abstract=True):
     """A category metric reported through a frequency oracle (see the module docstring).
 
     ``categories`` lists the values (the report of ``categories[i]`` encodes ``i``);
@@ -213,23 +242,5 @@ class OracleParams(CategoryList, MechanismParams, abstract=True):
     # --- what the collector keeps and what a report costs ----------------------------
 
     @property
-    def statistic(self) -> str:
-        return "responses"
-
-    @property
-    def responses(self) -> int:
-        """Number of distinct report payloads (the length of the ``responses`` statistic)."""
-        raise NotImplementedError
-
-    @property
     def report_bits(self) -> int:
-        """Bits of information one report carries (its size on a compact wire)."""
         return max(1, (self.responses - 1).bit_length())
-
-    @property
-    def report_bytes(self) -> int:
-        """:attr:`report_bits` rounded up to whole bytes."""
-        return (self.report_bits + 7) // 8
-
-    def parse_payload(self, payload: Any, field: str = "payload") -> Any:
-        return parse_index(payload, self.responses, field)
