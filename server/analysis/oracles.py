@@ -89,6 +89,20 @@ def oue_support(params: OueParams, ones: np.ndarray) -> np.ndarray:
     return np.asarray(ones, dtype=np.int64).reshape(-1)[: params.d].copy()
 
 
+def scaled_digits(count: int, g: int, r: int) -> np.ndarray:
+    """``F[x, t] = sum_i (t x_i mod g) g^i`` for ``x < count`` and ``t < g``: the flat index,
+    over ``r`` GF(g) digit axes, of ``t x`` taken digit by digit."""
+    t = np.arange(g, dtype=np.int64)
+    rest = np.arange(count, dtype=np.int64)
+    scaled = np.zeros((count, g), dtype=np.int64)
+    weight = 1
+    for _ in range(r):
+        scaled += (np.outer(rest % g, t) % g) * weight
+        rest //= g
+        weight *= g
+    return scaled
+
+
 def olh_support(params: OlhParams, counts: np.ndarray) -> np.ndarray:
     """``S_x = sum_a T[a, h_a(x)]`` for every category at once, with one FFT.
 
@@ -104,14 +118,7 @@ def olh_support(params: OlhParams, counts: np.ndarray) -> np.ndarray:
     table = np.asarray(counts, dtype=np.float64).reshape((g,) * (r + 1))
     spectrum = np.fft.fftn(table).reshape(-1)
     t = np.arange(g, dtype=np.int64)
-    rest = np.arange(params.d, dtype=np.int64)
-    function = np.zeros((params.d, g), dtype=np.int64)
-    weight = 1
-    for _ in range(r):
-        function += (np.outer(rest % g, t) % g) * weight
-        rest //= g
-        weight *= g
-    frequency = function * g + (-t) % g
+    frequency = scaled_digits(params.d, g, r) * g + (-t) % g
     support = spectrum[frequency].real.sum(axis=1) / g
     out: np.ndarray = np.rint(support).astype(np.int64)
     return out
@@ -142,14 +149,7 @@ def olh_support_sizes(params: OlhParams) -> np.ndarray:
     indicator = np.zeros(params.functions)
     indicator[: params.d] = 1.0
     spectrum = np.fft.fftn(indicator.reshape((g,) * r)).reshape(-1)
-    t = np.arange(g, dtype=np.int64)
-    rest = np.arange(params.functions, dtype=np.int64)
-    scaled = np.zeros((params.functions, g), dtype=np.int64)
-    weight = 1
-    for _ in range(r):
-        scaled += (np.outer(rest % g, t) % g) * weight
-        rest //= g
-        weight *= g
+    scaled = scaled_digits(params.functions, g, r)
     sizes: np.ndarray = np.rint(np.fft.ifft(spectrum[scaled], axis=1).real).astype(np.int64)
     return sizes.reshape(-1)
 
@@ -164,22 +164,20 @@ def hadamard_support_sizes(params: HadamardParams) -> np.ndarray:
     return sizes
 
 
-def support_size_variance(params: OracleParams, counts: np.ndarray) -> float:
-    """``Var(K)``: the variance over reports of the number of categories one report
-    supports (see the module docstring), from the statistic's summed counts vector."""
-    if isinstance(params, OueParams):
-        p, q = params.support_probs
-        return float(p * (1 - p) + (params.d - 1) * q * (1 - q))
-    if isinstance(params, OlhParams):
-        sizes = olh_support_sizes(params)
-    elif isinstance(params, HadamardParams):
-        sizes = hadamard_support_sizes(params)
-    else:  # GRR: each payload names one category
-        return 0.0
+def support_size_variance(sizes: np.ndarray, counts: np.ndarray) -> float:
+    """``Var(K)`` over the reports when payload ``y`` supports ``sizes[y]`` categories and
+    ``counts[y]`` reports carried it (OLH, Hadamard; see the module docstring)."""
     weights = np.asarray(counts, dtype=np.float64).reshape(-1)
     total = float(weights.sum())
     mean = float(weights @ sizes) / total
     return float(weights @ (sizes - mean) ** 2) / total
+
+
+def oue_support_variance(params: OueParams, counts: np.ndarray) -> float:
+    """``Var(K) = p (1 - p) + (d - 1) q (1 - q)``: OUE's bits are independent given the
+    value."""
+    p, q = params.support_probs
+    return float(p * (1 - p) + (params.d - 1) * q * (1 - q))
 
 
 # ---------------------------------------------------------------- the estimator
@@ -190,9 +188,14 @@ def _decode_oracle(
     options: DecodeOptions,
     params_type: type[OracleParams],
     support_of: Callable[[Any, np.ndarray], np.ndarray],
+    support_variance: Callable[[Any, np.ndarray], float],
     extra: Callable[[Any], dict[str, Any]] = lambda params: {},
+    multinomial: bool = False,
 ) -> DecodeResult:
-    """The shared estimator: support counts -> unbiased shares, errors, intervals, summary."""
+    """The shared estimator: support counts -> unbiased shares, errors, intervals, summary.
+    ``support_variance`` is ``Var(K)`` from the counts vector (module docstring);
+    ``multinomial`` says the support counts are one multinomial (GRR), which IBU reads
+    exactly."""
     started, confidence, params = start_decode(counts, options, params_type,
                                          f"decode_{params_type.oracle}")
     total = require_reports(counts)
@@ -211,7 +214,7 @@ def _decode_oracle(
     # population shares: S_x ~ Binomial(N, rho_x), rho_x in [q, p] (module docstring)
     rate = np.clip(support / total, q, p)
     se = np.sqrt(rate * (1 - rate) / total) / (p - q)
-    allocated_variance = support_size_variance(params, field) / (total * (p - q) ** 2)
+    allocated_variance = support_variance(params, field) / (total * (p - q) ** 2)
     summary = base_summary(counts, started, confidence, len(params.categories), "categories")
     details = {"oracle": params.oracle, "support_probs": [p, q],
                "share_variance_per_report": params.share_variance(), **extra(params)}
@@ -219,8 +222,7 @@ def _decode_oracle(
     if options.estimator == "ibu":
         # GRR's payload counts are one multinomial (exact IBU); the others' support counts
         # are binomial each (IBU on their composite likelihood, veil.server.analysis.ibu)
-        channel = AffineChannel.identity(share.size, q, p, total,
-                                         multinomial=isinstance(params, GrrParams))
+        channel = AffineChannel.identity(share.size, q, p, total, multinomial=multinomial)
         found = estimate(channel, support, share, se, confidence)
     return category_shares_result(counts, list(params.categories), share, se, confidence,
                                   summary, details, f"category shares ({params.oracle})",
@@ -230,25 +232,31 @@ def _decode_oracle(
 @decodes(GrrParams)
 def decode_grr(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Category shares from generalized randomized response (payload counts)."""
-    return _decode_oracle(counts, options, GrrParams, grr_support)
+    # every payload names one category: K = 1, and the shares sum to 1 identically
+    return _decode_oracle(counts, options, GrrParams, grr_support, lambda params, field: 0.0,
+                          multinomial=True)
 
 
 @decodes(OueParams)
 def decode_oue(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Category shares from optimized unary encoding (set-bit counts)."""
-    return _decode_oracle(counts, options, OueParams, oue_support)
+    return _decode_oracle(counts, options, OueParams, oue_support, oue_support_variance)
 
 
 @decodes(OlhParams)
 def decode_olh(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS) -> DecodeResult:
     """Category shares from optimized local hashing ((function, bucket) counts, one FFT)."""
-    return _decode_oracle(counts, options, OlhParams, olh_support,
-                          lambda params: {"buckets": params.buckets, "digits": params.digits})
+    return _decode_oracle(
+        counts, options, OlhParams, olh_support,
+        lambda params, field: support_size_variance(olh_support_sizes(params), field),
+        lambda params: {"buckets": params.buckets, "digits": params.digits})
 
 
 @decodes(HadamardParams)
 def decode_hadamard(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS,
                     ) -> DecodeResult:
     """Category shares from Hadamard response (response counts, one Walsh-Hadamard transform)."""
-    return _decode_oracle(counts, options, HadamardParams, hadamard_support,
-                          lambda params: {"size": params.size})
+    return _decode_oracle(
+        counts, options, HadamardParams, hadamard_support,
+        lambda params, field: support_size_variance(hadamard_support_sizes(params), field),
+        lambda params: {"size": params.size})
