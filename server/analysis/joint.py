@@ -36,7 +36,7 @@ from veil.server.analysis.closed_form import base_summary, require_reports, star
 from veil.server.analysis.decoders import DECODERS, DEFAULT_OPTIONS, DecodeOptions, decodes
 from veil.server.analysis.joint_tables import (
     MARGINAL_COLUMNS,
-    TextColumnsResult,
+    JointTablesResult,
     interval_row,
 )
 from veil.server.analysis.joint_tests import (
@@ -46,7 +46,7 @@ from veil.server.analysis.joint_tests import (
     project_to_simplex,
 )
 from veil.server.analysis.stats import z_quantile
-from veil.server.analysis.tables import RESULT_COLUMNS, frequency_rows, write_rows
+from veil.server.analysis.tables import RESULT_COLUMNS, frequency_rows
 from veil.server.counts import CountsArrays
 from veil.shared.kinds import GrrParams
 from veil.shared.kinds.joint import JointParams
@@ -66,13 +66,11 @@ def variable_columns(params: JointParams) -> tuple[str, ...]:
 
 
 @dataclasses.dataclass
-class JointResult(TextColumnsResult):
+class JointResult(JointTablesResult):
     """A decoded joint table: ``rows`` one per cell, ``conditional_rows`` the conditional
     shares of the last variable, ``marginal_rows`` each variable's marginal shares."""
 
     conditional_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    marginal_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    shape: tuple[int, ...] = ()
 
     def conditional_to_pandas(self) -> pandas.DataFrame:
         """``conditional.csv`` as a DataFrame."""
@@ -80,28 +78,21 @@ class JointResult(TextColumnsResult):
 
         return pandas.DataFrame(self.conditional_rows, columns=list(CONDITIONAL_COLUMNS))
 
-    def marginals_to_pandas(self) -> pandas.DataFrame:
-        """``marginals.csv`` as a DataFrame."""
-        import pandas
-
-        return pandas.DataFrame(self.marginal_rows, columns=list(MARGINAL_COLUMNS))
-
     def plot(self, ax: Axes | None = None, top: int = 30) -> Axes:
         """The heatmap of the joint shares (the ``top`` conditions of largest share)."""
         from veil.server.analysis.joint_charts import draw_heatmap
 
         return draw_heatmap(self, ax, top)
 
-    def extra_files(self, out: Path) -> dict[str, Path]:
-        """``conditional.csv``, ``marginals.csv`` and ``heatmap.png`` in ``out``."""
+    def side_tables(self) -> dict[str, tuple[tuple[str, ...], list[dict[str, Any]]]]:
+        """``conditional.csv`` and ``marginals.csv``."""
+        return {"conditional": (CONDITIONAL_COLUMNS, self.conditional_rows),
+                **super().side_tables()}
+
+    def save_heatmap(self, path: Path) -> None:
         from veil.server.analysis.joint_charts import save_heatmap
 
-        paths = {"conditional": out / "conditional.csv", "marginals": out / "marginals.csv",
-                 "heatmap": out / "heatmap.png"}
-        write_rows(paths["conditional"], CONDITIONAL_COLUMNS, self.conditional_rows)
-        write_rows(paths["marginals"], MARGINAL_COLUMNS, self.marginal_rows)
-        save_heatmap(self, paths["heatmap"])
-        return paths
+        save_heatmap(self, path)
 
 
 def _cell_estimates(counts: CountsArrays, confidence: float) -> tuple[np.ndarray, np.ndarray]:
@@ -165,7 +156,7 @@ def _conditional_rows(params: JointParams, metric: str, theta: np.ndarray,
 
 @decodes(JointParams)
 def decode_joint(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS,
-                 ) -> TextColumnsResult:
+                 ) -> JointTablesResult:
     """The joint table of a joint metric: each cell with its standard error, p-value and
     interval, the consistent (projected) shares, marginals, conditionals and the test of
     independence (see the module docstring). A metric of assigned marginals is decoded by

@@ -46,7 +46,7 @@ import numpy as np
 from veil.server.analysis.closed_form import base_summary, require_reports, start_decode
 from veil.server.analysis.decoders import DECODERS, DEFAULT_OPTIONS, DecodeOptions
 from veil.server.analysis.joint_consistency import Consistency, NonNegative
-from veil.server.analysis.joint_tables import MARGINAL_COLUMNS, TextColumnsResult, interval_row
+from veil.server.analysis.joint_tables import MARGINAL_COLUMNS, JointTablesResult, interval_row
 from veil.server.analysis.joint_tests import (
     CellCovariance,
     IndependenceTest,
@@ -54,7 +54,7 @@ from veil.server.analysis.joint_tests import (
     project_to_simplex,
 )
 from veil.server.analysis.stats import z_quantile
-from veil.server.analysis.tables import RESULT_COLUMNS, frequency_rows, write_rows
+from veil.server.analysis.tables import RESULT_COLUMNS, frequency_rows
 from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import GrrParams
@@ -72,20 +72,12 @@ INDEPENDENCE_COLUMNS = ("metric", "pair", "first", "second", "statistic", "dof",
 
 
 @dataclasses.dataclass
-class MarginalsResult(TextColumnsResult):
+class MarginalsResult(JointTablesResult):
     """Decoded assigned marginals: ``rows`` one per (pair, cell), ``marginal_rows`` each
     variable's shares, ``independence_rows`` the test of each pair; ``shape`` the number of
     values of each variable."""
 
-    marginal_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     independence_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    shape: tuple[int, ...] = ()
-
-    def marginals_to_pandas(self) -> Any:
-        """``marginals.csv`` as a DataFrame."""
-        import pandas
-
-        return pandas.DataFrame(self.marginal_rows, columns=list(MARGINAL_COLUMNS))
 
     def independence_to_pandas(self) -> Any:
         """``independence.csv`` as a DataFrame."""
@@ -107,16 +99,15 @@ class MarginalsResult(TextColumnsResult):
 
         return draw_pair_heatmaps(self, ax)
 
-    def extra_files(self, out: Path) -> dict[str, Path]:
-        """``marginals.csv``, ``independence.csv`` and ``heatmap.png`` in ``out``."""
+    def side_tables(self) -> dict[str, tuple[tuple[str, ...], list[dict[str, Any]]]]:
+        """``marginals.csv`` and ``independence.csv``."""
+        return {**super().side_tables(),
+                "independence": (INDEPENDENCE_COLUMNS, self.independence_rows)}
+
+    def save_heatmap(self, path: Path) -> None:
         from veil.server.analysis.joint_charts import save_pair_heatmaps
 
-        paths = {"marginals": out / "marginals.csv", "independence": out / "independence.csv",
-                 "heatmap": out / "heatmap.png"}
-        write_rows(paths["marginals"], MARGINAL_COLUMNS, self.marginal_rows)
-        write_rows(paths["independence"], INDEPENDENCE_COLUMNS, self.independence_rows)
-        save_pair_heatmaps(self, paths["heatmap"])
-        return paths
+        save_pair_heatmaps(self, path)
 
 
 @dataclasses.dataclass(frozen=True)

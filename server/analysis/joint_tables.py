@@ -5,11 +5,13 @@ marginals' columns, a result whose variable columns stay text, a share's interva
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from veil.server.analysis.results import DecodeResult
+from veil.server.analysis.tables import write_rows
 
 if TYPE_CHECKING:
     import pandas
@@ -43,6 +45,40 @@ class TextColumnsResult(DecodeResult):
         frame = pandas.DataFrame(self.rows, columns=list(self.columns))
         numbers = [name for name in self.columns if name not in self.text_columns]
         return frame.astype(dict.fromkeys(numbers, float))
+
+
+@dataclasses.dataclass
+class JointTablesResult(TextColumnsResult):
+    """A decoded joint metric: ``rows`` one per cell, ``marginal_rows`` each variable's
+    shares (``marginals.csv``), ``shape`` the number of values of each variable; the side
+    tables (:meth:`side_tables`) and the heatmap are :meth:`extra_files`."""
+
+    marginal_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    shape: tuple[int, ...] = ()
+
+    def marginals_to_pandas(self) -> pandas.DataFrame:
+        """``marginals.csv`` as a DataFrame."""
+        import pandas
+
+        return pandas.DataFrame(self.marginal_rows, columns=list(MARGINAL_COLUMNS))
+
+    def side_tables(self) -> dict[str, tuple[tuple[str, ...], list[dict[str, Any]]]]:
+        """``{name: (columns, rows)}`` of each ``name.csv`` written beside the results."""
+        return {"marginals": (MARGINAL_COLUMNS, self.marginal_rows)}
+
+    def save_heatmap(self, path: Path) -> None:
+        """Draw the result's heatmap to ``path``."""
+        raise NotImplementedError
+
+    def extra_files(self, out: Path) -> dict[str, Path]:
+        """Each side table as ``name.csv`` and ``heatmap.png`` in ``out``."""
+        paths = {}
+        for name, (columns, rows) in self.side_tables().items():
+            paths[name] = out / f"{name}.csv"
+            write_rows(paths[name], columns, rows)
+        paths["heatmap"] = out / "heatmap.png"
+        self.save_heatmap(paths["heatmap"])
+        return paths
 
 
 def interval_row(metric: str, share: float, se: float, z: float) -> dict[str, Any]:
