@@ -70,11 +70,19 @@ class FreshStream(RandomStream):
         return self.random_bytes(n)
 
 
+def keyed(secret: bytes) -> hmac.HMAC:
+    """HMAC-SHA256 keyed with ``secret``, to give :class:`HmacStream` instead of the secret
+    when one party derives many streams (the key schedule is then computed once)."""
+    return hmac.new(secret, digestmod=hashlib.sha256)
+
+
 class HmacStream(RandomStream):
     """Deterministic bytes derived from ``secret`` for (``purpose``, ``metric``, ``context``)."""
 
-    def __init__(self, secret: bytes, purpose: bytes, metric: str, context: bytes) -> None:
-        self._mac = hmac.new(secret, digestmod=hashlib.sha256)
+    def __init__(self, secret: bytes | hmac.HMAC, purpose: bytes, metric: str,
+                 context: bytes) -> None:
+        # a keyed HMAC (:func:`keyed`) is only ever copied, so many streams share one
+        self._mac = keyed(secret) if isinstance(secret, bytes) else secret
         self._suffix = DOMAIN + b"\0" + purpose + b"\0" + metric.encode() + b"\0" + context
         self._counter = 0
         self._buffer = b""

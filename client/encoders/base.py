@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
-from veil.client.randomness import STREAM_LAYOUT, FreshStream, HmacStream
+from veil.client.randomness import STREAM_LAYOUT, FreshStream, HmacStream, keyed
 from veil.shared.faces import FaceRegistry
 from veil.shared.kinds import MechanismParams
 
@@ -59,6 +59,7 @@ class Encoder(Generic[P]):
         self.params = params
         self.metric = metric
         self.secret = secret
+        self._key = keyed(secret)
         self.layout = layout
         name_keyed = layout == 1 and self.name_keyed_in_layout_1
         self._context_prefix = b"" if name_keyed else params.fingerprint.encode() + b"\0"
@@ -71,7 +72,7 @@ class Encoder(Generic[P]):
         context ``fingerprint || 0x00 || context`` (the parameters' 16 hex digits, ASCII), so
         that parameters declared anew under one metric name draw independent responses.
         Layout 1 of the :attr:`name_keyed_in_layout_1` encoders has ``context`` alone."""
-        return HmacStream(self.secret, purpose, self.metric, self._context_prefix + context)
+        return HmacStream(self._key, purpose, self.metric, self._context_prefix + context)
 
     def memo_key(self, value: Any) -> bytes:
         """What the memoized response depends on (privacy accounting counts distinct keys).
