@@ -32,6 +32,8 @@ noise):
   design (``report_epsilon = epsilon``) and the default one (``epsilon / 2``).
 * Joint metrics: a 4 x 3 table, cells, marginals and conditionals
   (:mod:`~veil.simulations.calibration_joint`).
+* String oracles, FLH and HCMS: the statistic's exact multinomial law over (cohort,
+  payload) cells (:mod:`~veil.simulations.calibration_string_oracles`).
 * Booleans: the yes count is ``Binomial(N, rho)``, ``rho = s y1 + (1 - s) y0``: each
   report is yes with that probability, independently.
 * Numbers, 1bitmean: the count of ones is ``Binomial(N, E_j[N(j)] / 2^32)`` over the

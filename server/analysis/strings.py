@@ -103,8 +103,8 @@ def model_variances(params: StringParams, reports: np.ndarray, ones: np.ndarray)
     ones over all reported bits, clipped to ``[p*, q*]``), so that the weights depend on
     the cohort sizes only, not on the counts they weigh. Weights from each count's own
     rate (as :func:`bit_estimates` states it) give bits that read high a smaller variance
-    and more weight: with ``p*, q* > 1/2`` that biased the background share upwards (the
-    missing share by +2.1 at 1,500 reports with k=128, m=64). The pooled rate is within
+    and more weight: with ``p*, q* > 1/2`` that biased the background share upwards
+    (docs/analysis.md, "How strings are decoded", gives the size). The pooled rate is within
     ``[p*, q*]`` like every bit's, so the weights are off by at most
     ``max rho(1-rho) / min rho(1-rho)`` over that range (about 14% at p=0.5, q=0.75,
     f=0.5), which costs little efficiency and leaves the estimates unbiased.
