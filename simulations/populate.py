@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -143,9 +144,10 @@ def _draw_tuples(params: JointParams, rng: np.random.Generator,
             else:
                 value[variable.name] = variable.labels[index]
         values.append(value)
-    cells = np.bincount([params.cell_of(value) for value in values], minlength=params.cells)
-    top = ", ".join(f"{params.cell_label(int(i))} {cells[i] / n:.1%}"
-                    for i in np.argsort(-cells)[:3])
+    # counted, not binned: the product domain of a wide marginals metric has no array size
+    cells = Counter(params.cell_of(value) for value in values)
+    top = ", ".join(f"{params.cell_label(cell)} {count / n:.1%}"
+                    for cell, count in cells.most_common(3))
     return values, f"{top} (associated by construction)"
 
 
