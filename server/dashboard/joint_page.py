@@ -1,7 +1,9 @@
 """The joint metric page: the joint table as a heatmap (its cells' 95% intervals in their
 titles and in the table), the conditional view ``P(last variable | the others)`` and the
 independence test, all from the joint decoder's result
-(:mod:`veil.server.analysis.joint`)."""
+(:mod:`veil.server.analysis.joint`). A metric of assigned marginals
+(:mod:`veil.server.analysis.joint_marginals`) shows every pair's test, ranked, the heatmap
+of the pair of strongest evidence, and every pair's cells."""
 
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ def joint_page(decodes: Decodes, name: str, state: PageState) -> Page:
     result, why = try_decode(decodes, metric, state.start, state.end)
     if result is None:
         page.notes.append(f"No estimates for {state.start} to {state.end}: {why}.")
+        return page
+    if getattr(result, "independence_rows", None) is not None:
+        _marginals(page, result, name)
         return page
     conditional_rows = getattr(result, "conditional_rows", None)
     shape = getattr(result, "shape", ())
@@ -67,6 +72,45 @@ def joint_page(decodes: Decodes, name: str, state: PageState) -> Page:
                              "bars", "label", "conditional", "conditional share", "low_95",
                              "high_95"))
     return page
+
+
+def _marginals(page: Page, result: Any, name: str) -> None:
+    """The page of a metric of assigned marginals (see the module docstring)."""
+    summary = result.summary
+    tests = sorted(result.independence_rows, key=lambda test: test["p_value"])
+    page.facts.update({"Reports (N)": summary.get("reports"),
+                       "Variables": len(summary.get("variables", {})),
+                       "Marginals assigned": f"{summary.get('marginals')} variables each",
+                       "Pairs": len(tests)})
+    page.notes += [note for note in (summary.get("note"),) if note]
+    if not tests:
+        return
+    strongest = tests[0]
+    first, second = strongest["first"], strongest["second"]
+    top = max((row["proportion"] for row in result.rows
+               if row["pair"] == strongest["pair"]), default=0.0) or 1.0
+    cells = [{**row, "given": f"{first}={row['first_value']}", "column": row["second_value"],
+              "heat": int(max(row["proportion"], 0.0) / top * (HEAT_LEVELS - 1) + 0.5)}
+             for row in result.rows if row["pair"] == strongest["pair"]]
+    page.notes.append(f"The heatmap is {strongest['pair']}, the pair whose independence test "
+                      "has the smallest p-value; the tables give every pair. Test: "
+                      f"{strongest['method']}.")
+    page.tables += [
+        Table("cells", f"{strongest['pair']} with 95% intervals",
+              {"given": first, "column": second, **share_columns(),
+               "consistent": "Consistent share"}, cells,
+              caption="Unbiased shares and their intervals; the consistent share agrees with "
+                      "every other pair on the shared variables' shares."),
+        Table("independence", "Independence of each pair (smallest p-value first)",
+              {"pair": "Pair", "statistic": "Statistic", "dof": "Degrees of freedom",
+               "p_value": "p-value"}, tests),
+        Table("pairs", "Every pair's shares",
+              {"pair": "Pair", "first_value": "First", "second_value": "Second",
+               **share_columns(), "consistent": "Consistent share"}, list(result.rows)),
+        Table("marginals", "Marginal shares",
+              {"variable": "Variable", "value": "Value", **share_columns()},
+              list(result.marginal_rows)),
+    ]
 
 
 def _cells(rows: list[dict[str, Any]], columns: tuple[str, ...], shape: tuple[int, ...],

@@ -186,3 +186,48 @@ def test_the_planner_uses_the_decoders_variances(client: Any) -> None:
     assert figures["ε one value (all its reports)"] == params.epsilon_inf
     refused = client.get("/planner?kind=category&epsilon=-1&format=json", headers=AUTH).json
     assert refused["tables"] == [] and "epsilon" in refused["notes"][0]
+
+
+MARGINALS_TOML = """\
+version = 1
+
+[metrics.setup]
+kind = "joint"
+min_reports = 200
+of = ["os", "dark", "plan"]
+domains = [["linux", "mac", "windows"], "boolean", ["free", "paid"]]
+marginals = 2
+epsilon = 4.0
+"""
+
+
+def test_a_marginals_metric_shows_every_pair_and_the_strongest_heatmap(tmp_path: Path) -> None:
+    from veil.server.analysis import decode_metric
+    from veil.server.dashboard import create_dashboard
+
+    store = tmp_path / "veil.db"
+    registry = Registry.from_toml(MARGINALS_TOML)
+    days = fill_past_days(store, registry, days=1, installations=3000)
+    app = create_dashboard({"DATABASE": str(store), "READ_TOKENS": [TOKEN], "TESTING": True})
+    try:
+        page = app.test_client().get("/joint/setup", query_string={"format": "json",
+                                                                    "from": days[0]},
+                                     headers=AUTH).get_json()
+        html = app.test_client().get("/joint/setup", query_string={"from": days[0]},
+                                     headers=AUTH).get_data(as_text=True)
+    finally:
+        app.extensions["veil_dashboard"].decodes.source.close()
+    tables = {table["name"]: table for table in page["tables"]}
+    assert page["facts"]["Pairs"] == 3 and page["facts"]["Reports (N)"] == 3000
+    # the tables are the decoder's, as veil decode writes them
+    decoded = decode_metric(metric="setup", db=str(store), start=days[0], end=days[0])
+    tests = tables["independence"]["rows"]
+    assert sorted(test["pair"] for test in tests) == sorted(
+        row["pair"] for row in decoded.independence_rows)
+    assert [test["p_value"] for test in tests] == sorted(test["p_value"] for test in tests)
+    strongest = tests[0]["pair"]
+    assert len(tables["pairs"]["rows"]) == len(decoded.rows) == 6 + 4 + 6
+    heat = tables["cells"]["rows"]
+    assert {row["proportion"] for row in heat} == {
+        row["proportion"] for row in decoded.rows if row["pair"] == strongest}
+    assert f"Heatmap: {strongest} with 95% intervals" in html and 'data-heatmap="cells"' in html
