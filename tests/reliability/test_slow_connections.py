@@ -27,6 +27,7 @@ import pytest
 import requests
 
 from tests.conftest import wait_until
+from veil.server.collector.serving import FIRST_REQUEST_GRACE
 from veil.shared.wire import make_batch, make_report
 
 LIMIT = 8
@@ -236,7 +237,11 @@ def test_idle_keep_alive_connections_are_closed_near_the_connection_limit(collec
     with hostile_connections(collector.port, keep_alive=100, slow=20) as clients:
         elapsed = [timed_upload(collector) for _ in range(3)]
         assert clients.closed > 0
-    assert max(elapsed) < 2.0, elapsed
+    # the reconnecting clients queue ahead of the upload, and each new connection is spared
+    # for its first FIRST_REQUEST_GRACE seconds, so the upload may wait about that grace
+    # (measured 1.0 to 2.02 s) but never a client's timeout (10 s here), where every upload
+    # ended before idle connections were closed
+    assert max(elapsed) < FIRST_REQUEST_GRACE + 1.0, elapsed
     assert "idle connections, longest idle first" in (collector.workdir / "serve.log").read_text()
 
 
