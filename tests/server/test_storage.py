@@ -672,3 +672,28 @@ def test_recorded_parameters_are_permanent_even_without_reports(store_url, wire)
     first.close()
     with open_storage(store_url) as reopened:
         assert reopened.registry["homepage"].params == wire.registry["homepage"].params
+
+
+@pytest.mark.parametrize("cohorts, payloads", [
+    ([7, 4095, 0], [31, 0, 17]),            # cohorts and payloads packed in one integer
+    ([0, 2**31 - 1, 0], [2**32 - 1, 0, 1]),  # the packing's largest cohort and payload
+    ([5, 2**31 - 1, 3], [2**40, 2, 2**32]),  # beyond the packing's range: JSON pairs
+], ids=["packed", "packed-edges", "pairs"])
+def test_integer_payloads_are_stored_exactly_in_each_statement_shape(tmp_path, wire, cohorts,
+                                                                     payloads):
+    from veil.server.storage.sqlite.rows import insert_statement
+
+    path = tmp_path / "veil.db"
+    open_storage(str(path), wire.registry, create=True).close()
+    statistic = statistic_for(wire.registry["dark_mode"].params)
+    assert statistic.payload_type == "int"
+    group = [(bytes([i]) * 16, "dark_mode", "2026-11-01", cohort, payload)
+             for i, (cohort, payload) in enumerate(zip(cohorts, payloads, strict=True))]
+    statement, parameters, many = insert_statement(statistic, "dark_mode", "2026-11-01", group)
+    assert not many
+    with sqlite3.connect(path) as conn:
+        conn.execute(statement, parameters)
+        stored = conn.execute("SELECT id, metric, day, cohort, payload FROM reports "
+                              "ORDER BY id").fetchall()
+    conn.close()
+    assert stored == group

@@ -2,8 +2,8 @@
 
 Reports are appended with one statement per (metric, day) group: the ids (and
 byte payloads) travel as one concatenated blob cut with ``substr()``, the
-cohorts (and integer payloads) as a JSON array walked by ``json_each``, so SQLite
-runs the loop in C. ``executemany`` instead re-acquires the GIL for every row,
+cohorts (and integer payloads, packed as ``cohort << 32 | payload``) as a JSON array
+walked by ``json_each``, so SQLite runs the loop in C. ``executemany`` instead re-acquires the GIL for every row,
 and while other request threads run Python that stalls the writer, which holds
 the lock every writer waits on. Float payloads keep ``executemany``, so that the
 stored values are the exact doubles received (JSON text would be re-parsed).
@@ -45,6 +45,15 @@ _INSERT_INTS = (
     "INSERT INTO reports (id, metric, day, cohort, payload) "
     "SELECT substr(?1, key * 16 + 1, 16), ?2, ?3, value ->> 0, value ->> 1 FROM json_each(?4)"
 )
+#: integer payloads below 2^32 with a cohort each, as one integer ``cohort << 32 | payload``
+#: (a third of the time of a JSON pair, which SQLite parses again for each of its two values)
+_INSERT_PACKED_INTS = (
+    "INSERT INTO reports (id, metric, day, cohort, payload) "
+    "SELECT substr(?1, key * 16 + 1, 16), ?2, ?3, value >> 32, value & 4294967295 "
+    "FROM json_each(?4)"
+)
+#: packing holds payloads below this and cohorts below half of it (signed 64-bit integers)
+PAYLOAD_LIMIT = 1 << 32
 
 UPSERT = (
     f"INSERT INTO aggregates (metric, day, cohort, reports, {', '.join(COLUMNS)}) "
@@ -96,6 +105,13 @@ def insert_statement(statistic: Statistic, name: str, day: str,
         payloads = b"".join(row[4] for row in group)
         return _INSERT_BYTES, (ids, name, day, payloads, width, cohorts), False
     if statistic.payload_type == "int":
+        cohorts = [row[3] for row in group]
+        payloads = [row[4] for row in group]
+        if (min(cohorts) >= 0 and max(cohorts) < PAYLOAD_LIMIT // 2
+                and min(payloads) >= 0 and max(payloads) < PAYLOAD_LIMIT):
+            packed = [cohort << 32 | payload for cohort, payload in zip(cohorts, payloads,
+                                                                      strict=True)]
+            return _INSERT_PACKED_INTS, (ids, name, day, json.dumps(packed)), False
         return _INSERT_INTS, (ids, name, day, json.dumps([(row[3], row[4]) for row in group])), False
     return _INSERT_REPORT, group, True
 
