@@ -105,12 +105,12 @@ def insert_statement(statistic: Statistic, name: str, day: str,
         payloads = b"".join(row[4] for row in group)
         return _INSERT_BYTES, (ids, name, day, payloads, width, cohorts), False
     if statistic.payload_type == "int":
-        cohorts = [row[3] for row in group]
-        payloads = [row[4] for row in group]
-        if (min(cohorts) >= 0 and max(cohorts) < PAYLOAD_LIMIT // 2
-                and min(payloads) >= 0 and max(payloads) < PAYLOAD_LIMIT):
-            packed = [cohort << 32 | payload for cohort, payload in zip(cohorts, payloads,
-                                                                      strict=True)]
+        cohort_ints: list[int] = [row[3] for row in group]
+        payload_ints: list[int] = [row[4] for row in group]
+        if (min(cohort_ints) >= 0 and max(cohort_ints) < PAYLOAD_LIMIT // 2
+                and min(payload_ints) >= 0 and max(payload_ints) < PAYLOAD_LIMIT):
+            packed = [cohort << 32 | payload
+                      for cohort, payload in zip(cohort_ints, payload_ints, strict=True)]
             return _INSERT_PACKED_INTS, (ids, name, day, json.dumps(packed)), False
         return _INSERT_INTS, (ids, name, day, json.dumps([(row[3], row[4]) for row in group])), False
     return _INSERT_REPORT, group, True
