@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from veil.server.analysis.results import DecodeResult
 
 T = TypeVar("T")
-#: decodes kept in memory
-CACHE_ENTRIES = 2048
+#: entries kept in memory: decodes of a range, and each day's series rows (a few small
+#: rows, not the day's decode), so 90 days of 30 metrics stay cached whole
+CACHE_ENTRIES = 8192
 #: a candidates file's name in the candidates directory: the metric's name and this suffix
 CANDIDATES_SUFFIX = ".txt"
 
@@ -154,6 +155,22 @@ class Decodes:
 
             return decode_counts(document, list(candidates) or None,
                                  source=f"{self.source.name} metric {metric}")
+
+        return self.cache.get(key, compute)
+
+    def derived(self, metric: str, day: str, document: dict[str, Any],
+                candidates: Sequence[str], candidates_digest: str, what: Hashable,
+                make: Callable[[DecodeResult], T]) -> T:
+        """``make`` of the decode of ``metric`` on ``day`` (its counts ``document``) over
+        ``candidates`` (whose :func:`digest` is ``candidates_digest``), cached under ``what``
+        (whatever else ``make`` depends on). Only ``make``'s value is kept, not the decode."""
+        key = ("derived", metric, day, digest(document), candidates_digest, what)
+
+        def compute() -> T:
+            from veil.server.analysis.decoders import decode_counts
+
+            return make(decode_counts(document, list(candidates) or None,
+                                      source=f"{self.source.name} metric {metric}"))
 
         return self.cache.get(key, compute)
 

@@ -12,7 +12,7 @@ import datetime as dt
 import math
 from typing import TYPE_CHECKING, Any
 
-from veil.server.dashboard.decodes import Decodes
+from veil.server.dashboard.decodes import Decodes, digest
 from veil.server.dashboard.model import Chart, Page, Table, share_columns
 from veil.server.dashboard.sources import TooFewReports
 from veil.server.dashboard.state import PageState
@@ -175,16 +175,20 @@ def _series(decodes: Decodes, metric: Metric, result: DecodeResult, state: PageS
     ranked = sorted(result.rows, key=lambda row: -(row[key] or 0.0))
     top = [str(row["value"]) for row in ranked[:state.k]]
     listed = [str(row["value"]) for row in result.rows]
+    listed_digest = digest(listed)
     rows: list[dict[str, Any]] = []
     skipped = []
     for day in state.days:
+
+        def day_rows(daily: DecodeResult, day: str = day) -> list[dict[str, Any]]:
+            return _day_rows(day, daily, top, mean)
+
         try:
             document = decodes.counts(metric.name, day, day)
-            daily = decodes.decode(metric.name, day, day, listed, document)
+            rows += decodes.derived(metric.name, day, document, listed, listed_digest,
+                                    ("series", tuple(top), mean), day_rows)
         except (TooFewReports, VeilError):
             skipped.append(day)
-            continue
-        rows += _day_rows(day, daily, top, mean)
     caption = "Each day decoded on its own." if mean else (
         "Each day decoded on its own, over the values the whole range detected; a value "
         "missing on a day was not detected that day.")
