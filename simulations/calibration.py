@@ -30,7 +30,8 @@ noise):
   :func:`~veil.simulations.oracle_encoding.simulate_oracle_counts` (the SDK's law of one
   report per installation: permanent then instantaneous response), for the one-shot
   design (``report_epsilon = epsilon``) and the default one (``epsilon / 2``).
-* Joint metrics: a 4 x 3 table, cells, marginals and conditionals
+* Joint metrics: a 4 x 3 table, cells, marginals and conditionals; assigned marginals
+  (``marginals = 2`` and ``3`` over four variables), every pairwise cell and one-way share
   (:mod:`~veil.simulations.calibration_joint`).
 * String oracles, FLH and HCMS: the statistic's exact multinomial law over (cohort,
   payload) cells (:mod:`~veil.simulations.calibration_string_oracles`).
@@ -89,7 +90,7 @@ from veil.shared.kinds import (
     OueParams,
 )
 from veil.shared.statistics import statistic_for
-from veil.simulations.calibration_joint import draw_joint
+from veil.simulations.calibration_joint import draw_joint, draw_marginals
 from veil.simulations.calibration_string_oracles import QUICK_POINTS as STRING_ORACLE_QUICK
 from veil.simulations.calibration_string_oracles import RUNS as STRING_ORACLE_RUNS
 from veil.simulations.calibration_string_oracles import draw_string_oracle
@@ -486,6 +487,14 @@ for _string_oracle in (FlhParams, HcmsParams):
                              Draws(**draw_string_oracle(o, CATEGORY_SHARES, *args)),
                              tuple((n, eps) for n in REPORTS for eps in EPSILONS),
                              STRING_ORACLE_QUICK, STRING_ORACLE_RUNS))
+#: collections a cell of the assigned-marginals cases (a decode is a projection, not a
+#: closed form: about 5 to 15 ms)
+MARGINALS_RUNS = 400
+for _k in (2, 3):
+    register(CalibrationCase(f"joint marginals k={_k}", lambda *args, k=_k:
+                             Draws(**draw_marginals(*args, marginals=k)),
+                             tuple((n, eps) for n in REPORTS for eps in EPSILONS),
+                             STRING_ORACLE_QUICK, MARGINALS_RUNS))
 for _mechanism in ("laplace", "gaussian", "1bitmean"):
     register(_number_case(_mechanism))
 for _case in STRING_CASES:

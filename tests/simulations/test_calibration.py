@@ -36,6 +36,7 @@ from veil.server.cli import main
 from veil.simulations.calibration import (
     ALLOCATED,
     CASES,
+    MARGINALS_RUNS,
     QUICK_RUNS,
     QUICK_STRING_REPORTS,
     STRING_RUNS,
@@ -50,6 +51,7 @@ from veil.simulations.calibration_string_oracles import QUICK_POINTS, RUNS
 from veil.simulations.calibration_strings import FDR, MISSING_SHARE
 
 STRING_ORACLES = ("strings: flh", "strings: hcms")
+MARGINALS = ("joint marginals k=2", "joint marginals k=3")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,8 @@ def quick_results():
 def test_every_cell_of_the_reduced_grid_is_calibrated(quick_results) -> None:
     cells = [Cell(**row) for row in quick_results.rows]
     grid = {name for name, case in CASES.items() if not case.points}
-    assert {cell.case for cell in cells} == grid | set(QUICK_STRING_REPORTS) | set(STRING_ORACLES)
+    assert {cell.case for cell in cells} == (grid | set(QUICK_STRING_REPORTS)
+                                             | set(STRING_ORACLES) | set(MARGINALS))
     assert {(cell.reports, cell.epsilon) for cell in cells if cell.case in grid} == {
         (n, eps) for n in (1_000, 100_000) for eps in (0.5, 4.0)}
     assert all(cell.runs == QUICK_RUNS for cell in cells if cell.case in grid)
@@ -101,6 +104,20 @@ def test_the_reduced_grid_calibrates_the_string_oracles(quick_results) -> None:
             problem for cell in shares for problem in cell.problems()]
         missing = [cell for cell in mine if cell.quantity == MISSING_SHARE]
         assert all(cell.status() in ("in band", "documented") for cell in missing)
+
+
+def test_the_reduced_grid_calibrates_the_assigned_marginals(quick_results) -> None:
+    """Four associated variables (3, 2, 3 and 2 values) as assigned marginals of two and of
+    three variables: every one of the 37 pairwise cells and 10 one-way shares of the
+    consistent linear estimate in band at both points, with the same 400 collections a
+    cell as the string oracles (the Monte Carlo errors of the module docstring)."""
+    for name in MARGINALS:
+        mine = [Cell(**row) for row in quick_results.rows if row["case"] == name]
+        assert {(cell.reports, cell.epsilon) for cell in mine} == set(QUICK_POINTS)
+        assert {cell.runs for cell in mine} == {MARGINALS_RUNS}
+        assert len(mine) == (37 + 10) * len(QUICK_POINTS)
+        assert all(cell.status() == "in band" for cell in mine), [
+            problem for cell in mine for problem in cell.problems()]
 
 
 def test_grr_shares_add_up_to_exactly_one(quick_results) -> None:
