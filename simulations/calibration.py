@@ -491,8 +491,8 @@ for _string_oracle in (FlhParams, HcmsParams):
 #: closed form: about 5 to 15 ms)
 MARGINALS_RUNS = 400
 for _k in (2, 3):
-    register(CalibrationCase(f"joint marginals k={_k}", lambda *args, k=_k:
-                             Draws(**draw_marginals(*args, marginals=k)),
+    register(CalibrationCase(f"joint marginals k={_k}", lambda n, eps, runs, rng, k=_k:
+                             Draws(**draw_marginals(n, eps, runs, rng, marginals=k)),
                              tuple((n, eps) for n in REPORTS for eps in EPSILONS),
                              STRING_ORACLE_QUICK, MARGINALS_RUNS))
 for _mechanism in ("laplace", "gaussian", "1bitmean"):
