@@ -487,14 +487,24 @@ for _string_oracle in (FlhParams, HcmsParams):
                              Draws(**draw_string_oracle(o, CATEGORY_SHARES, *args)),
                              tuple((n, eps) for n in REPORTS for eps in EPSILONS),
                              STRING_ORACLE_QUICK, STRING_ORACLE_RUNS))
-#: collections a cell of the assigned-marginals cases (a decode is a projection, not a
-#: closed form: about 5 to 15 ms)
+#: collections a cell of the assigned-marginals cases (a decode is an iterative
+#: projection, not a closed form)
 MARGINALS_RUNS = 400
+
+
+def _marginals_case(k: int) -> CalibrationCase:
+    """The assigned marginals of ``k`` variables (:func:`draw_marginals`)."""
+
+    def draw(reports: int, epsilon: float, runs: int, rng: np.random.Generator) -> Draws:
+        return Draws(**draw_marginals(reports, epsilon, runs, rng, marginals=k))
+
+    return CalibrationCase(f"joint marginals k={k}", draw,
+                           tuple((n, eps) for n in REPORTS for eps in EPSILONS),
+                           STRING_ORACLE_QUICK, MARGINALS_RUNS)
+
+
 for _k in (2, 3):
-    register(CalibrationCase(f"joint marginals k={_k}", lambda n, eps, runs, rng, k=_k:
-                             Draws(**draw_marginals(n, eps, runs, rng, marginals=k)),
-                             tuple((n, eps) for n in REPORTS for eps in EPSILONS),
-                             STRING_ORACLE_QUICK, MARGINALS_RUNS))
+    register(_marginals_case(_k))
 for _mechanism in ("laplace", "gaussian", "1bitmean"):
     register(_number_case(_mechanism))
 for _case in STRING_CASES:
