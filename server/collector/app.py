@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from flask import Flask, Response
-from werkzeug.middleware.proxy_fix import ProxyFix
 
 from veil.server.collector.app_state import EXTENSION, Collector
 from veil.server.collector.config import DEFAULTS
+from veil.server.collector.proxies import TrustedProxyFix, trusted_networks
 from veil.server.collector.rate_limits import upload_limits
 from veil.server.collector.responses import json_response, register_error_handlers
 from veil.server.collector.routes import api
@@ -83,8 +83,14 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         registry, storage, tokens, upload_tokens, max_reports, upload_limits(app.config),
         metrics_tokens=metrics_tokens,
     )
+    proxies = trusted_networks(app.config["TRUSTED_PROXIES"], "TRUSTED_PROXIES",
+                               "TRUSTED_PROXIES")
+    if proxies and not app.config["PROXY_HOPS"]:
+        raise VeilError("TRUSTED_PROXIES is set but PROXY_HOPS is 0, so no forwarded header is "
+                        "read: set PROXY_HOPS (--proxy-hops) to the number of proxies in front")
     if app.config["PROXY_HOPS"]:
-        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=app.config["PROXY_HOPS"])  # type: ignore[method-assign]
+        app.wsgi_app = TrustedProxyFix(  # type: ignore[method-assign]
+            app.wsgi_app, app.config["PROXY_HOPS"], proxies)
     register_error_handlers(app)
     app.register_blueprint(api)
     return app

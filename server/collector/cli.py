@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import logging
 import os
 import shutil
@@ -31,6 +32,7 @@ from veil.server.cli.options import (
 )
 from veil.server.collector.config import DEFAULTS
 from veil.server.collector.logs import FORMATS, LEVELS, configure_logging
+from veil.server.collector.proxies import trusted_networks
 from veil.server.settings import ENVIRONMENT, env_value
 from veil.shared.errors import ParameterError, VeilError
 
@@ -94,6 +96,10 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--proxy-hops", type=int, default=DEFAULTS["PROXY_HOPS"],
                         help="reverse proxies in front whose X-Forwarded-For names the client, "
                         "for --network-rate (default 0: trust no header)")
+    parser.add_argument("--trusted-proxy", action="append", default=None,
+                        help="address or network (CIDR) of a proxy --proxy-hops may trust; "
+                        "repeatable. Other peers' forwarded headers are removed (default: any "
+                        "peer, so only proxies must reach the collector)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULTS["MAX_CONTENT_LENGTH"],
                         help=f"largest request body accepted "
                         f"(default {DEFAULTS['MAX_CONTENT_LENGTH'] / 2**20:g} MiB)")
@@ -133,6 +139,7 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
         "TOKEN_DAILY_CAP": args.token_daily_cap,
         "RATE_BURST_SECONDS": args.burst_seconds,
         "PROXY_HOPS": args.proxy_hops,
+        "TRUSTED_PROXIES": tuple(args.trusted_proxy or ()),
         "MAX_CONTENT_LENGTH": args.max_body_bytes,
         "MAX_REPORTS_PER_BATCH": args.max_reports,
         "RECENT_IDS_LIMIT": args.recent_ids_limit,
@@ -167,6 +174,10 @@ def run_serve(args: argparse.Namespace) -> int:
         if getattr(args, name) < 0:
             option = "--" + name.replace("_", "-")
             raise ParameterError(name, f"{option} must be 0 (off) or more; got {getattr(args, name)}")
+    if args.trusted_proxy and not args.proxy_hops:
+        raise ParameterError("trusted_proxy", "--trusted-proxy names proxies whose forwarded "
+                             "headers --proxy-hops reads; give --proxy-hops N too")
+    trusted_networks(args.trusted_proxy, "trusted_proxy")
     if args.burst_seconds <= 0:
         raise ParameterError("burst_seconds", f"--burst-seconds must be more than 0; got {args.burst_seconds}")
     if args.min_free_bytes is not None and args.min_free_bytes < 0:
@@ -228,8 +239,21 @@ def _log_summary(config: dict[str, Any], metrics: int, location: str, url: str) 
     if not reads:
         logger.warning("no read token set (--read-token or %s): counts cannot be read over "
                        "HTTP", ENVIRONMENT["read_token"])
+    if config["PROXY_HOPS"] and not config["TRUSTED_PROXIES"] and not _loopback(config["HOST"]):
+        logger.warning("--proxy-hops %d trusts the forwarded headers of any peer, and %s is "
+                       "reachable from other machines: name the proxies with --trusted-proxy, "
+                       "or a client can pick its own rate-limit bucket", config["PROXY_HOPS"],
+                       config["HOST"])
     logger.info("%d worker(s) of %d threads, listening on %s", config["WORKERS"],
                 config["THREADS"], url)
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` is an address only this machine reaches."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 @contextlib.contextmanager

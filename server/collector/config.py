@@ -23,6 +23,9 @@ App settings (read by ``create_app``):
                           smaller than ``MAX_REPORTS_PER_BATCH``)
 ``PROXY_HOPS``            reverse proxies in front whose ``X-Forwarded-For`` names the client
                           (default 0: the peer address is the client's)
+``TRUSTED_PROXIES``       addresses or CIDR networks of those proxies: a request from any other
+                          peer has its forwarded headers removed (default empty: any peer is
+                          trusted, so bind the collector where only the proxies reach it)
 ``MAX_CONTENT_LENGTH``    largest request body in bytes (default 2 MiB; larger gives 413): twice
                           the SDK's default batch (1,000,000 bytes), room for 5,000 reports of up
                           to about 1,000 bits; the SDK halves a batch answered 413
@@ -68,6 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_DAILY_CAP": 0,
     "RATE_BURST_SECONDS": 10.0,
     "PROXY_HOPS": 0,
+    "TRUSTED_PROXIES": (),
     "MAX_CONTENT_LENGTH": 2 * 1024 * 1024,
     "MAX_REPORTS_PER_BATCH": 5000,
     "RECENT_IDS_LIMIT": None,

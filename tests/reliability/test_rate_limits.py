@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 
 import pytest
 import requests
@@ -156,3 +158,52 @@ def test_without_proxy_hops_a_forged_forwarded_for_is_ignored(collector_factory)
     assert upload(collector, 50, "198.51.100.7") == 200
     # every request comes from 127.0.0.1, whatever the header claims
     assert [upload(collector, 50, f"203.0.{i}.1") for i in range(113, 118)] == [429] * 5
+
+
+def test_only_the_trusted_proxies_may_name_the_client(collector_factory):
+    """``--trusted-proxy``: a peer outside it (here the test, on 127.0.0.1) is counted under its
+    own address, whatever it forwards; the same requests from a trusted peer name networks."""
+    untrusted = collector_factory(registry=REGISTRY, max_reports=50, serve_args=[
+        "--network-rate", "1", "--burst-seconds", "1", "--proxy-hops", "1",
+        "--trusted-proxy", "10.0.0.0/8", "--trusted-proxy", "fd00::/8"])
+    assert upload(untrusted, 50, "198.51.100.7") == 200
+    # a direct client forging a new network each time: every request is 127.0.0.1's
+    assert [upload(untrusted, 50, f"203.0.{i}.1") for i in range(113, 118)] == [429] * 5
+    trusted = collector_factory(registry=REGISTRY, max_reports=50, serve_args=[
+        "--network-rate", "1", "--burst-seconds", "1", "--proxy-hops", "1",
+        "--trusted-proxy", "127.0.0.1"])
+    assert upload(trusted, 50, "198.51.100.7") == 200
+    assert [upload(trusted, 50, f"203.0.{i}.1") for i in range(113, 118)] == [200] * 5
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--trusted-proxy", "10.0.0.0/8"], "--trusted-proxy names proxies whose forwarded "
+                                        "headers --proxy-hops reads; give --proxy-hops N too"),
+    (["--proxy-hops", "1", "--trusted-proxy", "proxy.internal"],
+     "--trusted-proxy 'proxy.internal' is not an IP address or network"),
+])
+def test_trusted_proxies_are_checked_before_serving(tmp_path, arguments, message):
+    registry = tmp_path / "metrics.toml"
+    registry.write_text('[metrics.dark_mode]\nkind = "boolean"\n')
+    completed = subprocess.run(
+        [sys.executable, "-m", "veil.server.cli", "serve", "--config", str(registry),
+         "--db", str(tmp_path / "veil.db"), "--port", "0", *arguments],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert completed.returncode == 2 and message in completed.stderr, completed.stderr
+    assert not (tmp_path / "veil.db").exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize("host, trusted, warned", [
+    ("0.0.0.0", (), True), ("0.0.0.0", ("10.0.0.0/8",), False), ("127.0.0.1", (), False),
+    ("::1", (), False), ("localhost", (), False),
+])
+def test_serving_other_machines_with_proxy_hops_and_no_trusted_proxy_is_warned(
+        caplog, host, trusted, warned):
+    from veil.server.collector.cli import _log_summary
+    from veil.server.collector.config import DEFAULTS
+
+    config = {**DEFAULTS, "REGISTRY": "metrics.toml", "HOST": host, "PROXY_HOPS": 1,
+              "TRUSTED_PROXIES": trusted}
+    with caplog.at_level("WARNING", logger="veil.server.collector.cli"):
+        _log_summary(config, 1, "veil.db", f"http://{host}:8080")
+    assert ("name the proxies with --trusted-proxy" in caplog.text) == warned
