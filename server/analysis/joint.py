@@ -34,11 +34,7 @@ import numpy as np
 
 from veil.server.analysis.closed_form import base_summary, require_reports, start_decode
 from veil.server.analysis.decoders import DECODERS, DEFAULT_OPTIONS, DecodeOptions, decodes
-from veil.server.analysis.joint_tables import (
-    MARGINAL_COLUMNS,
-    JointTablesResult,
-    interval_row,
-)
+from veil.server.analysis.joint_tables import JointTablesResult, one_way_rows
 from veil.server.analysis.joint_tests import (
     CellCovariance,
     conditionals,
@@ -112,20 +108,11 @@ def _cell_estimates(counts: CountsArrays, confidence: float) -> tuple[np.ndarray
 def _marginals(params: JointParams, metric: str, theta: np.ndarray, cov: CellCovariance,
                z: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each variable's marginal shares: rows for ``marginals.csv`` and the summary's."""
-    rows: list[dict[str, Any]] = []
-    summary: dict[str, Any] = {}
     index = np.indices(params.shape).reshape(len(params.shape), -1)
-    for axis, variable in enumerate(params.variables):
-        groups = index[axis]
-        shares = np.bincount(groups, theta, minlength=len(variable.labels))
-        errors = np.sqrt(np.maximum(cov.group_variance(groups), 0.0))
-        summary[variable.name] = {}
-        for label, share, se in zip(variable.labels, shares, errors, strict=True):
-            row = {**interval_row(metric, float(share), float(se), z),
-                   "variable": variable.name, "value": label}
-            rows.append(row)
-            summary[variable.name][label] = {key: row[key] for key in MARGINAL_COLUMNS[3:]}
-    return rows, summary
+    estimates = [(np.bincount(index[axis], theta, minlength=len(variable.labels)),
+                  np.sqrt(np.maximum(cov.group_variance(index[axis]), 0.0)))
+                 for axis, variable in enumerate(params.variables)]
+    return one_way_rows(metric, [(v.name, v.labels) for v in params.variables], estimates, z)
 
 
 def _conditional_rows(params: JointParams, metric: str, theta: np.ndarray,

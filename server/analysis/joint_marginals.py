@@ -46,7 +46,7 @@ import numpy as np
 from veil.server.analysis.closed_form import base_summary, require_reports, start_decode
 from veil.server.analysis.decoders import DECODERS, DEFAULT_OPTIONS, DecodeOptions
 from veil.server.analysis.joint_consistency import Consistency, NonNegative
-from veil.server.analysis.joint_tables import MARGINAL_COLUMNS, JointTablesResult, interval_row
+from veil.server.analysis.joint_tables import JointTablesResult, one_way_rows
 from veil.server.analysis.joint_tests import (
     CellCovariance,
     IndependenceTest,
@@ -250,17 +250,8 @@ def _pair_rows(params: JointParams, metric: str, built: Reconstruction, reports:
 def _one_way_rows(params: JointParams, metric: str, built: Reconstruction,
                   reports: np.ndarray, z: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each variable's marginal shares (``marginals.csv``) and the summary's."""
-    rows: list[dict[str, Any]] = []
-    summary: dict[str, Any] = {}
-    for a, variable in enumerate(params.variables):
-        share, se, _ = built.cells((a,), reports)
-        summary[variable.name] = {}
-        for label, value, error in zip(variable.labels, share, se, strict=True):
-            row = {**interval_row(metric, float(value), float(error), z),
-                   "variable": variable.name, "value": label}
-            rows.append(row)
-            summary[variable.name][label] = {key: row[key] for key in MARGINAL_COLUMNS[3:]}
-    return rows, summary
+    estimates = [built.cells((a,), reports)[:2] for a in range(len(params.variables))]
+    return one_way_rows(metric, [(v.name, v.labels) for v in params.variables], estimates, z)
 
 
 def _disagreement(built: Reconstruction) -> float:

@@ -5,6 +5,7 @@ marginals' columns, a result whose variable columns stay text, a share's interva
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,3 +87,21 @@ def interval_row(metric: str, share: float, se: float, z: float) -> dict[str, An
     return {"metric": metric, "proportion": share, "prop_std_error": se,
             "prop_low_95": min(max(share - z * se, 0.0), 1.0),
             "prop_high_95": max(min(share + z * se, 1.0), 0.0)}
+
+
+def one_way_rows(metric: str, variables: Sequence[tuple[str, Sequence[str]]],
+                 estimates: Iterable[tuple[np.ndarray, np.ndarray]], z: float,
+                 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each variable's shares as rows of ``marginals.csv`` and as the summary's
+    ``{variable: {value: {proportion, ...}}}``: ``variables`` the (name, values) pairs,
+    ``estimates`` each one's shares and standard errors, in the same order."""
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    for (name, labels), (shares, errors) in zip(variables, estimates, strict=True):
+        summary[name] = {}
+        for label, share, se in zip(labels, shares, errors, strict=True):
+            row = {**interval_row(metric, float(share), float(se), z),
+                   "variable": name, "value": label}
+            rows.append(row)
+            summary[name][label] = {key: row[key] for key in MARGINAL_COLUMNS[3:]}
+    return rows, summary
