@@ -2,8 +2,9 @@
 specification in docs/protocol.md: this module derives them with an independent
 implementation of MurmurHash3 x86_32, the parameter fingerprint, the HMAC
 counter-mode stream and the memoized responses of strings, RAPPOR categories,
-booleans and numbers (both stream layouts), checks that the file holds exactly what
-it derives, and checks the library against the file.
+booleans and numbers (both stream layouts), and of the FLH and HCMS string oracles
+(with an independent MurmurHash3 x64_128 and their multiply-shift hashing), checks that
+the file holds exactly what it derives, and checks the library against the file.
 
 Run it as a script (``python tests/shared/test_vectors.py``) to write the file anew
 after a deliberate change of the protocol; bump :data:`VERSION` with the layout.
@@ -129,6 +130,113 @@ def string_bloom(value: str, cohort: int, k: int, h: int) -> int:
     return bloom
 
 
+MASK64 = (1 << 64) - 1
+
+
+def murmur3_x64_128_h1(data: bytes, seed: int = 0) -> int:
+    """The first 64-bit half of MurmurHash3 x64_128, written from its published description."""
+    c1, c2 = 0x87C37B91114253D5, 0x4CF5AD432745937F
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (64 - r))) & MASK64
+
+    def fmix(k: int) -> int:
+        k = ((k ^ (k >> 33)) * 0xFF51AFD7ED558CCD) & MASK64
+        k = ((k ^ (k >> 33)) * 0xC4CEB9FE1A85EC53) & MASK64
+        return k ^ (k >> 33)
+
+    def mix1(k1: int) -> int:
+        return (rotl((k1 * c1) & MASK64, 31) * c2) & MASK64
+
+    def mix2(k2: int) -> int:
+        return (rotl((k2 * c2) & MASK64, 33) * c1) & MASK64
+
+    h1 = h2 = seed
+    blocks = len(data) // 16
+    for i in range(blocks):
+        h1 ^= mix1(int.from_bytes(data[16 * i : 16 * i + 8], "little"))
+        h1 = ((rotl(h1, 27) + h2) * 5 + 0x52DCE729) & MASK64
+        h2 ^= mix2(int.from_bytes(data[16 * i + 8 : 16 * i + 16], "little"))
+        h2 = ((rotl(h2, 31) + h1) * 5 + 0x38495AB5) & MASK64
+    tail = data[16 * blocks :]
+    if len(tail) > 8:
+        h2 ^= mix2(int.from_bytes(tail[8:], "little"))
+    if tail:
+        h1 ^= mix1(int.from_bytes(tail[:8], "little"))
+    h1, h2 = h1 ^ len(data), h2 ^ len(data)
+    h1 = (h1 + h2) & MASK64
+    h2 = (h2 + h1) & MASK64
+    h1, h2 = fmix(h1), fmix(h2)
+    return (h1 + h2) & MASK64
+
+
+def splitmix64(x: int) -> int:
+    z = (x + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def reference_bucket(j: int, u: int, n: int) -> int:
+    """Section 5, string oracles: ``h_j(u)`` in ``[0, n)``, multiply-shift with hash
+    function ``j``'s keys ``a_j = splitmix64(2j) | 1`` and ``b_j = splitmix64(2j + 1)``."""
+    a, b = splitmix64(2 * j) | 1, splitmix64(2 * j + 1)
+    return ((((a * u + b) & MASK64) >> 32) * n) >> 32
+
+
+class Reader:
+    """Section 4's samplers over a stream's bytes, read in order."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def read(self, n: int) -> bytes:
+        self.at += n
+        assert self.at <= len(self.data), "the vector's stream is too short"
+        return self.data[self.at - n : self.at]
+
+    def u32(self) -> int:
+        return int.from_bytes(self.read(4), "big")
+
+    def randbelow(self, n: int) -> int:
+        if n <= 1:
+            return 0
+        bits = (n - 1).bit_length()
+        width = (bits + 7) // 8
+        while True:
+            candidate = int.from_bytes(self.read(width), "big") >> (8 * width - bits)
+            if candidate < n:
+                return candidate
+
+
+def string_oracle_vector(value: str, cohort: int, params: dict[str, Any],
+                         prr_numerator: int) -> dict[str, Any]:
+    """Section 5, ``flh`` and ``hcms``: the value's key and bucket under the cohort's hash
+    function, and the permanent response (``prr_numerator`` is the library's ``N_prr``,
+    the largest within epsilon: section 5 defines it by a search, given here as data)."""
+    fp = reference_fingerprint(params)
+    u = murmur3_x64_128_h1(value.encode())
+    size = params["g"] if params["oracle"] == "flh" else params["columns"]
+    bucket = reference_bucket(cohort, u, size)
+    context = reference_context(STREAM_LAYOUT, fp, cohort.to_bytes(4, "big") + value.encode())
+    stream = reference_stream(b"prr", "homepage", context, 64)
+    reader = Reader(stream)
+    if params["oracle"] == "flh":
+        if reader.u32() < prr_numerator:
+            permanent = bucket
+        else:
+            other = reader.randbelow(size - 1)
+            permanent = other + (other >= bucket)
+    else:
+        coefficient = reader.randbelow(size)
+        sign = (coefficient & bucket).bit_count() & 1
+        permanent = 2 * coefficient + (sign if reader.u32() < prr_numerator else 1 - sign)
+    return {"metric": "homepage", "value": value, "cohort": cohort, "layout": STREAM_LAYOUT,
+            "params": params, "fingerprint": fp, "value_key": u, "bucket": bucket,
+            "prr_numerator": prr_numerator, "first_64_bytes_hex": stream.hex(),
+            "permanent": permanent}
+
+
 def boolean_vector(value: bool, params: dict[str, Any], layout: int) -> dict[str, Any]:
     fp = reference_fingerprint(params)
     context = reference_context(layout, fp, b"\x01" if value else b"\x00")
@@ -174,6 +282,14 @@ STRING_PARAMS = [
 CATEGORY_PARAMS = {"kind": "category", "categories": ["firefox", "chrome", "safari", "edge"],
                    "p": 0.5, "q": 0.75, "f": 0.5}
 BOOLEAN_PARAMS = {"kind": "boolean", "alpha": 0.5, "beta": 0.5}
+STRING_ORACLE_PARAMS = [
+    {"kind": "string", "oracle": "flh", "epsilon": 2.0, "report_epsilon": 1.0, "g": 4,
+     "functions": 16384},
+    {"kind": "string", "oracle": "hcms", "epsilon": 2.0, "report_epsilon": 1.0, "rows": 4096,
+     "columns": 16},
+]
+STRING_ORACLE_VALUES = [("example.com", 3), ("", 0), ("h\u00e9llo w\u00f6rld \u2713", 4095),
+                        ("a value longer than sixteen bytes", 77)]
 NUMBER_PARAMS = [
     {"kind": "number", "low": 0.0, "high": 10.0, "mechanism": "1bitmean", "epsilon": 1.0,
      "delta": None, "resolution": 10},
@@ -220,6 +336,11 @@ def build_vectors() -> dict[str, Any]:
                     for layout in layouts for value in (True, False)],
         "number": [number_vector(3.7, params, layout)
                    for layout in layouts for params in NUMBER_PARAMS],
+        "string_oracle": [
+            string_oracle_vector(value, cohort, params,
+                                 params_from_dict(params).prr_numerator)
+            for params in STRING_ORACLE_PARAMS for value, cohort in STRING_ORACLE_VALUES
+        ],
         "cohort_seed": {"cohort_seed_hex": seed.to_bytes(8, "big").hex(), "cohort_seed": seed,
                         "m": 64, "cohort": seed % 64},
     }
@@ -306,6 +427,29 @@ def test_number(vector: dict[str, Any]) -> None:
     encoder = vector_encoder(vector)
     assert encoder.grid_point(vector["value"]) == vector["grid_point"]
     assert encoder.encode(vector["value"]) == vector["answer"]
+
+
+@pytest.mark.parametrize("vector", published("string_oracle"),
+                         ids=lambda v: f"{v['params']['oracle']}-{v['cohort']}")
+def test_string_oracle(vector: dict[str, Any]) -> None:
+    from veil.shared.kinds.string_oracles import bucket, value_key
+
+    data = vector["value"].encode()
+    assert value_key(data) == vector["value_key"]
+    encoder = vector_encoder(vector, vector["cohort"])
+    assert encoder.cohort == vector["cohort"]
+    assert bucket(vector["cohort"], vector["value_key"], encoder.params.buckets) == vector["bucket"]
+    assert encoder.params.prr_numerator == vector["prr_numerator"]
+    stream = encoder.prr_stream(data)
+    assert stream.read(64) == bytes.fromhex(vector["first_64_bytes_hex"])
+    assert encoder.memoized(encoder.memo_key(vector["value"])) == vector["permanent"]
+
+
+def test_the_murmur_x64_reference_is_the_hashing_library() -> None:
+    import mmh3
+
+    for data in (b"", b"a", b"example.com", b"exactly 16 bytes", b"seventeen bytes!!", bytes(range(40))):
+        assert murmur3_x64_128_h1(data) == mmh3.hash64(data, 0, True, signed=False)[0]
 
 
 def test_the_layouts_differ_only_by_the_fingerprint() -> None:
