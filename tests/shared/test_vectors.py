@@ -8,9 +8,10 @@ the file holds exactly what it derives, and checks the library against the file.
 
 Run it as a script (``python tests/shared/test_vectors.py``) to write the file anew
 after a deliberate change of the protocol; bump :data:`VERSION` with the layout.
-The one field not derived independently is the ``laplace`` report: the protocol
-names the exact discrete Laplace sampler by its paper, not byte by byte, so that
-report is the library's (its stream is given, and derived here).
+Two fields are not derived independently: the ``laplace`` report (the protocol names
+the exact discrete Laplace sampler by its paper, not byte by byte, so that report is the
+library's; its stream is given, and derived here) and the string oracles' ``N_prr`` (the
+largest numerator within epsilon, found by a search; the response is derived from it).
 """
 
 from __future__ import annotations
