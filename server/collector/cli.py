@@ -82,24 +82,7 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
                         default=env_value(ENVIRONMENT["log_level"]) or DEFAULTS["LOG_LEVEL"],
                         help="least severe level logged "
                         f"(default: ${ENVIRONMENT['log_level']}, else {DEFAULTS['LOG_LEVEL']})")
-    parser.add_argument("--network-rate", type=float, default=DEFAULTS["NETWORK_RATE"],
-                        help="reports a second each source network (/24 or /48) may upload, "
-                        "in bursts of --burst-seconds of it; more get 429 (default: no limit)")
-    parser.add_argument("--token-rate", type=float, default=DEFAULTS["TOKEN_RATE"],
-                        help="reports a second each upload token may upload (default: no limit)")
-    parser.add_argument("--token-daily-cap", type=int, default=DEFAULTS["TOKEN_DAILY_CAP"],
-                        help="reports each upload token may upload per UTC day, counted in the "
-                        "database; at least --max-reports (default: no cap)")
-    parser.add_argument("--burst-seconds", type=float, default=DEFAULTS["RATE_BURST_SECONDS"],
-                        help=f"seconds of a rate a burst may use "
-                        f"(default {DEFAULTS['RATE_BURST_SECONDS']:g})")
-    parser.add_argument("--proxy-hops", type=int, default=DEFAULTS["PROXY_HOPS"],
-                        help="reverse proxies in front whose X-Forwarded-For names the client, "
-                        "for --network-rate (default 0: trust no header)")
-    parser.add_argument("--trusted-proxy", action="append", default=None,
-                        help="address or network (CIDR) of a proxy --proxy-hops may trust; "
-                        "repeatable. Other peers' forwarded headers are removed (default: any "
-                        "peer, so only proxies must reach the collector)")
+    _add_limit_options(parser)
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULTS["MAX_CONTENT_LENGTH"],
                         help=f"largest request body accepted "
                         f"(default {DEFAULTS['MAX_CONTENT_LENGTH'] / 2**20:g} MiB)")
@@ -122,6 +105,28 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--migrate", action="store_true",
                         help="bring a database with an older schema to this Veil's before serving "
                         "(default: refuse it; see veil migrate --dry-run)")
+
+
+def _add_limit_options(parser: argparse.ArgumentParser) -> None:
+    """``veil serve``'s rate limits, daily cap and the proxies that name the client."""
+    parser.add_argument("--network-rate", type=float, default=DEFAULTS["NETWORK_RATE"],
+                        help="reports a second each source network (/24 or /48) may upload, "
+                        "in bursts of --burst-seconds of it; more get 429 (default: no limit)")
+    parser.add_argument("--token-rate", type=float, default=DEFAULTS["TOKEN_RATE"],
+                        help="reports a second each upload token may upload (default: no limit)")
+    parser.add_argument("--token-daily-cap", type=int, default=DEFAULTS["TOKEN_DAILY_CAP"],
+                        help="reports each upload token may upload per UTC day, counted in the "
+                        "database; at least --max-reports (default: no cap)")
+    parser.add_argument("--burst-seconds", type=float, default=DEFAULTS["RATE_BURST_SECONDS"],
+                        help=f"seconds of a rate a burst may use "
+                        f"(default {DEFAULTS['RATE_BURST_SECONDS']:g})")
+    parser.add_argument("--proxy-hops", type=int, default=DEFAULTS["PROXY_HOPS"],
+                        help="reverse proxies in front whose X-Forwarded-For names the client, "
+                        "for --network-rate (default 0: trust no header)")
+    parser.add_argument("--trusted-proxy", action="append", default=None,
+                        help="address or network (CIDR) of a proxy --proxy-hops may trust; "
+                        "repeatable. Other peers' forwarded headers are removed (default: any "
+                        "peer, so only proxies must reach the collector)")
 
 
 def serve_config(args: argparse.Namespace) -> dict[str, Any]:
