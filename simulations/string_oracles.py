@@ -15,7 +15,8 @@ such installations is one ``Multinomial(N, law)`` draw (:func:`draw_statistic`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,9 @@ from veil.server.analysis.string_oracles import (
     candidate_keys,
     walsh_hadamard_rows,
 )
+from veil.shared.faces import FaceRegistry
 from veil.shared.kinds import FlhParams, HcmsParams, StringOracleParams
+from veil.shared.kinds.base import implements
 from veil.simulations.encoders import SimulatedReports, _client_cohorts, simulates
 from veil.simulations.encoding import memo_rows
 from veil.simulations.oracle_encoding import bernoulli, parity
@@ -40,6 +43,14 @@ def value_buckets(params: StringOracleParams, values: Sequence[str], cohorts: np
     return table[index, np.asarray(cohorts, dtype=np.int64)].astype(np.int64), index
 
 
+#: each string oracle's payload sampler (``params, own buckets, rng, memo -> payloads``)
+PAYLOADS: FaceRegistry[Callable[..., np.ndarray]] = FaceRegistry("string oracle payloads")
+#: each string oracle's law of one report's (cohort, payload) cell, from ``held[j, b]``
+LAWS: FaceRegistry[Callable[[Any, np.ndarray], np.ndarray]] = FaceRegistry(
+    "string oracle report law")
+
+
+@implements(FlhParams, PAYLOADS)
 def flh_payloads(params: FlhParams, own: np.ndarray, rng: np.random.Generator,
                  memo: tuple[np.ndarray, np.ndarray | None] | None = None) -> np.ndarray:
     """FLH payloads of reports whose value's bucket is ``own``: GRR over ``g`` once per
@@ -57,6 +68,7 @@ def flh_payloads(params: FlhParams, own: np.ndarray, rng: np.random.Generator,
     return out
 
 
+@implements(HcmsParams, PAYLOADS)
 def hcms_payloads(params: HcmsParams, column: np.ndarray, rng: np.random.Generator,
                   memo: tuple[np.ndarray, np.ndarray | None] | None = None) -> np.ndarray:
     """HCMS payloads ``2 l + bit`` of reports whose value's column is ``column``: a uniform
@@ -76,10 +88,7 @@ def hcms_payloads(params: HcmsParams, column: np.ndarray, rng: np.random.Generat
 
 def _payloads(params: StringOracleParams, own: np.ndarray, rng: np.random.Generator,
               memo: tuple[np.ndarray, np.ndarray | None] | None = None) -> np.ndarray:
-    if isinstance(params, FlhParams):
-        return flh_payloads(params, own, rng, memo)
-    assert isinstance(params, HcmsParams)
-    return hcms_payloads(params, own, rng, memo)
+    return PAYLOADS.lookup(params.mechanism_name)(params, own, rng, memo)
 
 
 @simulates(FlhParams)
@@ -132,19 +141,29 @@ def report_law(params: StringOracleParams, keys: np.ndarray, shares: np.ndarray,
     held = np.zeros((functions, width))
     np.add.at(held, (np.broadcast_to(np.arange(functions), table.shape), table),
               np.broadcast_to(np.asarray(shares, dtype=float)[:, None], table.shape))
-    if isinstance(params, FlhParams):
-        p1, p0 = params.bucket_probs
-        out: np.ndarray = (p0 + (p1 - p0) * held) / functions
-        return out
-    assert isinstance(params, HcmsParams)
-    kept = params.bit_kept
-    plus = (1 + walsh_hadamard_rows(held)) / 2
-    law = np.empty((functions, 2 * width))
-    law[:, 0::2] = (1 - kept) + (2 * kept - 1) * plus
-    law[:, 1::2] = (1 - kept) + (2 * kept - 1) * (1 - plus)
-    out = law / (functions * width)
+    return LAWS.lookup(params.mechanism_name)(params, held) / functions
+
+
+
+@implements(FlhParams, LAWS)
+def flh_law(params: FlhParams, held: np.ndarray) -> np.ndarray:
+    """FLH's cell ``(j, b)`` given function ``j``: ``P0 + (P1 - P0) held[j, b]``."""
+    p1, p0 = params.bucket_probs
+    out: np.ndarray = p0 + (p1 - p0) * held
     return out
 
+
+@implements(HcmsParams, LAWS)
+def hcms_law(params: HcmsParams, held: np.ndarray) -> np.ndarray:
+    """HCMS's cell ``(j, 2 l + bit)`` given row ``j``: ``((1 - P) + (2P - 1) (1 +- W[j, l])
+    / 2) / m``, ``W`` the rows' Walsh-Hadamard transform of ``held``."""
+    kept = params.bit_kept
+    plus = (1 + walsh_hadamard_rows(held)) / 2
+    law = np.empty((held.shape[0], 2 * held.shape[1]))
+    law[:, 0::2] = (1 - kept) + (2 * kept - 1) * plus
+    law[:, 1::2] = (1 - kept) + (2 * kept - 1) * (1 - plus)
+    out: np.ndarray = law / held.shape[1]
+    return out
 
 def draw_statistic(law: np.ndarray, reports: int, rng: np.random.Generator) -> np.ndarray:
     """The ``responses`` statistic of ``reports`` installations whose values are drawn from

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -71,6 +71,7 @@ from veil.server.analysis.string_summary import DETECTION_POWER, description, mi
 from veil.server.analysis.tables import STRING_COLUMNS, frequency_rows
 from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
+from veil.shared.faces import FaceRegistry
 from veil.shared.hashing import value_bytes
 from veil.shared.kinds import FlhParams, HcmsParams, StringOracleParams
 from veil.shared.kinds.string_oracles import value_key
@@ -135,41 +136,39 @@ class CellModel:
     each per-candidate sum over the functions is a gather from a per-cell table:
     ``cells`` (``sum X``), ``squares`` (``sum X^2``) and ``cell_variances`` (``N_j
     Var_j(X)`` of cohorts of two reports or more, :func:`within_variance`); ``singles``
-    counts the cohorts of one report."""
+    counts the cohorts of one report. Each oracle's subclass reads its payloads as cells
+    (:meth:`read`); setting ``params_type`` registers it in :data:`CELL_MODELS`, and
+    :meth:`of` makes the one a statistic's parameters need."""
+
+    params_type: ClassVar[type[StringOracleParams]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "params_type" in cls.__dict__:
+            CELL_MODELS.add(cls.params_type.mechanism_name, cls)
+
+    @staticmethod
+    def of(params: StringOracleParams, responses: np.ndarray) -> CellModel:
+        """The cell model of ``params``'s oracle over the ``responses`` counts."""
+        return CELL_MODELS.lookup(params.mechanism_name)(params, responses)
 
     def __init__(self, params: StringOracleParams, responses: np.ndarray) -> None:
         self.params = params
         counts = np.asarray(responses, dtype=np.float64).reshape(params.hash_functions, -1)
         self.sizes = counts.sum(axis=1)
         self.counts = counts
-        if isinstance(params, FlhParams):
-            p1, p0 = params.bucket_probs
-            if not p1 > p0:
-                raise _no_information(params)
-            self.spread = p1 - p0
-            self.p0 = p0
-            self.cells = (counts - self.sizes[:, None] * p0) / self.spread
-        else:
-            assert isinstance(params, HcmsParams)
-            self.scale = 2 * params.bit_kept - 1
-            if not self.scale > 0:
-                raise _no_information(params)
-            signed = counts[:, 0::2] - counts[:, 1::2]  # D_j[l]: bit 0 is +1, bit 1 is -1
-            self.signed_counts = signed
-            self.by_coefficient = counts[:, 0::2] + counts[:, 1::2]
-            self.cells = walsh_hadamard_rows(signed) / self.scale
+        self.cells = self.read(counts)
         self.squares = self.cell_squares()
         self.cell_variances = within_variance(self.cells, self.squares, self.sizes[:, None])
         self.singles = int(np.count_nonzero(self.sizes == 1))
 
+    def read(self, counts: np.ndarray) -> np.ndarray:
+        """``sum X`` of each cell (functions x buckets) from the payload counts."""
+        raise NotImplementedError
+
     def cell_squares(self) -> np.ndarray:
         """``sum X_r^2`` of each cell's reports (functions x buckets)."""
-        if isinstance(self.params, FlhParams):
-            out: np.ndarray = ((self.counts * (1 - self.p0) ** 2
-                                + (self.sizes[:, None] - self.counts) * self.p0**2)
-                               / self.spread**2)
-            return out
-        return np.broadcast_to((self.sizes / self.scale**2)[:, None], self.cells.shape)
+        raise NotImplementedError
 
     def sum_squares(self, members: np.ndarray) -> np.ndarray:
         """``sum_r Z_r^2`` per cohort, ``Z_r`` the sum of report ``r``'s terms over the
@@ -177,12 +176,65 @@ class CellModel:
         functions, width = self.cells.shape
         held = np.zeros((functions, width))
         np.add.at(held, (np.broadcast_to(np.arange(functions), members.shape), members), 1.0)
-        if isinstance(self.params, FlhParams):
-            terms = (held - members.shape[0] * self.p0) / self.spread
-            out: np.ndarray = (self.counts * terms**2).sum(axis=1)
-            return out
+        return self.held_squares(held, members.shape[0])
+
+    def held_squares(self, held: np.ndarray, members: int) -> np.ndarray:
+        """:meth:`sum_squares` from ``held[j, b]``, how many of the ``members`` candidates
+        function ``j`` sends to bucket ``b``."""
+        raise NotImplementedError
+
+
+#: the cell model of each string oracle, by its parameters' ``mechanism_name``
+CELL_MODELS: FaceRegistry[type[CellModel]] = FaceRegistry("string oracle cell model")
+
+
+class FlhCells(CellModel):
+    """FLH: a report in bucket ``b`` of function ``j`` adds ``(1[b = h_j(x)] - P0) /
+    (P1 - P0)`` to candidate ``x``."""
+
+    params_type = FlhParams
+
+    def read(self, counts: np.ndarray) -> np.ndarray:
+        p1, p0 = self.params.bucket_probs  # type: ignore[attr-defined]
+        if not p1 > p0:
+            raise _no_information(self.params)
+        self.spread, self.p0 = p1 - p0, p0
+        cells: np.ndarray = (counts - self.sizes[:, None] * p0) / self.spread
+        return cells
+
+    def cell_squares(self) -> np.ndarray:
+        out: np.ndarray = ((self.counts * (1 - self.p0) ** 2
+                            + (self.sizes[:, None] - self.counts) * self.p0**2) / self.spread**2)
+        return out
+
+    def held_squares(self, held: np.ndarray, members: int) -> np.ndarray:
+        terms = (held - members * self.p0) / self.spread
+        out: np.ndarray = (self.counts * terms**2).sum(axis=1)
+        return out
+
+
+class HcmsCells(CellModel):
+    """HCMS: a report ``2 l + bit`` of row ``j`` adds ``+-H[l, h_j(x)] / (2P - 1)``, read for
+    every column at once by the rows' Walsh-Hadamard transform."""
+
+    params_type = HcmsParams
+
+    def read(self, counts: np.ndarray) -> np.ndarray:
+        self.scale = 2 * self.params.bit_kept - 1  # type: ignore[attr-defined]
+        if not self.scale > 0:
+            raise _no_information(self.params)
+        signed = counts[:, 0::2] - counts[:, 1::2]  # D_j[l]: bit 0 is +1, bit 1 is -1
+        self.signed_counts = signed
+        self.by_coefficient = counts[:, 0::2] + counts[:, 1::2]
+        cells: np.ndarray = walsh_hadamard_rows(signed) / self.scale
+        return cells
+
+    def cell_squares(self) -> np.ndarray:
+        return np.broadcast_to((self.sizes / self.scale**2)[:, None], self.cells.shape)
+
+    def held_squares(self, held: np.ndarray, members: int) -> np.ndarray:
         spectrum = walsh_hadamard_rows(held) / self.scale
-        out = (self.by_coefficient * spectrum**2).sum(axis=1)
+        out: np.ndarray = (self.by_coefficient * spectrum**2).sum(axis=1)
         return out
 
 
@@ -386,7 +438,7 @@ class StringOracleDecoder:
         confidence = check_level(self.confidence, "confidence")
         names = check_candidates(candidates, metric)
         params = self.params
-        model = CellModel(params, responses)
+        model = CellModel.of(params, responses)
         total = float(model.sizes.sum())
         if total <= 0:
             raise ParameterError("reports", f"metric {metric or '(unnamed)'} has no reports "
