@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from veil.client.encoders.hashed_strings import HashedStringEncoder
+from veil.client.encoders.oracles import keep_or_fresh, keep_or_other
 from veil.shared.kinds import HcmsParams
 
 
@@ -32,11 +33,8 @@ class HcmsEncoder(HashedStringEncoder[HcmsParams]):
         stream = self.prr_stream(key)
         coefficient = stream.randbelow(self._m)
         sign = (coefficient & self.hashed(key, self._m)).bit_count() & 1
-        kept = stream.u32() < self._prr
-        return 2 * coefficient + (sign if kept else 1 - sign)
+        # randomized response over the two bits: the other one is the complement
+        return 2 * coefficient + keep_or_other(stream, sign, 2, self._prr)
 
     def finish(self, permanent: int) -> int:
-        fresh = self.fresh
-        if fresh.u32() < self._irr:
-            return permanent
-        return (permanent & ~1) | fresh.randbelow(2)
+        return (permanent & ~1) | keep_or_fresh(self.fresh, permanent & 1, 2, self._irr)
