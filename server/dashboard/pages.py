@@ -177,8 +177,10 @@ def _series(decodes: Decodes, metric: Metric, result: DecodeResult, state: PageS
     listed = [str(row["value"]) for row in result.rows]
     listed_digest = digest(listed)
     rows: list[dict[str, Any]] = []
-    skipped = []
-    for day in state.days:
+    # only the days that hold reports are read (one listing of the range, not a read a day)
+    reported = decodes.source.daily_reports(state.start, state.end).get(metric.name, {})
+    skipped = [day for day in state.days if not reported.get(day)]
+    for day in sorted(day for day, count in reported.items() if count):
 
         def day_rows(daily: DecodeResult, day: str = day) -> list[dict[str, Any]]:
             return _day_rows(day, daily, top, mean)

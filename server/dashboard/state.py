@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import urlencode
 
+from veil.server.analysis.sources import MAX_DAYS
 from veil.shared.errors import ParameterError
 
 #: relative days as Grafana writes them: ``now``, ``now-7d`` (days only: data is daily)
@@ -67,6 +68,11 @@ class PageState:
         last = resolve_day(range_to, "to", today)
         if first > last:
             raise ParameterError("from", f"from ({range_from}) must not be after to ({range_to})")
+        # as a day-by-day decode: one request cannot ask for a row or a read a day of millennia
+        if (last - first).days + 1 > MAX_DAYS:
+            raise ParameterError("from", f"a range covers at most {MAX_DAYS} days; from "
+                                         f"({range_from}) to ({range_to}) covers "
+                                         f"{(last - first).days + 1}")
         k_text = args.get("k") or str(DEFAULT_K)
         if not k_text.isdigit() or not 1 <= int(k_text) <= MAX_K:
             raise ParameterError("k", f"k must be a whole number from 1 to {MAX_K}; got {k_text!r}")

@@ -156,6 +156,7 @@ def test_csv_twin_holds_the_json_twin_rows(client: Any) -> None:
 @pytest.mark.parametrize(("query", "field"), [
     ("k=0", "k"), ("k=abc", "k"), ("from=yesterday", "from"), ("from=now&to=now-3d", "from"),
     ("refresh=1s", "refresh"), ("format=xml", "format"), ("format=csv&table=nope", "table"),
+    ("from=0001-01-01", "from"),  # longer than a day-by-day decode reads (MAX_DAYS)
 ])
 def test_a_bad_state_is_refused_by_name(client: Any, query: str, field: str) -> None:
     twin = "" if "format=" in query else "&format=json"
@@ -231,3 +232,15 @@ def test_a_marginals_metric_shows_every_pair_and_the_strongest_heatmap(tmp_path:
     assert {row["proportion"] for row in heat} == {
         row["proportion"] for row in decoded.rows if row["pair"] == strongest}
     assert f"Heatmap: {strongest} with 95% intervals" in html and 'data-heatmap="cells"' in html
+
+
+def test_a_ten_year_range_shows_the_days_that_hold_reports(client: Any) -> None:
+    """Ten years of range (the most a page covers): the series holds the four days with
+    reports, and a second view decodes nothing again."""
+    page = client.get("/metric/browser?from=now-3599d&format=json", headers=AUTH).json
+    series = next(table for table in page["tables"] if table["name"] == "series")
+    days = sorted({row["day"] for row in series["rows"]})
+    assert len(days) == 4
+    reads = cache(client).misses
+    again = client.get("/metric/browser?from=now-3599d&format=json", headers=AUTH).json
+    assert again == page and cache(client).misses == reads
