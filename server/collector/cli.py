@@ -197,8 +197,16 @@ def run_serve(args: argparse.Namespace) -> int:
                             f"{', '.join(allowed)}; got {value!r}")
     config = serve_config(args)
     if config["DASHBOARD"] and not config["READ_TOKENS"]:
-        raise VeilError("--dashboard shows data to read tokens only: give --read-token (or set "
-                        f"${ENVIRONMENT['read_token']})")
+        raise ParameterError("read_token", "--dashboard shows data to read tokens only: give "
+                             f"--read-token (or set ${ENVIRONMENT['read_token']})")
+    candidates = config["DASHBOARD_CANDIDATES"]
+    if candidates is not None and not config["DASHBOARD"]:
+        raise ParameterError("dashboard_candidates", "--dashboard-candidates is read by the "
+                             "dashboard only: give --dashboard too")
+    if candidates is not None and not Path(candidates).is_dir():
+        raise ParameterError("dashboard_candidates", f"--dashboard-candidates {candidates}: not "
+                             "a directory; give a directory holding <metric>.txt files, one "
+                             "candidate string a line")
     token_daily_cap(config)  # a cap that could not hold is refused before anything starts
     configure_logging(config["LOG_FORMAT"], config["LOG_LEVEL"])
     registry = Registry.load(args.config)

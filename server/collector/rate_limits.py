@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from veil.server.storage.base import DailyCap
-from veil.shared.errors import VeilError
+from veil.shared.errors import ParameterError
 
 #: buckets kept at most per limiter; the least recently used go first (a full one is
 #: the same as a forgotten one, so only a source flooding from more networks than this
@@ -157,21 +157,21 @@ def token_daily_cap(config: Mapping[str, Any]) -> int:
     """
     cap = config.get("TOKEN_DAILY_CAP") or 0
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
-        raise VeilError(f"--token-daily-cap (TOKEN_DAILY_CAP) must be 0 (off) or a positive "
-                        f"integer; got {cap!r}")
+        raise ParameterError("token_daily_cap", "--token-daily-cap (TOKEN_DAILY_CAP) must be 0 "
+                             f"(off) or a positive integer; got {cap!r}")
     if not cap:
         return 0
     if not config.get("UPLOAD_TOKEN"):
-        raise VeilError(f"--token-daily-cap {cap} caps each upload token, but uploads are open "
-                        "(no --upload-token; UPLOAD_TOKEN): give upload tokens, or leave the cap "
-                        "out and use --network-rate")
+        raise ParameterError("token_daily_cap", f"--token-daily-cap {cap} caps each upload "
+                             "token, but uploads are open (no --upload-token; UPLOAD_TOKEN): "
+                             "give upload tokens, or leave the cap out and use --network-rate")
     largest = int(config["MAX_REPORTS_PER_BATCH"])
     if cap < largest:
-        raise VeilError(f"--token-daily-cap {cap} is smaller than --max-reports {largest} "
-                        "(TOKEN_DAILY_CAP, MAX_REPORTS_PER_BATCH): a batch is stored or refused "
-                        "whole, and a batch above the cap would be refused every day. Lower "
-                        f"--max-reports to {cap} or less (clients split their batches to fit), "
-                        "or raise the cap")
+        raise ParameterError("token_daily_cap", f"--token-daily-cap {cap} is smaller than "
+                             f"--max-reports {largest} (TOKEN_DAILY_CAP, MAX_REPORTS_PER_BATCH): "
+                             "a batch is stored or refused whole, and a batch above the cap "
+                             f"would be refused every day. Lower --max-reports to {cap} or less "
+                             "(clients split their batches to fit), or raise the cap")
     return cap
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from veil.server.cli.options import add_db_option, add_server_options, token_list
 from veil.server.settings import ENVIRONMENT
-from veil.shared.errors import VeilError
+from veil.shared.errors import ParameterError, VeilError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8050
@@ -43,7 +43,7 @@ def configure_dashboard(parser: argparse.ArgumentParser) -> None:
 def dashboard_config(args: argparse.Namespace) -> dict[str, Any]:
     """The dashboard's settings from ``veil dashboard``'s arguments and the environment."""
     if args.db is not None and args.server is not None:
-        raise VeilError("give --db or --server, not both")
+        raise ParameterError("db", "give --db or --server, not both")
     return {
         "DATABASE": args.db,
         "SERVER": args.server,
@@ -60,10 +60,10 @@ def run_dashboard(args: argparse.Namespace) -> int:
     from veil.server.dashboard.app import create_dashboard
 
     if args.db is None and args.server is None:
-        raise VeilError("give --db (a collector's store) or --server (a collector's URL), or "
+        raise ParameterError("db", "give --db (a collector's store) or --server (a collector's URL), or "
                         f"set ${ENVIRONMENT['db']} or ${ENVIRONMENT['server']}")
     if args.threads < 1:
-        raise VeilError(f"--threads must be at least 1; got {args.threads}")
+        raise ParameterError("threads", f"--threads must be at least 1; got {args.threads}")
     app = create_dashboard(dashboard_config(args))
     try:
         server = create_server(app, host=args.host, port=args.port, threads=args.threads,

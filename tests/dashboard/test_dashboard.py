@@ -117,6 +117,27 @@ def test_serve_mounts_the_dashboard_only_when_asked(
     assert "refusals" in [table["name"] for table in operations["tables"]]
 
 
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--dashboard", "--workers", "2", "--dashboard-candidates", "missing", "--read-token",
+      "a-token"], "--dashboard-candidates missing: not a directory"),
+    (["--dashboard-candidates", "."], "--dashboard-candidates is read by the dashboard only"),
+    (["--dashboard"], "--dashboard shows data to read tokens only"),
+])
+def test_serve_refuses_a_dashboard_it_could_not_serve_before_it_listens(
+        tmp_path: Path, arguments: list[str], message: str) -> None:
+    """Checked once, before the port is taken: a bad candidates directory used to surface
+    in each worker after 'listening', restarted until the server gave up."""
+    (tmp_path / "metrics.toml").write_text(DASHBOARD_REGISTRY_TOML)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+    refused = subprocess.run(
+        [sys.executable, "-m", "veil.server.cli", "serve", "--config",
+         str(tmp_path / "metrics.toml"), "--db", str(tmp_path / "veil.db"), "--port", "0",
+         *arguments],
+        capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+    assert "listening" not in refused.stdout
+
+
 def test_a_page_view_never_decodes_twice(client: Any) -> None:
     first = client.get("/metric/homepage?from=now-6d&format=json", headers=AUTH)
     assert first.status_code == 200
