@@ -61,12 +61,7 @@ from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.boolean import BooleanParams
 from veil.shared.kinds.category import CategoryList
 from veil.shared.kinds.oracles import ORACLES, OracleParams, choose_oracle
-from veil.shared.kinds.oracles.base import (
-    EPSILON_FIELDS,
-    MAX_ORACLE_CATEGORIES,
-    check_report_epsilon,
-)
-from veil.shared.validation import check_fields
+from veil.shared.kinds.oracles.base import MAX_ORACLE_CATEGORIES, settle_epsilons
 
 #: the domain of a yes/no variable, and its two values' labels (index 0 is false)
 BOOLEAN = "boolean"
@@ -198,11 +193,7 @@ class JointParams(MechanismParams):
             raise ParameterError(
                 "domains", f"{owner}: {what} has {cells} cells, more than the "
                            f"{MAX_ORACLE_CATEGORIES} an oracle takes; bucket or drop a variable")
-        if self.report_epsilon is None and isinstance(self.epsilon, int | float):
-            object.__setattr__(self, "report_epsilon", self.epsilon / 2)
-        check_fields(owner, {"epsilon": self.epsilon, "report_epsilon": self.report_epsilon},
-                     EPSILON_FIELDS)
-        check_report_epsilon(owner, self.epsilon, float(self.report_epsilon or 0.0))
+        settle_epsilons(self)
         self._choose_encoding(owner)
 
     def _check_marginals(self, owner: str) -> None:

@@ -30,7 +30,8 @@ the same in NumPy for every (candidate, function) at once.
 * FLH: permanent, the bucket ``h_j(x)`` among ``g`` through generalized randomized
   response at ``epsilon`` (kept with probability ``a``, else one of the other ``g - 1``
   uniformly); instantaneous, kept with probability ``lambda``, else a uniform bucket.
-  Payload: the bucket. ``g`` defaults to ``round(e^epsilon + 1)`` (OLH's optimum).
+  Payload: the bucket. ``g`` defaults to :func:`best_buckets` (at most OLH's optimum
+  ``round(e^epsilon + 1)``: the smallest within 1% of the lowest variance).
 * HCMS: permanent, a coefficient ``l`` uniform in ``[0, m)`` and the bit
   ``parity(l & h_j(x))`` (the sign of the Hadamard entry ``H[l, h_j(x)]``) kept with
   probability ``a = e^epsilon / (e^epsilon + 1)``, else flipped; instantaneous, the bit
@@ -55,13 +56,17 @@ from veil.shared.errors import ParameterError
 from veil.shared.faces import FaceRegistry
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.oracles.base import (
-    EPSILON_FIELDS,
     CountedResponses,
-    check_report_epsilon,
     largest_numerator,
     log_ratio,
+    settle_epsilons,
 )
-from veil.shared.kinds.oracles.olh import bucket_channel, numerators
+from veil.shared.kinds.oracles.olh import (
+    bucket_channel,
+    bucket_prr_epsilon,
+    numerators,
+    zero_share_variance,
+)
 from veil.shared.privacy import round_up
 from veil.shared.validation import Interval, check_fields
 
@@ -128,12 +133,7 @@ class StringOracleParams(CountedResponses, MechanismParams, abstract=True):
             STRING_ORACLES.add(cls.oracle, cls)
 
     def _check_epsilons(self) -> None:
-        owner = type(self).__name__
-        if self.report_epsilon is None and isinstance(self.epsilon, int | float):
-            object.__setattr__(self, "report_epsilon", self.epsilon / 2)
-        check_fields(owner, {"epsilon": self.epsilon, "report_epsilon": self.report_epsilon},
-                     EPSILON_FIELDS)
-        check_report_epsilon(owner, self.epsilon, float(self.report_epsilon or 0.0))
+        settle_epsilons(self)
 
     @property
     def hash_functions(self) -> int:
@@ -186,13 +186,6 @@ def _count(owner: str, name: str, value: Any, low: int, high: int) -> int:
     return int(value)
 
 
-def flh_variance(g: int, epsilon: float, report_epsilon: float) -> float:
-    """Variance per report of an absent value's FLH share with ``g`` buckets (OLH's,
-    ``(1/g)(1 - 1/g) / (P1 - 1/g)^2``, for the realized two-step channel)."""
-    p1, _ = bucket_channel(g, *numerators(g, epsilon, report_epsilon))
-    return math.inf if not p1 > 1 / g else (1 / g) * (1 - 1 / g) / (p1 - 1 / g) ** 2
-
-
 @functools.lru_cache(maxsize=256)
 def best_buckets(epsilon: float, report_epsilon: float) -> int:
     """FLH's default ``g``: near ``e^epsilon + 1`` (OLH's optimum for one report), the
@@ -202,14 +195,15 @@ def best_buckets(epsilon: float, report_epsilon: float) -> int:
     upper = min(MAX_BUCKETS, max(2, round(math.exp(epsilon) + 1)))
     grid = sorted({max(2, round(v)) for v in
                    (2 * (upper / 2) ** (i / 47) for i in range(48))} | {upper})
-    variances = {g: flh_variance(g, epsilon, report_epsilon) for g in grid}
+    # an absent value's variance per report: OLH's, the same two-step channel over g
+    variances = {g: zero_share_variance(g, epsilon, report_epsilon) for g in grid}
     lowest = min(variances.values())
     return min(g for g, v in variances.items() if v <= 1.01 * lowest)
 
 
 @dataclasses.dataclass(frozen=True)
 class FlhParams(StringOracleParams):
-    """Fast local hashing: ``g`` buckets (default ``round(e^epsilon + 1)``), ``functions``
+    """Fast local hashing: ``g`` buckets (default :func:`best_buckets`), ``functions``
     hash functions (default ``2**16 // g``); payload: the reported bucket."""
 
     oracle: ClassVar[str] = "flh"
@@ -261,8 +255,7 @@ class FlhParams(StringOracleParams):
 
     @property
     def epsilon_inf(self) -> float:
-        a = self.prr_numerator / PROB_ONE
-        return round_up(log_ratio(a * (self.buckets - 1), 1 - a))
+        return round_up(bucket_prr_epsilon(self.buckets, self.prr_numerator))
 
     @property
     def epsilon_1(self) -> float:

@@ -67,6 +67,18 @@ def check_report_epsilon(owner: str, epsilon: float, report_epsilon: float) -> N
         )
 
 
+def settle_epsilons(params: Any) -> None:
+    """Give frozen ``params`` their default ``report_epsilon`` (``epsilon / 2``), then check
+    both epsilons (:data:`EPSILON_FIELDS`) and that a report leaks no more than the value
+    (:func:`check_report_epsilon`): what every mechanism declared by epsilon shares."""
+    owner = type(params).__name__
+    if params.report_epsilon is None and isinstance(params.epsilon, int | float):
+        object.__setattr__(params, "report_epsilon", params.epsilon / 2)
+    check_fields(owner, {"epsilon": params.epsilon, "report_epsilon": params.report_epsilon},
+                 EPSILON_FIELDS)
+    check_report_epsilon(owner, params.epsilon, float(params.report_epsilon or 0.0))
+
+
 def parse_index(payload: Any, size: int, field: str) -> int:
     """A payload that must be a JSON integer in ``[0, size)``."""
     if type(payload) is not int:
@@ -163,10 +175,7 @@ class OracleParams(CountedResponses, CategoryList, MechanismParams, abstract=Tru
         owner = type(self).__name__
         object.__setattr__(self, "categories", check_categories(owner, self.categories, 2,
                                                                 MAX_ORACLE_CATEGORIES))
-        if self.report_epsilon is None and isinstance(self.epsilon, int | float):
-            object.__setattr__(self, "report_epsilon", self.epsilon / 2)
-        check_fields(owner, dataclasses.asdict(self), EPSILON_FIELDS)
-        check_report_epsilon(owner, self.epsilon, float(self.report_epsilon or 0.0))
+        settle_epsilons(self)
         self._check()
         self.prr_numerator  # noqa: B018 - realizes the probabilities: refuses an epsilon too small
 
