@@ -20,11 +20,8 @@ import statistics
 import numpy as np
 
 from veil.server.analysis.decoders import decode_counts
-from veil.simulations.association_experiment import (
-    joint_document,
-    joint_params,
-    total_variation,
-)
+from veil.simulations.association_experiment import joint_document, joint_params
+from veil.simulations.populations import total_variation
 
 STRINGS = 1_000
 CATEGORIES = 10

@@ -37,6 +37,7 @@ from veil.shared.kinds import GrrParams
 from veil.shared.kinds.joint import JointParams
 from veil.shared.statistics import statistic_for
 from veil.simulations.oracle_encoding import simulate_oracle_counts
+from veil.simulations.populations import total_variation
 from veil.simulations.report import Results, new_figure, progress
 
 EPSILONS = (1.0, 2.0, 4.0)
@@ -140,11 +141,6 @@ def split_marginals(pairs: np.ndarray, first: GrrParams, second: GrrParams) -> n
         shares.append(project_to_simplex((counts / n - q) / (p - q)))
     product: np.ndarray = np.outer(*shares)
     return product
-
-
-def total_variation(estimate: np.ndarray, truth: np.ndarray) -> float:
-    """``0.5 sum |estimate - truth|``."""
-    return float(np.abs(np.asarray(estimate).reshape(-1) - truth.reshape(-1)).sum() / 2)
 
 
 def one_round(table: np.ndarray, n: int, epsilon: float, rng: np.random.Generator,

@@ -79,16 +79,13 @@ from veil.shared.bits import PROB_ONE
 from veil.shared.kinds import (
     BooleanParams,
     CategoryParams,
-    FlhParams,
-    GrrParams,
-    HadamardParams,
-    HcmsParams,
     MechanismParams,
     NumberParams,
-    OlhParams,
     OracleParams,
-    OueParams,
 )
+from veil.shared.kinds.number import NUMBER_MECHANISMS
+from veil.shared.kinds.oracles.base import ORACLES
+from veil.shared.kinds.string_oracles import STRING_ORACLES
 from veil.shared.statistics import statistic_for
 from veil.simulations.calibration_joint import draw_joint, draw_marginals
 from veil.simulations.calibration_string_oracles import QUICK_POINTS as STRING_ORACLE_QUICK
@@ -451,7 +448,7 @@ def _number_case(mechanism: str) -> CalibrationCase:
 
 
 register(CalibrationCase("rappor categories", _rappor_categories))
-for _oracle in (GrrParams, OueParams, OlhParams, HadamardParams):
+for _oracle in ORACLES.values():
     for _one_shot in (True, False):
         register(_oracle_case(_oracle, _one_shot))
 def _string_case(case: StringCase, quick_reports: int | None) -> CalibrationCase:
@@ -482,7 +479,7 @@ def _string_case(case: StringCase, quick_reports: int | None) -> CalibrationCase
 
 register(CalibrationCase("boolean", _booleans))
 register(CalibrationCase("joint 4 x 3", lambda *args: Draws(**draw_joint(*args))))
-for _string_oracle in (FlhParams, HcmsParams):
+for _string_oracle in STRING_ORACLES.values():
     register(CalibrationCase(f"strings: {_string_oracle.oracle}", lambda *args, o=_string_oracle:
                              Draws(**draw_string_oracle(o, CATEGORY_SHARES, *args)),
                              tuple((n, eps) for n in REPORTS for eps in EPSILONS),
@@ -505,7 +502,7 @@ def _marginals_case(k: int) -> CalibrationCase:
 
 for _k in (2, 3):
     register(_marginals_case(_k))
-for _mechanism in ("laplace", "gaussian", "1bitmean"):
+for _mechanism in NUMBER_MECHANISMS:
     register(_number_case(_mechanism))
 for _case in STRING_CASES:
     register(_string_case(_case, QUICK_STRING_REPORTS.get(_case.name)))

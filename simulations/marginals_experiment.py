@@ -38,6 +38,7 @@ from veil.server.analysis.joint_marginals import MarginalsResult, marginal_estim
 from veil.server.counts import counts_arrays
 from veil.shared.kinds.joint import JointParams
 from veil.simulations.calibration_joint import marginals_document
+from veil.simulations.populations import total_variation
 from veil.simulations.report import Results, new_figure, progress
 
 VARIABLES = 8
@@ -71,11 +72,6 @@ def params_for(epsilon: float, marginals: int, variables: int = VARIABLES,
     return JointParams(of=names, domains=tuple(tuple(f"{name}{j}" for j in range(values))
                                                for name in names),
                        epsilon=epsilon, report_epsilon=epsilon, marginals=marginals)
-
-
-def total_variation(estimate: np.ndarray, truth: np.ndarray) -> float:
-    """``0.5 sum |estimate - truth|``."""
-    return float(np.abs(np.asarray(estimate) - truth).sum() / 2)
 
 
 def one_round(table: np.ndarray, pairs: dict[tuple[int, int], np.ndarray], n: int,

@@ -25,7 +25,7 @@ fast, and NOT for production.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from veil.shared.bits import PROB_ONE
 from veil.shared.errors import ParameterError
 from veil.shared.faces import FaceRegistry
 from veil.shared.kinds import GrrParams, HadamardParams, OlhParams, OracleParams, OueParams
+from veil.shared.kinds.base import implements
 from veil.shared.kinds.oracles.olh import bucket_channel
 from veil.simulations.encoding import (
     CHUNK_ROWS,
@@ -50,21 +51,9 @@ CHUNK_DRAWS = 1 << 20
 
 #: a direct sampler: ``(params, true_counts, rng) -> the statistic's counts vector``
 Sampler = Callable[[Any, np.ndarray, np.random.Generator], np.ndarray]
-S = TypeVar("S", bound=Sampler)
 #: the direct sampler of each oracle's statistic (:func:`simulate_oracle_counts`), keyed by
 #: its parameter class's ``mechanism_name``
 COUNT_SAMPLERS: FaceRegistry[Sampler] = FaceRegistry("direct sampler of the statistic")
-
-
-def samples_counts(params_type: type[OracleParams]) -> Callable[[S], S]:
-    """Make a function the direct sampler of ``params_type``'s statistic (in
-    :data:`COUNT_SAMPLERS`)."""
-
-    def register(function: S) -> S:
-        COUNT_SAMPLERS.add(params_type.mechanism_name, function)
-        return function
-
-    return register
 
 
 def bernoulli(numerator: int, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -257,7 +246,7 @@ def _repeat_in_chunks(values: np.ndarray, repeats: np.ndarray) -> Iterator[np.nd
         start, done = stop, int(ends[stop - 1])
 
 
-@samples_counts(GrrParams)
+@implements(GrrParams, COUNT_SAMPLERS)
 def _grr_counts(params: GrrParams, true_counts: np.ndarray, rng: np.random.Generator,
                 ) -> np.ndarray:
     p, q = params.support_probs
@@ -267,7 +256,7 @@ def _grr_counts(params: GrrParams, true_counts: np.ndarray, rng: np.random.Gener
     return out
 
 
-@samples_counts(OueParams)
+@implements(OueParams, COUNT_SAMPLERS)
 def _oue_counts(params: OueParams, true_counts: np.ndarray, rng: np.random.Generator,
                 ) -> np.ndarray:
     p, q = params.support_probs
@@ -276,7 +265,7 @@ def _oue_counts(params: OueParams, true_counts: np.ndarray, rng: np.random.Gener
     return ones.astype(np.int64)
 
 
-@samples_counts(OlhParams)
+@implements(OlhParams, COUNT_SAMPLERS)
 def _olh_counts(params: OlhParams, true_counts: np.ndarray, rng: np.random.Generator,
                 ) -> np.ndarray:
     g, functions, cells = params.buckets, params.functions, params.responses
@@ -295,7 +284,7 @@ def _olh_counts(params: OlhParams, true_counts: np.ndarray, rng: np.random.Gener
     return counts
 
 
-@samples_counts(HadamardParams)
+@implements(HadamardParams, COUNT_SAMPLERS)
 def _hadamard_counts(params: HadamardParams, true_counts: np.ndarray,
                      rng: np.random.Generator) -> np.ndarray:
     size = params.size

@@ -132,3 +132,10 @@ class Population:
         """``(cohorts, n_values)`` counts for clients with a uniformly random cohort each."""
         joint = np.outer(np.full(cohorts, 1.0 / cohorts), self.probs).ravel()
         return rng.multinomial(n_clients, joint / joint.sum()).reshape(cohorts, len(self.values))
+
+
+def total_variation(estimate: np.ndarray, truth: np.ndarray) -> float:
+    """``0.5 sum |estimate - truth|``: how far an estimated distribution (or table, read
+    flat) is from the population's."""
+    return float(np.abs(np.asarray(estimate).reshape(-1) - np.asarray(truth).reshape(-1)).sum()
+                 / 2)

@@ -91,24 +91,27 @@ def _payloads(params: StringOracleParams, own: np.ndarray, rng: np.random.Genera
     return PAYLOADS.lookup(params.mechanism_name)(params, own, rng, memo)
 
 
+def _simulate(params: StringOracleParams, values: Sequence[str], rng: np.random.Generator,
+              clients: np.ndarray | None = None) -> SimulatedReports:
+    """Reports of string ``values``: each installation's cohort, then its oracle's payloads
+    (:data:`PAYLOADS`) of the value's bucket under the cohort's function."""
+    cohorts = _client_cohorts(params, len(values), rng, clients)
+    own, index = value_buckets(params, values, cohorts)
+    return SimulatedReports(cohorts, _payloads(params, own, rng, memo_rows(clients, index)).tolist())
+
+
 @simulates(FlhParams)
 def simulate_flh(params: FlhParams, values: Sequence[str], rng: np.random.Generator,
                  clients: np.ndarray | None = None) -> SimulatedReports:
     """FLH reports (buckets) of string ``values`` (:func:`flh_payloads`)."""
-    cohorts = _client_cohorts(params, len(values), rng, clients)
-    own, index = value_buckets(params, values, cohorts)
-    out = flh_payloads(params, own, rng, memo_rows(clients, index))
-    return SimulatedReports(cohorts, out.tolist())
+    return _simulate(params, values, rng, clients)
 
 
 @simulates(HcmsParams)
 def simulate_hcms(params: HcmsParams, values: Sequence[str], rng: np.random.Generator,
                   clients: np.ndarray | None = None) -> SimulatedReports:
     """HCMS reports ``2 l + bit`` of string ``values`` (:func:`hcms_payloads`)."""
-    cohorts = _client_cohorts(params, len(values), rng, clients)
-    column, index = value_buckets(params, values, cohorts)
-    out = hcms_payloads(params, column, rng, memo_rows(clients, index))
-    return SimulatedReports(cohorts, out.tolist())
+    return _simulate(params, values, rng, clients)
 
 
 def report_counts(params: StringOracleParams, keys: np.ndarray, counts: np.ndarray,

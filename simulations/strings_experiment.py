@@ -27,11 +27,13 @@ from typing import Any
 import numpy as np
 
 from veil.server.analysis.candidate_map import build_map
+from veil.server.analysis.joint_tests import project_to_simplex
 from veil.server.analysis.string_oracles import StringOracleDecoder, candidate_keys
 from veil.server.analysis.strings import StringDecoder
 from veil.server.analysis.synthetic import simulate_string_counts
 from veil.shared.kinds import FlhParams, HcmsParams, StringParams
 from veil.shared.privacy import f_for_epsilon_inf
+from veil.simulations.populations import total_variation
 from veil.simulations.report import Results, new_figure, progress
 from veil.simulations.string_oracles import report_counts
 
@@ -45,16 +47,6 @@ def zipf_shares(d: int, exponent: float = 1.1) -> np.ndarray:
     """Zipf(``exponent``) shares over ``d`` values."""
     weights = np.arange(1, d + 1, dtype=float) ** -exponent
     out: np.ndarray = weights / weights.sum()
-    return out
-
-
-def project_to_simplex(values: np.ndarray) -> np.ndarray:
-    """The Euclidean projection onto ``{s >= 0, sum s = 1}`` (Duchi et al., 2008)."""
-    ordered = np.sort(values)[::-1]
-    excess = np.cumsum(ordered) - 1
-    index = np.arange(1, values.size + 1)
-    last = np.nonzero(ordered - excess / index > 0)[0][-1]
-    out: np.ndarray = np.maximum(values - excess[last] / (last + 1), 0.0)
     return out
 
 
@@ -85,8 +77,8 @@ def one_cell(epsilon: float, n: int, names: list[str], shares: np.ndarray,
         fitted = StringOracleDecoder(params).fit(counts, names)
         row = _row(params.oracle, epsilon, n, params.report_bits,
                    project_to_simplex(fitted.proportions_), truth, time.perf_counter() - started)
-        row["tv_unbiased"] = float(np.abs(fitted.proportions_ - truth).sum() / 2)
-        row["tv_table"] = _tv(np.where(fitted.detected_, fitted.proportions_, 0.0), truth)
+        row["tv_unbiased"] = total_variation(fitted.proportions_, truth)
+        row["tv_table"] = total_variation(np.where(fitted.detected_, fitted.proportions_, 0.0), truth)
         rows.append(row)
     return rows
 
@@ -94,13 +86,8 @@ def one_cell(epsilon: float, n: int, names: list[str], shares: np.ndarray,
 def _row(oracle: str, epsilon: float, n: int, bits: int, estimate: np.ndarray,
          truth: np.ndarray, seconds: float) -> dict[str, Any]:
     return {"oracle": oracle, "epsilon": epsilon, "n": n, "report_bits": bits,
-            "tv": _tv(estimate, truth), "tv_unbiased": float("nan"),
-            "tv_table": _tv(estimate, truth), "decode_seconds": seconds}
-
-
-def _tv(estimate: np.ndarray, truth: np.ndarray) -> float:
-    """Total variation distance ``sum |estimate - truth| / 2``."""
-    return float(np.abs(estimate - truth).sum() / 2)
+            "tv": total_variation(estimate, truth), "tv_unbiased": float("nan"),
+            "tv_table": total_variation(estimate, truth), "decode_seconds": seconds}
 
 
 def strings(quick: bool = False, seed: int = 1) -> Results:
