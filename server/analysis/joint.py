@@ -152,7 +152,8 @@ def decode_joint(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS,
         from veil.server.analysis.joint_marginals import decode_marginals
 
         return decode_marginals(counts, options)
-    started, confidence, params = start_decode(counts, options, JointParams, "decode_joint")
+    started, confidence, params = start_decode(counts, options, JointParams, "decode_joint",
+                                               ("unbiased",))
     total = require_reports(counts)
     z = z_quantile(confidence)
     theta, se = _cell_estimates(counts, confidence)

@@ -270,7 +270,8 @@ def decode_marginals(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTI
     """Every pairwise table of a joint metric of assigned marginals, consistent, with
     standard errors, p-values, intervals, the non-negative consistent shares and a test of
     independence per pair (see the module docstring)."""
-    started, confidence, params = start_decode(counts, options, JointParams, "decode_joint")
+    started, confidence, params = start_decode(counts, options, JointParams, "decode_joint",
+                                               ("unbiased",))
     if params.marginals is None:
         raise ParameterError("params.marginals", "decode_marginals needs a joint metric "
                                                  "declared with marginals")

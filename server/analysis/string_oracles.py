@@ -537,7 +537,7 @@ class StringOracleDecoder:
 
 def _decode(counts: CountsArrays, options: DecodeOptions) -> DecodeResult:
     """The decoder of FLH and HCMS string metrics over ``options.candidates``."""
-    estimator = getattr(options, "estimator", "unbiased")
+    estimator = options.estimator
     if estimator != "unbiased":
         raise ParameterError("estimator", f"{counts.params.mechanism_name} metrics have the "
                                           f"unbiased estimator only (got {estimator!r})")

@@ -135,3 +135,24 @@ def test_outputs_tidy_rows_conditionals_records_and_heatmap(tmp_path) -> None:
     paths = write_outputs(result, tmp_path)
     assert {"conditional", "marginals", "heatmap"} <= set(paths)
     assert paths["heatmap"].stat().st_size > 10_000
+
+
+def test_an_estimator_the_joint_decoders_lack_is_refused_by_name() -> None:
+    """IBU is the category and string decoders'; a joint metric (whole table or assigned
+    marginals) used to return its unbiased table under estimator="ibu" without a word."""
+    from veil.shared.errors import ParameterError
+    from veil.simulations.calibration_joint import (
+        latent_population,
+        marginals_document,
+        marginals_params,
+    )
+
+    rng = np.random.default_rng(4)
+    table = np.full((3, 2), 1 / 6)
+    whole = joint_document(joint_params(2.0, table.shape), rng.multinomial(600, table.ravel()),
+                           rng)
+    assigned = marginals_document(marginals_params(2.0), latent_population(), 600, rng)
+    for document in (whole, assigned):
+        with pytest.raises(ParameterError, match="unbiased estimator only") as refused:
+            decode_counts(document, estimator="ibu")
+        assert refused.value.field == "estimator"
