@@ -70,9 +70,7 @@ class JointResult(JointTablesResult):
 
     def conditional_to_pandas(self) -> pandas.DataFrame:
         """``conditional.csv`` as a DataFrame."""
-        import pandas
-
-        return pandas.DataFrame(self.conditional_rows, columns=list(CONDITIONAL_COLUMNS))
+        return self.side_frame(CONDITIONAL_COLUMNS, self.conditional_rows)
 
     def plot(self, ax: Axes | None = None, top: int = 30) -> Axes:
         """The heatmap of the joint shares (the ``top`` conditions of largest share)."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from veil.server.analysis.charts import Charted, _figure, _title
+from veil.server.analysis.charts import Charted, _figure, _level, _title
 from veil.server.analysis.stats import z_quantile
 
 if TYPE_CHECKING:
@@ -114,12 +114,13 @@ def draw_heatmap(result: JointResult, ax: Axes | None = None, top: int = 30) -> 
          for share, low, high in zip(row, lows, highs, strict=True)]
         for row, lows, highs in zip(panels["conditional"], panels["conditional_low"],
                                     panels["conditional_high"], strict=True)]
+    level = _level(result.summary)
     image = _panel(left, panels["consistent"], joint_texts if annotate else None, given,
-                   values, "joint share (colour: consistent; text: unbiased \u00b1 95%)",
+                   values, f"joint share (colour: consistent; text: unbiased \u00b1 {level})",
                    "Blues")
     figure.colorbar(image, ax=left, format="{x:.0%}", shrink=0.8)
     image = _panel(right, panels["conditional"], conditional_texts if annotate else None,
-                   given, values, "P(value | condition) [95% interval]", "Oranges")
+                   given, values, f"P(value | condition) [{level} interval]", "Oranges")
     figure.colorbar(image, ax=right, format="{x:.0%}", shrink=0.8)
     independence = result.summary.get("independence", {})
     figure.suptitle(f"{_title(result)}\nindependence of {independence.get('of')}: Wald "

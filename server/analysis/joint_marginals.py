@@ -81,9 +81,7 @@ class MarginalsResult(JointTablesResult):
 
     def independence_to_pandas(self) -> Any:
         """``independence.csv`` as a DataFrame."""
-        import pandas
-
-        return pandas.DataFrame(self.independence_rows, columns=list(INDEPENDENCE_COLUMNS))
+        return self.side_frame(INDEPENDENCE_COLUMNS, self.independence_rows)
 
     def pair_table(self, pair: str, column: str = "consistent") -> np.ndarray:
         """The table of ``pair`` (``"a x b"``) from ``column``, ``a`` down and ``b`` across."""

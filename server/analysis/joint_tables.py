@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from veil.server.analysis.results import DecodeResult
-from veil.server.analysis.tables import write_rows
+from veil.server.analysis.tables import interval_column, write_rows
 
 if TYPE_CHECKING:
     import pandas
@@ -59,9 +59,24 @@ class JointTablesResult(TextColumnsResult):
 
     def marginals_to_pandas(self) -> pandas.DataFrame:
         """``marginals.csv`` as a DataFrame."""
+        return self.side_frame(MARGINAL_COLUMNS, self.marginal_rows)
+
+    def interval_named(self, columns: Sequence[str], rows: Sequence[dict[str, Any]],
+                       ) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+        """A side table's columns and rows with the interval columns named for the decode's
+        confidence (``low_90`` at 0.9), as :attr:`rows` are."""
+        confidence = float(self.summary.get("confidence") or 0.95)
+        names = {column: interval_column(column, confidence) for column in columns}
+        return (tuple(names.values()),
+                [{names.get(key, key): value for key, value in row.items()} for row in rows])
+
+    def side_frame(self, columns: Sequence[str], rows: Sequence[dict[str, Any]],
+                   ) -> pandas.DataFrame:
+        """A side table as a DataFrame, its interval columns named (:meth:`interval_named`)."""
         import pandas
 
-        return pandas.DataFrame(self.marginal_rows, columns=list(MARGINAL_COLUMNS))
+        named, renamed = self.interval_named(columns, rows)
+        return pandas.DataFrame(renamed, columns=list(named))
 
     def side_tables(self) -> dict[str, tuple[tuple[str, ...], list[dict[str, Any]]]]:
         """``{name: (columns, rows)}`` of each ``name.csv`` written beside the results."""
@@ -76,7 +91,7 @@ class JointTablesResult(TextColumnsResult):
         paths = {}
         for name, (columns, rows) in self.side_tables().items():
             paths[name] = out / f"{name}.csv"
-            write_rows(paths[name], columns, rows)
+            write_rows(paths[name], *self.interval_named(columns, rows))
         paths["heatmap"] = out / "heatmap.png"
         self.save_heatmap(paths["heatmap"])
         return paths

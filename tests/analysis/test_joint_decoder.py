@@ -156,3 +156,24 @@ def test_an_estimator_the_joint_decoders_lack_is_refused_by_name() -> None:
         with pytest.raises(ParameterError, match="unbiased estimator only") as refused:
             decode_counts(document, estimator="ibu")
         assert refused.value.field == "estimator"
+
+
+def test_side_tables_name_their_intervals_for_the_confidence(tmp_path) -> None:
+    """At confidence 0.9 every interval column is low_90/high_90, in the results and in
+    conditional.csv and marginals.csv alike (they kept the 95 names before)."""
+    import csv
+
+    rng = np.random.default_rng(2)
+    table = np.array([[0.3, 0.2], [0.1, 0.4]])
+    params = joint_params(4.0, table.shape)
+    result = decode_counts(joint_document(params, rng.multinomial(5000, table.ravel()), rng),
+                           confidence=0.9)
+    assert isinstance(result, JointResult)
+    assert "prop_low_90" in result.columns
+    assert {"low_90", "high_90"} <= set(result.conditional_to_pandas().columns)
+    assert {"prop_low_90", "prop_high_90"} <= set(result.marginals_to_pandas().columns)
+    write_outputs(result, tmp_path)
+    for name, expected in (("conditional.csv", "low_90"), ("marginals.csv", "prop_low_90")):
+        with open(tmp_path / name, newline="") as handle:
+            header = next(csv.reader(handle))
+        assert expected in header and not any("95" in column for column in header), header
