@@ -38,9 +38,9 @@ class DecodeOptions:
     ``candidates`` and ``candidate_map`` (a google/rappor map as a sparse matrix), and
     ``correction``, ``alpha``, ``background``, ``progress`` apply to strings;
     ``confidence`` to every kind; ``estimator`` (one of :data:`ESTIMATORS`) to the
-    frequency decoders (categories and strings), which refuse an estimator they lack;
-    ``all_candidates`` to strings: the table lists every candidate, ranked, not only the
-    detected ones.
+    frequency decoders, which refuse an estimator they lack (IBU is the category oracles'
+    and Bloom-filter strings'); ``all_candidates`` to Bloom-filter strings: the table lists
+    every candidate, ranked, not only the detected ones.
     """
 
     candidates: Sequence[str] | None = None
@@ -120,11 +120,15 @@ def decode_counts(
 
     String metrics need ``candidates`` (and optionally their ``candidate_map``,
     e.g. from a google/rappor ``map.csv``); the other kinds ignore them.
-    ``correction``, ``alpha``, ``background`` and ``all_candidates`` apply to strings
-    only; ``estimator`` (:data:`ESTIMATORS`) to categories and strings.
+    ``correction`` and ``alpha`` apply to strings only, ``background`` and
+    ``all_candidates`` to Bloom-filter strings only (the FLH and HCMS decoders always
+    estimate the unlisted share and list the detected strings); ``estimator``
+    (:data:`ESTIMATORS`) to categories and Bloom-filter strings.
     """
     counts = document if isinstance(document, CountsArrays) else counts_arrays(document, source)
     decoder = DECODERS.lookup(counts.params.mechanism_name, "params.kind")
-    options = DecodeOptions(candidates, candidate_map, correction, alpha, confidence, background,
-                            progress, estimator, all_candidates)
+    options = DecodeOptions(candidates=candidates, candidate_map=candidate_map,
+                            correction=correction, alpha=alpha, confidence=confidence,
+                            background=background, progress=progress, estimator=estimator,
+                            all_candidates=all_candidates)
     return decoder(counts, options)

@@ -137,8 +137,8 @@ def number_row(
 ) -> dict[str, Any]:
     """A row of :data:`RESULT_COLUMNS` for ``statistic`` (``mean``) of a number in
     ``[low, high]``: ``estimate`` in the metric's unit with its ``z`` interval clipped to
-    ``[low, high]`` (where the true value lies; the estimate itself stays unclipped), and
-    The share and p-value columns stay empty: a mean is no share of reports, and "the mean
+    ``[low, high]`` (where the true value lies; the estimate itself stays unclipped). The
+    share and p-value columns stay empty: a mean is no share of reports, and "the mean
     is ``low``" is no hypothesis anyone asked about (a frequency row's p-value tests "this
     share is 0")."""
     interval_low = min(max(estimate - z * std_error, low), high)
