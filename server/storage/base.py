@@ -16,7 +16,7 @@ import dataclasses
 import datetime as dt
 import itertools
 import math
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,14 @@ class Migration:
 
     def __str__(self) -> str:
         return f"schema {self.version} -> {self.version + 1}: {self.description}"
+
+    @staticmethod
+    def steps(migrations: Mapping[int, Callable[..., Any]], version: int,
+              target: int) -> list[Migration]:
+        """The steps of ``migrations`` (``from_version -> function``) from schema ``version``
+        to ``target``, each described by the first line of its function's docstring."""
+        return [Migration(v, (migrations[v].__doc__ or "").strip().splitlines()[0])
+                for v in range(version, target)]
 
 
 @dataclasses.dataclass(frozen=True)

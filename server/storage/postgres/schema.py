@@ -118,8 +118,7 @@ MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any]], None]] = {1: _migrate_
 def migration_steps(version: int) -> list[Migration]:
     """The steps from schema ``version`` to :data:`SCHEMA_VERSION`, each described by the
     first line of its function's docstring."""
-    return [Migration(v, (MIGRATIONS[v].__doc__ or "").strip().splitlines()[0])
-            for v in range(version, SCHEMA_VERSION)]
+    return Migration.steps(MIGRATIONS, version, SCHEMA_VERSION)
 
 #: fold the shards of one day (``%(day)s``) into shard 0: once a day is over, its rows are only
 #: read, and readers then add one row per cohort instead of :data:`SHARDS`

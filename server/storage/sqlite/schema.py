@@ -130,5 +130,4 @@ MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4, 4: _mi
 def migration_steps(version: int) -> list[Migration]:
     """The steps from schema ``version`` to :data:`SCHEMA_VERSION`, each described by the
     first line of its function's docstring."""
-    return [Migration(v, (MIGRATIONS[v].__doc__ or "").strip().splitlines()[0])
-            for v in range(version, SCHEMA_VERSION)]
+    return Migration.steps(MIGRATIONS, version, SCHEMA_VERSION)
