@@ -40,30 +40,44 @@ def digest(document: Any) -> str:
 
 class LruCache:
     """A thread-safe least-recently-used map that computes a missing value once, counting
-    hits and misses (the benchmark and the tests read them)."""
+    hits and misses (the benchmark and the tests read them). Requests that miss the same
+    key together wait for the one computing it, so concurrent page views decode once."""
 
     def __init__(self, entries: int = CACHE_ENTRIES) -> None:
         self.entries = entries
         self._values: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
+        self._computing: dict[Hashable, threading.Event] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def get(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """The value of ``key``, computed by ``compute`` on a miss."""
-        with self._lock:
-            if key in self._values:
-                self._values.move_to_end(key)
-                self.hits += 1
-                value: T = self._values[key]
-                return value
-            self.misses += 1
-        value = compute()
-        with self._lock:
-            self._values[key] = value
-            while len(self._values) > self.entries:
-                self._values.popitem(last=False)
-        return value
+        """The value of ``key``, computed by ``compute`` on a miss (by one caller at a time:
+        the others wait for it, and compute it themselves only if it failed)."""
+        while True:
+            with self._lock:
+                if key in self._values:
+                    self._values.move_to_end(key)
+                    self.hits += 1
+                    value: T = self._values[key]
+                    return value
+                running = self._computing.get(key)
+                if running is None:
+                    done = self._computing[key] = threading.Event()
+                    self.misses += 1
+                    break
+            running.wait()
+        try:
+            value = compute()
+            with self._lock:
+                self._values[key] = value
+                while len(self._values) > self.entries:
+                    self._values.popitem(last=False)
+            return value
+        finally:
+            with self._lock:
+                del self._computing[key]
+            done.set()
 
 
 class Candidates:

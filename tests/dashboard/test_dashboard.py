@@ -265,3 +265,35 @@ def test_a_ten_year_range_shows_the_days_that_hold_reports(client: Any) -> None:
     reads = cache(client).misses
     again = client.get("/metric/browser?from=now-3599d&format=json", headers=AUTH).json
     assert again == page and cache(client).misses == reads
+
+
+def test_concurrent_views_of_a_page_decode_it_once(store: Path, client: Any) -> None:
+    """Four requests for the same uncached page at once: the cache computes each decode
+    once (the others wait for it), as many as one view alone."""
+    import threading
+
+    from veil.server.dashboard import create_dashboard
+
+    path = "/metric/homepage?from=now-6d&format=json"  # a string metric: decodes take long
+    assert client.get(path, headers=AUTH).status_code == 200
+    alone = cache(client).misses
+    config = client.application.config
+    app = create_dashboard({"DATABASE": str(store), "READ_TOKENS": [TOKEN], "TESTING": True,
+                            "CANDIDATES": config["CANDIDATES"]})
+    try:
+        start = threading.Barrier(4)
+        answers: list[int] = []
+
+        def view() -> None:
+            start.wait()
+            answers.append(app.test_client().get(path, headers=AUTH).status_code)
+
+        threads = [threading.Thread(target=view) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert answers == [200] * 4
+        assert app.extensions["veil_dashboard"].decodes.cache.misses == alone
+    finally:
+        app.extensions["veil_dashboard"].decodes.source.close()
