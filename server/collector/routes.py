@@ -12,7 +12,6 @@ in the collector's own metrics (``GET /metrics``) by outcome only.
 from __future__ import annotations
 
 import datetime as dt
-import hmac
 import io
 import itertools
 import json
@@ -31,6 +30,7 @@ from veil.server.collector.rate_limits import network_of
 from veil.server.collector.responses import ANSWERED, ApiError, error_code, json_response
 from veil.server.counts import write_counts_document
 from veil.server.storage import DailyCapReached, StorageUnavailable, TooFewReportsError
+from veil.server.tokens import bearer_token, matching_token
 from veil.shared.errors import WireFormatError
 from veil.shared.registry import Metric
 from veil.shared.wire import BATCH_KEYS, REPORT_KEYS, validate_batch
@@ -309,17 +309,12 @@ def _reject_constant(name: str) -> Any:
 
 def _check_bearer(tokens: list[bytes]) -> bytes:
     """Accept the request only with ``Authorization: Bearer <one of tokens>``; return it."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, given = header.partition(" ")
+    given = bearer_token(request.headers.get("Authorization"))
     challenge = {"WWW-Authenticate": 'Bearer realm="veil"'}
-    if scheme.lower() != "bearer" or not given:
+    if given is None:
         raise ApiError(401, "unauthorized", "Authorization",
                        "send the header 'Authorization: Bearer <token>'", challenge)
-    given_bytes = given.strip().encode("utf-8", "surrogateescape")
-    matched = None
-    for token in tokens:  # every comparison runs, in constant time, whichever matches
-        if hmac.compare_digest(given_bytes, token):
-            matched = token
+    matched = matching_token(given, tokens)
     if matched is None:
         raise ApiError(401, "unauthorized", "Authorization", "the bearer token is not valid",
                        challenge)

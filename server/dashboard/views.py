@@ -10,7 +10,6 @@ scripts served here, never inline ones, and load nothing from any other host.
 
 from __future__ import annotations
 
-import hmac
 import math
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +33,7 @@ from veil.server.dashboard import planner as planner_fields
 from veil.server.dashboard.decodes import Decodes
 from veil.server.dashboard.model import Page
 from veil.server.dashboard.state import QUICK_RANGES, REFRESH, PageState
+from veil.server.tokens import bearer_token, matching_token
 from veil.shared.errors import ParameterError
 
 EXTENSION = "veil_dashboard"
@@ -59,13 +59,7 @@ class Dashboard:
     def accepts(self, given: str | None) -> bool:
         """Whether ``given`` is one of the read tokens (compared in constant time, every
         one of them)."""
-        if not given:
-            return False
-        encoded = given.encode("utf-8", errors="replace")
-        matched = False
-        for token in self.tokens:
-            matched |= hmac.compare_digest(encoded, token)
-        return matched
+        return bool(given) and matching_token(str(given), self.tokens) is not None
 
 
 class PageError(Exception):
@@ -104,10 +98,7 @@ def current_dashboard() -> Dashboard:
 
 
 def _presented_token() -> str | None:
-    header = request.headers.get("Authorization", "")
-    if header.startswith("Bearer "):
-        return header[len("Bearer "):].strip()
-    return request.cookies.get(COOKIE)
+    return bearer_token(request.headers.get("Authorization")) or request.cookies.get(COOKIE)
 
 
 def _wants_data() -> bool:

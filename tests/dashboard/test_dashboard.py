@@ -297,3 +297,18 @@ def test_concurrent_views_of_a_page_decode_it_once(store: Path, client: Any) -> 
         assert app.extensions["veil_dashboard"].decodes.cache.misses == alone
     finally:
         app.extensions["veil_dashboard"].decodes.source.close()
+
+
+def test_the_dashboard_reads_the_authorization_header_as_the_collector_does(
+        dashboard: DashboardProcess, filled: dict[str, Any]) -> None:
+    """The scheme is case-insensitive (RFC 7235), for the collector and the dashboard alike:
+    one check serves both."""
+    for scheme in ("Bearer", "bearer", "BEARER"):
+        headers = {"Authorization": f"{scheme} {filled['token']}"}
+        assert requests.get(dashboard.url + "/privacy", params={"format": "json"},
+                            headers=headers, timeout=60).status_code == 200, scheme
+        assert requests.get(filled["collector"].url + "/v1/stats", headers=headers,
+                            timeout=60).status_code == 200, scheme
+    assert requests.get(dashboard.url + "/privacy", params={"format": "json"},
+                        headers={"Authorization": f"Basic {filled['token']}"},
+                        timeout=60).status_code == 401
