@@ -550,8 +550,7 @@ def _decode(counts: CountsArrays, options: DecodeOptions) -> DecodeResult:
         raise ParameterError("params", "the string oracle decoder needs FlhParams or HcmsParams")
     decoder = StringOracleDecoder(params, correction=options.correction, alpha=options.alpha,
                                   confidence=options.confidence)
-    names = check_candidates(options.candidates, counts.metric)
-    decoder.fit(np.asarray(counts.fields["responses"]), names, metric=counts.metric)
+    decoder.fit(np.asarray(counts.fields["responses"]), options.candidates, metric=counts.metric)
     result = decoder.result_
     result.summary.update(sample_summary(counts))
     return result
