@@ -115,10 +115,9 @@ def sample_summary(counts: CountsArrays) -> dict[str, Any]:
     return summary
 
 
-def base_summary(counts: CountsArrays, started: float, confidence: float,
-                 distinct_values: int, values: str) -> dict[str, Any]:
+def base_summary(counts: CountsArrays, started: float, confidence: float) -> dict[str, Any]:
     """The summary keys every closed-form decoder states: the sample, the parameters and
-    their privacy cost (the metric has ``distinct_values`` possible ``values``, see
+    their privacy cost (over the parameters' ``possible_values``, see
     :func:`~veil.server.analysis.cost.privacy_cost`), and the time since ``started``."""
     params = counts.params
     return {
@@ -127,7 +126,7 @@ def base_summary(counts: CountsArrays, started: float, confidence: float,
         "params": params.to_dict(),
         "epsilon_1": params.epsilon_1,
         "epsilon_inf": params.epsilon_inf,
-        "privacy": privacy_cost(params, distinct_values, values),
+        "privacy": privacy_cost(params, *params.possible_values),
         "elapsed_seconds": time.perf_counter() - started,
     }
 
@@ -148,7 +147,7 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
     rho = np.clip((ones + 0.5) / (total + 1.0), p_star, q_star)
     se = np.sqrt(rho * (1 - rho) / (total * spread**2))
     set_bits_variance = q_star * (1 - q_star) + (share.size - 1) * p_star * (1 - p_star)
-    summary = base_summary(counts, started, confidence, len(params.categories), "categories")
+    summary = base_summary(counts, started, confidence)
     found = None
     if options.estimator == "ibu":
         channel = AffineChannel.identity(share.size, p_star, q_star, total)
@@ -214,7 +213,7 @@ def decode_boolean(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
     std_errors = np.array([se, se])
     rows = frequency_rows(counts.metric, "boolean", ["true", "false"], share, std_errors, total,
                           z_quantile(confidence))
-    summary = base_summary(counts, started, confidence, 2, "answers (true and false)")
+    summary = base_summary(counts, started, confidence)
     summary.update({"yes_share": mean, "yes_if_false": yes_if_false, "yes_if_true": yes_if_true})
     note = _outside_note(["true", "false"], share, std_errors)
     if note:
@@ -256,10 +255,7 @@ def decode_number(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS
     # The true mean lies in [low, high], so intersecting the interval with it keeps its
     # coverage; the estimate itself stays unclipped (clipping would bias it).
     row = number_row(counts.metric, "mean", mean, se, z, params.low, params.high)
-    summary = base_summary(
-        counts, started, confidence, params.resolution + 1,
-        f"grid points from {params.low:g} to {params.high:g} (each value is rounded to one)",
-    )
+    summary = base_summary(counts, started, confidence)
     summary.update(details)
     if not params.low - z * se <= mean <= params.high + z * se:
         summary["warning"] = (

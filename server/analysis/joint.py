@@ -173,7 +173,7 @@ def decode_joint(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS,
     marginal_rows, marginals = _marginals(params, counts.metric, theta, cov, z)
     condition_rows = _conditional_rows(params, counts.metric, theta, cov, z)
     test = independence_test(theta, cov, (params.cells // params.shape[-1], params.shape[-1]))
-    summary = base_summary(counts, started, confidence, params.cells, "cells")
+    summary = base_summary(counts, started, confidence)
     summary.update({
         "variables": {v.name: list(v.labels) for v in params.variables},
         "shape": list(params.shape),

@@ -286,7 +286,7 @@ def decode_marginals(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTI
         tests.append({"metric": counts.metric, "pair": f"{params.of[a]} x {params.of[b]}",
                       "first": params.of[a], "second": params.of[b], **test.to_dict()})
     p, q = params.support_probs
-    summary = base_summary(counts, started, confidence, params.oracle_cells, "cells")
+    summary = base_summary(counts, started, confidence)
     summary.update({
         "variables": {v.name: list(v.labels) for v in params.variables},
         "shape": list(params.shape),

@@ -215,7 +215,7 @@ def _decode_oracle(
     rate = np.clip(support / total, q, p)
     se = np.sqrt(rate * (1 - rate) / total) / (p - q)
     allocated_variance = support_variance(params, field) / (total * (p - q) ** 2)
-    summary = base_summary(counts, started, confidence, len(params.categories), "categories")
+    summary = base_summary(counts, started, confidence)
     details = {"oracle": params.oracle, "support_probs": [p, q],
                "share_variance_per_report": params.share_variance(), **extra(params)}
     found = None

@@ -480,7 +480,7 @@ class StringOracleDecoder:
             "detection_power": DETECTION_POWER,
             "params": params.to_dict(), "epsilon_1": params.epsilon_1,
             "epsilon_inf": params.epsilon_inf,
-            "privacy": privacy_cost(params, None, "strings"),
+            "privacy": privacy_cost(params, *params.possible_values),
             "elapsed_seconds": time.perf_counter() - started,
         }
         order = np.flatnonzero(detected)

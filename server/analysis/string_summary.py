@@ -100,7 +100,7 @@ def fit_summary(fit: StringFit, started: float) -> dict[str, Any]:
         "params": params.to_dict(),
         "epsilon_1": params.epsilon_1,
         "epsilon_inf": params.epsilon_inf,
-        "privacy": privacy_cost(params, None, "strings"),
+        "privacy": privacy_cost(params, *params.possible_values),
         "elapsed_seconds": time.perf_counter() - started,
     }
     _add_notes(summary, fit, allocated, missing, missing_se)

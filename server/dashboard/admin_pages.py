@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from veil.server.analysis.cost import privacy_cost
 from veil.server.dashboard import planner
 from veil.server.dashboard.decodes import Decodes
 from veil.server.dashboard.model import Chart, Page, Table
-from veil.server.dashboard.pages import try_decode
 from veil.server.dashboard.state import PageState
 from veil.shared.errors import ParameterError
 from veil.shared.registry import Metric
@@ -21,8 +21,8 @@ def privacy_page(decodes: Decodes, state: PageState) -> Page:
     rows = []
     bounded: dict[str, float] = {}
     for name, metric in registry.items():
-        result, _ = try_decode(decodes, metric, state.start, state.end)
-        cost = result.summary.get("privacy", {}) if result is not None else {}
+        # the parameters alone set the cost: the page never depends on what was reported
+        cost = {} if metric.of else privacy_cost(metric.params, *metric.params.possible_values)
         worst = cost.get("epsilon_per_installation")
         if worst is not None:
             bounded[name] = worst
@@ -46,7 +46,7 @@ def privacy_page(decodes: Decodes, state: PageState) -> Page:
         page.facts["ε worst case, every value of every metric"] = "no bound"
         page.notes.append(f"No worst case bounds every metric: {open_sets} have no upper limit "
                           "on the distinct values an installation reports (n values cost n × ε "
-                          "one value), or no decode in the range to state it.")
+                          "one value).")
     page.notes.append("Sequential composition: the epsilons of the values one installation "
                       "reports add up; a string metric and its discovery channel count once "
                       "(an installation reports through one of them).")
@@ -54,12 +54,9 @@ def privacy_page(decodes: Decodes, state: PageState) -> Page:
 
 
 def _statement(metric: Metric) -> str:
-    """What a metric without a decode in the range costs, in words."""
-    if metric.of:
-        return (f"a channel of {metric.of}: each installation reports through it or through "
-                f"{metric.of}, never both; n distinct strings cost n × ε one value")
-    return ("every distinct value costs ε one value; a decode states how many values an "
-            "installation can hold")
+    """What a discovery channel costs, in words (it shares its string metric's values)."""
+    return (f"a channel of {metric.of}: each installation reports through it or through "
+            f"{metric.of}, never both; n distinct strings cost n × ε one value")
 
 
 def planner_page(form: Mapping[str, str]) -> Page:

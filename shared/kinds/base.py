@@ -94,6 +94,13 @@ class MechanismParams:
         """Worst-case epsilon of any number of reports of one value (memoization bound)."""
         raise NotImplementedError
 
+    @property
+    def possible_values(self) -> tuple[int | None, str]:
+        """How many distinct values one installation may report (``None``: no limit, as for
+        strings) and what they are called: with :attr:`epsilon_inf`, an installation's
+        worst case (:func:`veil.server.analysis.cost.privacy_cost`)."""
+        return None, "values"
+
     def privacy_map(self, d_in: int = 1) -> float:
         """Epsilon when a person's data differ in up to ``d_in`` reported values.
 

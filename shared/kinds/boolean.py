@@ -59,6 +59,10 @@ class BooleanParams(MechanismParams):
     def epsilon_inf(self) -> float:
         return self.epsilon_1
 
+    @property
+    def possible_values(self) -> tuple[int | None, str]:
+        return 2, "answers (true and false)"
+
     def parse_payload(self, payload: Any, field: str = "payload") -> int:
         return parse_bit(payload, field)
 

@@ -55,6 +55,10 @@ class CategoryList:
 
     categories: tuple[str, ...]
 
+    @property
+    def possible_values(self) -> tuple[int | None, str]:
+        return len(self.categories), "categories"
+
     def index(self, value: Any) -> int:
         """Position of ``value`` in the category list; :class:`ParameterError` if absent."""
         position = self._positions.get(value) if isinstance(value, str) else None

@@ -373,6 +373,12 @@ class JointParams(MechanismParams):
         return self.cell_oracle.epsilon_inf
 
     @property
+    def possible_values(self) -> tuple[int | None, str]:
+        """The cells an installation may report: the product domain's, or with ``marginals``
+        those of the largest marginal it may be assigned."""
+        return self.oracle_cells, "cells"
+
+    @property
     def support_probs(self) -> tuple[float, float]:
         """``(p, q)`` of the cell oracle: a report supports its own cell / another cell."""
         return self.cell_oracle.support_probs

@@ -181,6 +181,11 @@ class NumberParams(MechanismParams):
     def epsilon_inf(self) -> float:
         return self.epsilon_1
 
+    @property
+    def possible_values(self) -> tuple[int | None, str]:
+        return (self.resolution + 1, f"grid points from {self.low:g} to {self.high:g} (each "
+                                     "value is rounded to one)")
+
     def parse_payload(self, payload: Any, field: str = "payload") -> float | int:
         if self.mechanism == "1bitmean":
             return parse_bit(payload, field)

@@ -98,6 +98,10 @@ class StringParams(RapporBits, MechanismParams):
     f: float = 0.5
     hashing: str = "mmh3"
 
+    @property
+    def possible_values(self) -> tuple[int | None, str]:
+        return None, "strings"
+
     def __post_init__(self) -> None:
         owner = type(self).__name__
         check_fields(

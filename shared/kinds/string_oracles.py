@@ -120,6 +120,10 @@ class StringOracleParams(CountedResponses, MechanismParams, abstract=True):
     :data:`STRING_ORACLES`."""
 
     kind: ClassVar[str] = "string"
+
+    @property
+    def possible_values(self) -> tuple[int | None, str]:
+        return None, "strings"
     default_oracle: ClassVar[str] = "rappor"
     min_wire_version: ClassVar[int] = 2
     has_cohorts: ClassVar[bool] = True

@@ -312,3 +312,19 @@ def test_the_dashboard_reads_the_authorization_header_as_the_collector_does(
     assert requests.get(dashboard.url + "/privacy", params={"format": "json"},
                         headers={"Authorization": f"Basic {filled['token']}"},
                         timeout=60).status_code == 401
+
+
+def test_the_privacy_page_states_the_cost_whatever_was_reported(client: Any) -> None:
+    """A range without reports: every metric with a finite set of values still states its
+    worst case (from its parameters, as veil decode's summary does), strings none."""
+    from veil.server.analysis.cost import privacy_cost
+
+    page = client.get("/privacy?from=2001-01-01&to=2001-01-02&format=json", headers=AUTH).json
+    rows = {row["metric"]: row for row in page["tables"][0]["rows"]}
+    registry = Registry.from_toml(DASHBOARD_REGISTRY_TOML)
+    for name in ("browser", "dark_mode", "browser_dark", "load_seconds"):
+        params = registry[name].params
+        expected = privacy_cost(params, *params.possible_values)["epsilon_per_installation"]
+        assert expected is not None and rows[name]["epsilon_installation"] == expected, name
+    assert rows["homepage"]["epsilon_installation"] is None
+    assert "no upper limit" in rows["homepage"]["statement"]
