@@ -20,7 +20,6 @@ documentation.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
@@ -39,6 +38,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from veil.server.storage.base import store_file_bytes
 from veil.shared.version import __version__
 
 __all__ = [
@@ -83,12 +83,9 @@ class StorageSize(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The gauge, if the store is a file."""
-        if not self.path.is_file():
+        size = store_file_bytes(str(self.path))
+        if size is None:
             return
-        size = 0
-        for path in (self.path, Path(f"{self.path}-wal")):
-            with contextlib.suppress(OSError):  # the WAL exists only while the store is open
-                size += path.stat().st_size
         yield GaugeMetricFamily("veil_storage_bytes",
                                 "Bytes of the database file and its write-ahead log", value=size)
 

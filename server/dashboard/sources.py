@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veil.server.http import SourceError, fetch_counts, get_json
+from veil.server.storage.base import store_file_bytes
 from veil.shared.registry import Registry
 
 if TYPE_CHECKING:
@@ -128,10 +128,7 @@ class DashboardSource:
         """Bytes of the store's file and its write-ahead log (None when not a file)."""
         if self.server is not None:
             return None
-        path = Path(self._storage().location)
-        if not path.is_file():
-            return None
-        return sum(part.stat().st_size for part in (path, Path(f"{path}-wal")) if part.exists())
+        return store_file_bytes(self._storage().location)
 
     def refusals(self) -> list[dict[str, Any]] | None:
         """Refused reports and batches by counter and code since the collector started, from
