@@ -198,14 +198,18 @@ class Reconstruction:
     u: list[np.ndarray]
     pairs: Consistency
     final: NonNegative
+    #: each pair's linear estimate and variance, computed once for the pairs' weights
+    pair_moments: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]]
 
     def cells(self, target: tuple[int, ...], reports: np.ndarray,
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The marginal on ``target`` (one or two variables): linear estimate, its standard
         errors and the non-negative consistent shares, each flattened row-major."""
-        variance = self.consistency.variance(target, self.s, self.u, reports)
-        return (self.consistency.estimate(self.linear, target).ravel(),
-                np.sqrt(np.maximum(variance, 0.0)).ravel(),
+        known = self.pair_moments.get(target)
+        estimate, variance = known if known is not None else (
+            self.consistency.estimate(self.linear, target),
+            self.consistency.variance(target, self.s, self.u, reports))
+        return (estimate.ravel(), np.sqrt(np.maximum(variance, 0.0)).ravel(),
                 self.pairs.estimate(self.final.tables, target).ravel())
 
 
@@ -219,11 +223,13 @@ def reconstruct(params: JointParams, estimates: MarginalEstimates) -> Reconstruc
     shares = [project_to_simplex(table).reshape(table.shape) for table in linear]
     s, u = covariance_models(params, estimates, shares)
     sets = list(itertools.combinations(range(len(params.of)), 2))
-    pair_tables = [consistency.estimate(linear, pair) for pair in sets]
-    weights = [1.0 / float(np.mean(consistency.variance(pair, s, u, estimates.reports)))
-               for pair in sets]
+    moments: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {
+        pair: (consistency.estimate(linear, pair),
+               consistency.variance(pair, s, u, estimates.reports)) for pair in sets}
+    weights = [1.0 / float(np.mean(moments[pair][1])) for pair in sets]
     pairs = Consistency(sets, params.shape, weights)
-    return Reconstruction(consistency, linear, s, u, pairs, pairs.nonnegative(pair_tables))
+    final = pairs.nonnegative([moments[pair][0] for pair in sets])
+    return Reconstruction(consistency, linear, s, u, pairs, final, moments)
 
 
 def _pair_rows(params: JointParams, metric: str, built: Reconstruction, reports: np.ndarray,
