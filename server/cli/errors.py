@@ -84,8 +84,9 @@ def run_command(command: str, run: Callable[[argparse.Namespace], int],
 
 def _fail(command: str, message: str, code: int) -> int:
     """Print ``veil <command>: error: <message>`` on one line; return ``code``."""
-    line = " ".join(message.split())
-    print(f"veil {command}: error: {line}", file=sys.stderr)
+    from veil.server.collector.logs import one_line
+
+    print(f"veil {command}: error: {one_line(message)}", file=sys.stderr)
     return code
 
 

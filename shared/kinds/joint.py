@@ -187,7 +187,7 @@ class JointParams(MechanismParams):
         object.__setattr__(self, "domains", tuple(stored for stored, _ in parsed))
         object.__setattr__(self, "_variables", tuple(variable for _, variable in parsed))
         self._check_marginals(owner)
-        cells = max(math.prod(self.marginal_shape(j)) for j in range(self.cohorts))
+        cells = self.oracle_cells
         if cells > MAX_ORACLE_CATEGORIES:
             what = "a marginal" if self.marginals else "the product domain"
             raise ParameterError(
