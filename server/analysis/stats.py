@@ -149,6 +149,14 @@ def critical_z(alpha: float, correction: str, n_tests: int) -> float:
     return normal_isf(level)
 
 
+def detection_z(alpha: float, correction: str, n_tests: int, power: float) -> float:
+    """How many standard errors a share must be to be detected with probability ``power``
+    among ``n_tests`` at level ``alpha`` under ``correction``: the test's
+    :func:`critical_z` plus the normal quantile of ``power``. A decoder's detection limit
+    is that times the standard error of an absent value."""
+    return critical_z(alpha, correction, n_tests) + normal_isf(1 - power)
+
+
 #: largest block of :func:`walsh_hadamard` done as one small dense matrix product
 _BLOCK_BITS = 4
 

@@ -62,8 +62,7 @@ from veil.server.analysis.stats import (
     adjust_p_values,
     check_correction,
     check_level,
-    critical_z,
-    normal_isf,
+    detection_z,
     one_sided_p_values,
     z_quantile,
 )
@@ -460,7 +459,7 @@ class StringOracleDecoder:
             / (total * (1 - 1 / width)) ** 2) if detected.any() else 0.0
         allocated = float(estimates[detected].sum())
         shown = float(np.clip(allocated, 0.0, 1.0))
-        z_detect = critical_z(alpha, correction, len(names)) + normal_isf(1 - DETECTION_POWER)
+        z_detect = detection_z(alpha, correction, len(names), DETECTION_POWER)
         typical = float(np.median(std_errors))
         self.summary_ = {
             "kind": params.kind, "oracle": params.oracle, "reports": int(total),

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from veil.server.analysis.cost import privacy_cost
 from veil.server.analysis.selection import LeastSquares, WhitenedSystem
-from veil.server.analysis.stats import chi2_sf, critical_z, normal_isf, z_quantile
+from veil.server.analysis.stats import chi2_sf, detection_z, z_quantile
 from veil.shared.kinds import StringParams
 
 #: power at which the summary states the smallest detectable share
@@ -147,9 +147,8 @@ def _detection_limit(fit: StringFit, total: int) -> dict[str, Any]:
         if solution.method == "joint"
         else lone_se * float(np.sqrt(solution.dispersion))
     )
-    z_detect = critical_z(settings.alpha, settings.correction, len(fit.proportions)) + normal_isf(
-        1 - DETECTION_POWER
-    )
+    z_detect = detection_z(settings.alpha, settings.correction, len(fit.proportions),
+                           DETECTION_POWER)
     return {
         "std_error_lone_string": lone_se,
         "std_error_typical": typical_se,

@@ -81,8 +81,8 @@ def planner_page(form: Mapping[str, str]) -> Page:
     ]
     if result["min_detectable_share"] is not None:
         rows.append({"quantity": f"Smallest detectable share (of {result['values']} values, "
-                                 f"{planner.CORRECTION} at {planner.ALPHA}, "
-                                 f"{planner.POWER:.0%} power)",
+                                 f"{result['correction']} at {result['alpha']}, "
+                                 f"{result['detection_power']:.0%} power)",
                      "value": result["min_detectable_share"]})
     page.tables.append(Table("plan", "What these parameters give",
                              {"quantity": "Quantity", "value": "Value"}, rows))

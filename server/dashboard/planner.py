@@ -42,10 +42,6 @@ FIELDS = {
 }
 DEFAULTS = {"kind": "category", "oracle": "auto", "epsilon": "2", "categories": "10",
             "reports": "100000"}
-#: the string decoder's default level and correction, and its detection power
-ALPHA = 0.05
-CORRECTION = "bonferroni"
-POWER = 0.8
 #: distinct strings assumed when the form gives none
 DEFAULT_STRING_VALUES = 1000
 _INTEGERS = ("k", "h", "m")
@@ -118,12 +114,15 @@ def share_std_error(params: MechanismParams, reports: int) -> tuple[float, str]:
 def plan(form: Mapping[str, str]) -> dict[str, Any]:
     """What the planner shows for ``form``: the parameters, their privacy cost, the
     standard error and the detection limit (see the module docstring)."""
-    from veil.server.analysis.stats import critical_z, normal_isf
+    from veil.server.analysis.decoders import DEFAULT_OPTIONS
+    from veil.server.analysis.stats import detection_z
+    from veil.server.analysis.string_summary import DETECTION_POWER
 
     settings, reports, values = settings_of(form)
     params, note = parse_params(settings)
     std_error, of_what = share_std_error(params, reports)
-    z_detect = critical_z(ALPHA, CORRECTION, values) + normal_isf(1 - POWER)
+    z_detect = detection_z(DEFAULT_OPTIONS.alpha, DEFAULT_OPTIONS.correction, values,
+                           DETECTION_POWER)
     mean = hasattr(params, "noise_variance")
     return {
         "mechanism": params.mechanism_name,
@@ -138,4 +137,6 @@ def plan(form: Mapping[str, str]) -> dict[str, Any]:
         "std_error_of": of_what,
         "interval_95": 1.959964 * std_error,
         "min_detectable_share": None if mean else min(z_detect * std_error, 1.0),
+        "alpha": DEFAULT_OPTIONS.alpha, "correction": DEFAULT_OPTIONS.correction,
+        "detection_power": DETECTION_POWER,
     }
