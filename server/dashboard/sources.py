@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from veil.server.http import SourceError, fetch_counts, get_json
+from veil.server.http import SourceError, fetch_counts, get_json, network_reason
 from veil.server.storage.base import store_file_bytes
 from veil.shared.registry import Registry
 
@@ -114,7 +114,7 @@ class DashboardSource:
             try:
                 answer = requests.get(f"{self.server.rstrip('/')}/readyz", timeout=10)
             except requests.RequestException as exc:
-                return False, f"cannot reach the collector: {exc}"
+                return False, f"cannot reach the collector: {network_reason(exc)}"
             return answer.status_code == 200, f"/readyz answered {answer.status_code}"
         from veil.server.storage import StorageError
 
@@ -142,7 +142,7 @@ class DashboardSource:
                 answer = requests.get(f"{self.server.rstrip('/')}/metrics", timeout=10,
                                       headers={"Authorization": f"Bearer {self.token}"})
             except requests.RequestException as exc:
-                raise SourceError(f"cannot reach the collector: {exc}") from None
+                raise SourceError(f"cannot reach the collector: {network_reason(exc)}") from None
             if answer.status_code != 200:
                 return None
             text = answer.text

@@ -328,3 +328,13 @@ def test_the_privacy_page_states_the_cost_whatever_was_reported(client: Any) -> 
         assert expected is not None and rows[name]["epsilon_installation"] == expected, name
     assert rows["homepage"]["epsilon_installation"] is None
     assert "no upper limit" in rows["homepage"]["statement"]
+
+
+def test_an_unreachable_collector_is_named_in_one_voice(offline_url: str) -> None:
+    """The operations page's readiness says why in the operating system's words, as every
+    other command does, not in urllib3's nested connection-pool text."""
+    from veil.server.dashboard.sources import DashboardSource
+
+    ready, why = DashboardSource(server=offline_url, token="a-token").readiness()
+    assert not ready and why.startswith("cannot reach the collector: ")
+    assert "HTTPConnectionPool" not in why and "Max retries" not in why
