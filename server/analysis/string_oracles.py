@@ -62,11 +62,15 @@ from veil.server.analysis.stats import (
     adjust_p_values,
     check_correction,
     check_level,
-    detection_z,
     one_sided_p_values,
     z_quantile,
 )
-from veil.server.analysis.string_summary import DETECTION_POWER, description, missing_fields
+from veil.server.analysis.string_summary import (
+    allocated_fields,
+    description,
+    detection_fields,
+    missing_fields,
+)
 from veil.server.analysis.tables import STRING_COLUMNS, frequency_rows
 from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
@@ -459,8 +463,6 @@ class StringOracleDecoder:
             / (total * (1 - 1 / width)) ** 2) if detected.any() else 0.0
         allocated = float(estimates[detected].sum())
         shown = float(np.clip(allocated, 0.0, 1.0))
-        z_detect = detection_z(alpha, correction, len(names), DETECTION_POWER)
-        typical = float(np.median(std_errors))
         self.summary_ = {
             "kind": params.kind, "oracle": params.oracle, "reports": int(total),
             "cohorts": params.cohorts,
@@ -469,14 +471,11 @@ class StringOracleDecoder:
             "fit": "collision solve", "solved_jointly": int(self.solved_.size),
             "solve_iterations": self.solve_iterations_,
             "correction": correction, "alpha": alpha, "confidence": confidence,
-            "allocated_proportion": shown, "allocated_proportion_unbiased": allocated,
-            "allocated_reports": shown * total,
+            **allocated_fields(allocated, int(total)),
             **missing_fields(1.0 - allocated, float(np.sqrt(missing_variance)), shown,
                              confidence),
-            "std_error_typical": typical,
-            "min_detectable_proportion": min(z_detect * typical, 1.0),
-            "min_detectable_reports": min(z_detect * typical, 1.0) * total,
-            "detection_power": DETECTION_POWER,
+            **detection_fields(float(np.median(std_errors)), int(total), alpha, correction,
+                               len(names)),
             "params": params.to_dict(), "epsilon_1": params.epsilon_1,
             "epsilon_inf": params.epsilon_inf,
             "privacy": privacy_cost(params, *params.possible_values),

@@ -71,7 +71,7 @@ def fit_summary(fit: StringFit, started: float) -> dict[str, Any]:
     # unbiased, so at small N it can leave [0, 1]; shown clipped, with a note
     missing, missing_se = missing_share(fit) if fit.background else (None, None)
     allocated = float(fit.proportions[fit.detected].sum())
-    shown_allocated = float(np.clip(allocated, 0.0, 1.0))
+    shown_allocated = float(np.clip(allocated, 0.0, 1.0))  # as allocated_fields shows it
     p_star, q_star = params.effective_probs
     summary: dict[str, Any] = {
         "kind": "string",
@@ -89,9 +89,7 @@ def fit_summary(fit: StringFit, started: float) -> dict[str, Any]:
         "correction": settings.correction,
         "alpha": settings.alpha,
         "confidence": settings.confidence,
-        "allocated_proportion": shown_allocated,
-        "allocated_proportion_unbiased": allocated,
-        "allocated_reports": shown_allocated * total,
+        **allocated_fields(allocated, total),
         **missing_fields(missing, missing_se, shown_allocated, settings.confidence),
         **_fit_quality(fit),
         **_detection_limit(fit, total),
@@ -147,15 +145,27 @@ def _detection_limit(fit: StringFit, total: int) -> dict[str, Any]:
         if solution.method == "joint"
         else lone_se * float(np.sqrt(solution.dispersion))
     )
-    z_detect = detection_z(settings.alpha, settings.correction, len(fit.proportions),
-                           DETECTION_POWER)
-    return {
-        "std_error_lone_string": lone_se,
-        "std_error_typical": typical_se,
-        "min_detectable_proportion": min(z_detect * typical_se, 1.0),
-        "min_detectable_reports": min(z_detect * typical_se, 1.0) * total,
-        "detection_power": DETECTION_POWER,
-    }
+    return {"std_error_lone_string": lone_se,
+            **detection_fields(typical_se, total, settings.alpha, settings.correction,
+                               len(fit.proportions))}
+
+
+def allocated_fields(allocated: float, total: int) -> dict[str, Any]:
+    """The detected strings' share: unbiased (it may leave [0, 1] at small N), and shown
+    clipped to [0, 1] as a share and as reports out of ``total``."""
+    shown = float(np.clip(allocated, 0.0, 1.0))
+    return {"allocated_proportion": shown, "allocated_proportion_unbiased": allocated,
+            "allocated_reports": shown * total}
+
+
+def detection_fields(typical_se: float, total: int, alpha: float, correction: str,
+                     candidates: int) -> dict[str, Any]:
+    """A candidate's typical standard error and the smallest share (and reports out of
+    ``total``) detected with :data:`DETECTION_POWER` among ``candidates`` at ``alpha`` under
+    ``correction``."""
+    limit = min(detection_z(alpha, correction, candidates, DETECTION_POWER) * typical_se, 1.0)
+    return {"std_error_typical": typical_se, "min_detectable_proportion": limit,
+            "min_detectable_reports": limit * total, "detection_power": DETECTION_POWER}
 
 
 def _add_notes(summary: dict[str, Any], fit: StringFit, allocated: float,
