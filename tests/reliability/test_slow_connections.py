@@ -258,3 +258,37 @@ def test_the_connection_limit_fits_the_open_files_limit():
                           timeout=60, check=True)
     assert done.stdout.split() == ["50", "214", "112", "400"]
     assert "holds 112 connections per worker, not the --connection-limit of 1000" in done.stderr
+
+
+def test_veil_serve_under_a_low_open_files_limit_says_how_many_connections_it_holds(tmp_path):
+    """A real ``veil serve --connection-limit 1000`` started with a hard open-files limit
+    of 400: it raises its soft limit to 400, serves, and its log says it holds 112
+    connections a worker and how to raise the limit."""
+    registry = tmp_path / "metrics.toml"
+    registry.write_text('[metrics.dark_mode]\nkind = "boolean"\n')
+    log = tmp_path / "serve.log"
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (100, 400))
+
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "veil.server.cli", "serve", "--config", str(registry),
+             "--db", str(tmp_path / "veil.db"), "--port", "0", "--connection-limit", "1000"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, preexec_fn=low_limit)
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        line = process.stdout.readline() if ready else ""
+        assert "listening on " in line, log.read_text()
+        url = line.rsplit(" ", 1)[1].strip()
+        assert requests.get(url + "/healthz", timeout=30).status_code == 200
+        text = log.read_text()
+        assert "holds 112 connections per worker, not the --connection-limit of 1000" in text
+        assert "LimitNOFILE" in text
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()
