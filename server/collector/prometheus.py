@@ -38,7 +38,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from veil.server.storage.base import store_file_bytes
+from veil.server.storage.sqlite.files import store_file_bytes
 from veil.shared.version import __version__
 
 __all__ = [

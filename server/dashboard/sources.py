@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from veil.server.http import SourceError, fetch_counts, get_json, network_reason
-from veil.server.storage.base import store_file_bytes
+from veil.server.storage.sqlite.files import store_file_bytes
 from veil.shared.registry import Registry
 
 if TYPE_CHECKING:

@@ -12,7 +12,6 @@ which registry changes are allowed (:func:`merge_registry`), day ranges
 from __future__ import annotations
 
 import abc
-import contextlib
 import dataclasses
 import datetime as dt
 import itertools
@@ -589,16 +588,3 @@ class Storage(abc.ABC):
             end=end_text, reports=reports,
             entries=[statistic.to_entry(states[c]) for c in range(metric.params.cohorts)],
         )
-
-
-def store_file_bytes(location: str) -> int | None:
-    """Bytes of a store's database file and its write-ahead log (which exists only while the
-    store is open), or None for a store that is not a file (PostgreSQL)."""
-    path = Path(location)
-    if not path.is_file():
-        return None
-    size = 0
-    for part in (path, Path(f"{path}-wal")):
-        with contextlib.suppress(OSError):
-            size += part.stat().st_size
-    return size

@@ -488,3 +488,15 @@ class SQLiteFile(Storage):
             raise
         return target
 
+
+def store_file_bytes(location: str) -> int | None:
+    """Bytes of a store's database file and its write-ahead log (which exists only while the
+    store is open), or None for a store that is not a file (PostgreSQL)."""
+    path = Path(location)
+    if not path.is_file():
+        return None
+    size = 0
+    for part in (path, Path(f"{path}-wal")):
+        with contextlib.suppress(OSError):
+            size += part.stat().st_size
+    return size
