@@ -42,9 +42,10 @@ def privacy_page(decodes: Decodes, state: PageState) -> Page:
     if len(bounded) == len(rows):
         page.facts["ε worst case, every value of every metric"] = registry.epsilon_total(bounded)
     else:
-        open_sets = ", ".join(str(row["metric"]) for row in rows if row["metric"] not in bounded)
+        unbounded = [str(row["metric"]) for row in rows if row["metric"] not in bounded]
+        open_sets = f"{', '.join(unbounded)} {'has' if len(unbounded) == 1 else 'have'}"
         page.facts["ε worst case, every value of every metric"] = "no bound"
-        page.notes.append(f"No worst case bounds every metric: {open_sets} have no upper limit "
+        page.notes.append(f"No worst case bounds every metric: {open_sets} no upper limit "
                           "on the distinct values an installation reports (n values cost n × ε "
                           "one value).")
     page.notes.append("Sequential composition: the epsilons of the values one installation "
