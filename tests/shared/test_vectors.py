@@ -2,9 +2,11 @@
 specification in docs/protocol.md: this module derives them with an independent
 implementation of MurmurHash3 x86_32, the parameter fingerprint, the HMAC
 counter-mode stream and the memoized responses of strings, RAPPOR categories,
-booleans and numbers (both stream layouts), and of the FLH and HCMS string oracles
-(with an independent MurmurHash3 x64_128 and their multiply-shift hashing), checks that
-the file holds exactly what it derives, and checks the library against the file.
+booleans and numbers (both stream layouts), of the FLH and HCMS string oracles
+(with an independent MurmurHash3 x64_128 and their multiply-shift hashing), and, in
+:mod:`tests.shared.vector_oracles`, of the GRR, OUE, OLH and Hadamard category oracles and
+of joint metrics; checks that the file holds exactly what it derives, and checks the
+library against the file.
 
 Run it as a script (``python tests/shared/test_vectors.py``) to write the file anew
 after a deliberate change of the protocol; bump :data:`VERSION` with the layout.
@@ -20,6 +22,9 @@ import hashlib
 import hmac
 import json
 import math
+import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +306,9 @@ NUMBER_PARAMS = [
 
 def build_vectors() -> dict[str, Any]:
     """Every vector, derived from the protocol's text (the ``laplace`` answer aside)."""
+    # imported here, not above: vector_oracles builds on this module
+    from tests.shared.vector_oracles import category_oracle_vectors, joint_vectors
+
     layouts = (STREAM_LAYOUT, 1)
     home = reference_fingerprint(STRING_PARAMS[0][3])
     context = (3).to_bytes(4, "big") + b"example.com"
@@ -342,6 +350,8 @@ def build_vectors() -> dict[str, Any]:
                                  params_from_dict(params).prr_numerator)
             for params in STRING_ORACLE_PARAMS for value, cohort in STRING_ORACLE_VALUES
         ],
+        "category_oracle": category_oracle_vectors(),
+        "joint": joint_vectors(),
         "cohort_seed": {"cohort_seed_hex": seed.to_bytes(8, "big").hex(), "cohort_seed": seed,
                         "m": 64, "cohort": seed % 64},
     }
@@ -446,6 +456,71 @@ def test_string_oracle(vector: dict[str, Any]) -> None:
     assert encoder.memoized(encoder.memo_key(vector["value"])) == vector["permanent"]
 
 
+def kept(oracle: str) -> Callable[[int], bytes]:
+    """Fresh bytes under which the instantaneous response keeps the permanent one: zero
+    bytes (``u32() = 0 < N_irr``) for GRR, OLH and Hadamard; for OUE all ones (every
+    ``U_i = 2^32 - 1`` is at least ``N_0``: no bit flips)."""
+    fill = b"\xff" if oracle == "oue" else b"\x00"
+    return lambda n: fill * n
+
+
+def declared_encoder(vector: dict[str, Any], oracle: str, cohort_seed: int = 0) -> Any:
+    """The SDK's encoder of the vector's metric declared without ``g`` (chosen by default):
+    its parameters must be the vector's, as ``to_dict()`` writes them. Fresh bytes from the
+    CSPRNG when ``lambda = 1`` (every report is the permanent response), else :func:`kept`."""
+    params = params_from_dict({k: v for k, v in vector["params"].items() if k != "g"})
+    assert json.loads(json.dumps(params.to_dict())) == vector["params"]
+    assert params.fingerprint == vector["fingerprint"]
+    fresh = os.urandom if params.report_epsilon == params.epsilon else kept(oracle)
+    return make_encoder(Metric(vector["metric"], params), SECRET, cohort_seed, fresh,
+                        layout=vector["layout"])
+
+
+@pytest.mark.parametrize("vector", published("category_oracle"), ids=lambda v: (
+    f"{v['params']['oracle']}-{v['params']['epsilon']}-{v['params']['report_epsilon']}-"
+    f"{v['value']}"))
+def test_category_oracle(vector: dict[str, Any]) -> None:
+    oracle = vector["params"]["oracle"]
+    encoder = declared_encoder(vector, oracle)
+    assert encoder.params.index(vector["value"]) == vector["index"]
+    assert encoder.params.prr_numerator == vector["prr_numerator"]
+    stream = encoder.prr_stream(vector["value"].encode())
+    assert stream.read(64) == bytes.fromhex(vector["first_64_bytes_hex"])
+    if oracle == "olh":
+        function, _ = encoder.memoized(encoder.memo_key(vector["value"]))
+        assert function == vector["function"]
+        assert encoder.params.hash(function, vector["index"]) == vector["bucket"]
+    assert encoder.encode(vector["value"]) == vector["permanent"]
+
+
+@pytest.mark.parametrize("vector", published("joint"),
+                         ids=lambda v: f"{v['metric']}-{v['cell']}")
+def test_joint(vector: dict[str, Any]) -> None:
+    """The SDK's path: the installation's cohort seed, the tuple's cell, the cell oracle."""
+    oracle = vector["params"]["encoding"]
+    encoder = declared_encoder(vector, oracle, derived_cohort_seed(SECRET))
+    assert encoder.cohort == vector["cohort"]
+    key = encoder.memo_key(vector["value"])
+    assert key == vector["category"].encode() == str(vector["cell"]).encode()
+    assert encoder.params.cell_oracle.prr_numerator == vector["prr_numerator"]
+    stream = encoder.permanent_stream(b"prr", key)
+    assert stream.read(64) == bytes.fromhex(vector["first_64_bytes_hex"])
+    if oracle == "olh":
+        function, _ = encoder.memoized(key)
+        assert function == vector["function"]
+        assert encoder.params.cell_oracle.hash(function, vector["cell"]) == vector["bucket"]
+    assert encoder.encode(vector["value"]) == vector["permanent"]
+
+
+def test_the_joint_vectors_name_what_auto_chooses() -> None:
+    """Section 9: the pair's ``grr`` and the three variables' ``olh`` are ``auto``'s choices."""
+    for vector in published("joint"):
+        if vector["params"]["encoding"] in ("grr", "olh"):
+            declared = {k: v for k, v in vector["params"].items() if k != "g"}
+            params = params_from_dict({**declared, "encoding": "auto"})
+            assert json.loads(json.dumps(params.to_dict())) == vector["params"]
+
+
 def test_the_murmur_x64_reference_is_the_hashing_library() -> None:
     import mmh3
 
@@ -470,5 +545,7 @@ def test_cohort_seed():
 
 
 if __name__ == "__main__":
+    # a script has its own folder on the path, not the checkout's: vector_oracles needs it
+    sys.path.insert(0, str(Path(__file__).parents[2]))
     PATH.write_text(json.dumps(build_vectors(), indent=1, ensure_ascii=False) + "\n",
                     encoding="utf-8")
