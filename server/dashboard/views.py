@@ -35,6 +35,7 @@ from veil.server.dashboard.model import Page
 from veil.server.dashboard.state import QUICK_RANGES, REFRESH, PageState
 from veil.server.tokens import bearer_token, matching_token
 from veil.shared.errors import ParameterError
+from veil.shared.privacy import format_epsilon
 
 EXTENSION = "veil_dashboard"
 COOKIE = "veil_dashboard_token"
@@ -89,6 +90,19 @@ def format_number(value: Any) -> str:
             return f"{value:.3g}"
         return f"{value:.4g}"
     return str(value)
+
+
+@dashboard.app_template_filter("eps")
+def format_privacy(value: Any, label: Any = "") -> str:
+    """A value shown where ``label`` (a column key, a fact's or a planner row's name) names
+    an epsilon: rounded up to four significant digits, as every stated privacy cost is
+    (:func:`~veil.shared.privacy.format_epsilon`), so a table never shows less than its
+    statement; any other value as :func:`format_number` shows it."""
+    name = str(label)
+    if (isinstance(value, float) and math.isfinite(value) and value > 0
+            and name.startswith(("epsilon", "\u03b5"))):
+        return format_epsilon(value, 4)
+    return format_number(value)
 
 
 def current_dashboard() -> Dashboard:

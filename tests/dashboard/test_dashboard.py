@@ -330,6 +330,24 @@ def test_the_privacy_page_states_the_cost_whatever_was_reported(client: Any) -> 
     assert "no upper limit" in rows["homepage"]["statement"]
 
 
+def test_the_privacy_page_shows_each_epsilon_rounded_up(client: Any) -> None:
+    """The page's epsilons are rounded up like its statements (2.1972 reads 2.198, never
+    2.197): a table must not show less than the cost the statement beside it names."""
+    from veil.shared.privacy import format_epsilon
+
+    page = client.get("/privacy?format=json", headers=AUTH).json
+    html = client.get("/privacy", headers=AUTH).get_data(as_text=True)
+    cells = [(key, value) for row in page["tables"][0]["rows"] for key, value in row.items()
+             if key.startswith("epsilon") and isinstance(value, float)]
+    assert cells
+    for key, value in cells:
+        shown = format_epsilon(value, 4)
+        assert float(shown) >= value and f">{shown}<" in html, (key, value)
+    for fact in ("\u03b5 for one value of every metric",):
+        total = page["facts"][fact]
+        assert f">{format_epsilon(total, 4)}<" in html
+
+
 def test_an_unreachable_collector_is_named_in_one_voice(offline_url: str) -> None:
     """The operations page's readiness says why in the operating system's words, as every
     other command does, not in urllib3's nested connection-pool text."""
