@@ -22,12 +22,19 @@ from typing import Any
 
 import numpy as np
 from flask import Blueprint, Response, current_app, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from veil.server.collector.app_state import Collector, current_collector
 from veil.server.collector.openapi import openapi_document
 from veil.server.collector.prometheus import CONTENT_TYPE
 from veil.server.collector.rate_limits import network_of
-from veil.server.collector.responses import ANSWERED, ApiError, error_code, json_response
+from veil.server.collector.responses import (
+    ANSWERED,
+    ApiError,
+    error_code,
+    json_response,
+    too_large_message,
+)
 from veil.server.counts import write_counts_document
 from veil.server.storage import DailyCapReached, StorageUnavailable, TooFewReportsError
 from veil.server.tokens import bearer_token, matching_token
@@ -267,7 +274,13 @@ def parse_json_body(max_reports: int) -> Any:
     if charset not in ("utf-8", "utf8"):
         raise ApiError(415, "unsupported_media_type", "Content-Type",
                        f"the body must be UTF-8 JSON; got charset {charset!r}")
+    coding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if coding not in ("", "identity"):
+        raise ApiError(415, "unsupported_media_type", "Content-Encoding",
+                       f"the collector takes uncompressed JSON; got Content-Encoding {coding!r}: "
+                       "send the batch without compressing it")
     raw = request.get_data(cache=False)
+    _refuse_a_cut_body(raw)
     values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
     max_values = max_json_values(max_reports)
     if values > max_values:
@@ -289,6 +302,22 @@ def parse_json_body(max_reports: int) -> Any:
         raise ApiError(400, "bad_json", "body", f"the body is not valid JSON: {message}") from None
     except RecursionError:
         raise ApiError(400, "bad_json", "body", "JSON nests too deeply") from None
+
+
+def _refuse_a_cut_body(raw: bytes) -> None:
+    """413 for a body without ``Content-Length`` (chunked) that ran past the limit: a WSGI
+    server that does not buffer it (waitress does) hands the application a stream that werkzeug
+    stops at the limit without a word, so the body read may be its first ``MAX_CONTENT_LENGTH``
+    bytes only. One more byte says whether it was whole."""
+    limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    if request.content_length is not None or limit is None or len(raw) < limit:
+        return
+    try:
+        more = request.stream.read(1)
+    except RequestEntityTooLarge:
+        more = b"?"
+    if more:
+        raise ApiError(413, "body_too_large", None, too_large_message(limit))
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ route family answering through waitress, its body limit, and its log.
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -337,3 +338,44 @@ def test_oversized_body_is_413_json(collector_factory):
     assert response.status_code == 413
     assert error_of(response)["code"] == "body_too_large"
     assert "4096" in error_of(response)["message"]
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "deflate", "x-unknown"])
+def test_a_compressed_body_is_415_naming_content_encoding(client, wire, coding):
+    """The collector takes uncompressed JSON only: a body labelled with a content coding is
+    refused by that header's name (RFC 9110 section 8.4), whether or not it is compressed,
+    never read as JSON that happens to parse or as text that is "not UTF-8"."""
+    body = json.dumps(wire.batch(wire.reports("dark_mode", [True])))
+    for data in (body.encode(), gzip.compress(body.encode())):
+        response = client.post("/v1/reports", data=data, content_type="application/json",
+                               headers={"Content-Encoding": coding})
+        assert response.status_code == 415
+        assert error_of(response)["field"] == "Content-Encoding"
+    identity = client.post("/v1/reports", data=body, content_type="application/json",
+                           headers={"Content-Encoding": "identity"})
+    assert identity.json["accepted"] == 1
+    assert client.counts("dark_mode")["reports"] == 1  # the refused copies stored nothing
+
+
+def _chunked_post(port: int, body: bytes) -> tuple[int, dict]:
+    """POST ``body`` to /v1/reports in 64 KiB chunks (no Content-Length); status and JSON."""
+    response = requests.post(f"http://127.0.0.1:{port}/v1/reports", headers=JSON, timeout=60,
+                             data=(body[i:i + 65536] for i in range(0, len(body), 65536)))
+    return response.status_code, response.json()
+
+
+def test_a_chunked_body_past_the_limit_is_413_under_any_wsgi_server(live_collector, collector,
+                                                                     wire):
+    """A chunked body (no Content-Length) over MAX_CONTENT_LENGTH: waitress (veil serve)
+    and werkzeug's server (what the app meets under a server that streams bodies) both
+    answer 413, never a 200 for the body's first 2 MiB or a 400 bad_json for its cut end;
+    a chunked body within the limit is stored."""
+    valid = json.dumps(wire.batch(wire.reports("dark_mode", [True]))).encode()
+    padded = valid + b" " * (2 * 1024 * 1024 - len(valid)) + b" trailing" * 100_000
+    cut_json = b'{"version": 2, "pad": "' + b"x" * (3 * 1024 * 1024) + b'"}'
+    for port in (live_collector.port, collector.port):
+        for body in (padded, cut_json):
+            status, answer = _chunked_post(port, body)
+            assert (status, answer["error"]["code"]) == (413, "body_too_large"), port
+        status, answer = _chunked_post(port, valid)
+        assert (status, answer["accepted"]) == (200, 1), port
