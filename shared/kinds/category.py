@@ -10,7 +10,6 @@ import dataclasses
 import functools
 from typing import Any, ClassVar
 
-from veil.shared.bits import hex_to_bits
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.string import (
@@ -113,7 +112,7 @@ class CategoryParams(CategoryList, RapporBits, MechanismParams):
         return StringParams(k=self.k, h=1, m=1, p=self.p, q=self.q, f=self.f)
 
     def parse_payload(self, payload: Any, field: str = "payload") -> int:
-        return hex_to_bits(payload, self.k, field)
+        return self.parse_bits(payload, self.k, field)
 
     @classmethod
     def for_epsilon(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
 from veil.shared.bits import PROB_ONE, hex_to_bits, realized
-from veil.shared.errors import ParameterError
+from veil.shared.errors import ParameterError, WireFormatError
 from veil.shared.hashing import HASHINGS, MD5_MAX_H, MD5_MAX_K
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.privacy import (
@@ -70,6 +71,31 @@ class RapporBits:
     @property
     def epsilon_inf(self) -> float:
         return rappor_epsilon_inf(self.hashes, realized(self.f))
+
+    @functools.cached_property
+    def _ones_bounds(self) -> tuple[int, int | None]:
+        """The fewest and most bits a report can set: at most :attr:`hashes` where a bit no
+        value sets never reads 1 (``p* = 0``), at least one where a value's own bits always
+        read 1 (``q* = 1``); any number (``None``: up to ``k``) whenever ``0 < p* <= q* < 1``."""
+        p_star, q_star = self.effective_probs
+        return (1 if q_star == 1.0 else 0), (self.hashes if p_star == 0.0 else None)
+
+    def parse_bits(self, payload: Any, k: int, field: str) -> int:
+        """A wire payload of ``k`` bits that these parameters can produce (see
+        :attr:`_ones_bounds`); :class:`WireFormatError` otherwise."""
+        bits = hex_to_bits(payload, k, field)
+        fewest, most = self._ones_bounds
+        if fewest or most is not None:
+            ones = bits.bit_count()
+            if most is not None and ones > most:
+                raise WireFormatError(field, f"sets {ones} bits, but with p* = 0 (p = {self.p:g}, "
+                                             f"f = {self.f:g}) a report sets at most {most}",
+                                      "out_of_range")
+            if ones < fewest:
+                raise WireFormatError(field, f"sets no bit, but with q* = 1 (q = {self.q:g}, "
+                                             f"f = {self.f:g}) a value's own bits always read 1",
+                                      "out_of_range")
+        return bits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +172,7 @@ class StringParams(RapporBits, MechanismParams):
         return self
 
     def parse_payload(self, payload: Any, field: str = "payload") -> int:
-        return hex_to_bits(payload, self.k, field)
+        return self.parse_bits(payload, self.k, field)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> tuple[StringParams, str]:

@@ -198,3 +198,52 @@ def test_fingerprints_name_the_parameters():
     assert params.fingerprint not in changed and len(changed) == 6
     number = REGISTRY["load"].params  # low = 0 and high = 10 are written as integers
     assert number.fingerprint == type(number)(low=0.0, high=10.0).fingerprint
+
+
+DETERMINISTIC = Registry.from_toml("""
+[metrics.plain_category]
+kind = "category"
+categories = ["a", "b", "c"]
+p = 0.0
+q = 1.0
+f = 0.0
+
+[metrics.plain_string]
+kind = "string"
+k = 16
+h = 2
+m = 2
+p = 0.0
+q = 1.0
+f = 0.0
+""")
+
+
+@pytest.mark.parametrize(("metric", "values"), [("plain_category", ["a", "b", "c"]),
+                                                ("plain_string", ["x", "y", "z", "w"])])
+def test_at_infinite_epsilon_only_payloads_the_encoder_can_produce_are_accepted(metric, values):
+    """With p = 0, q = 1, f = 0 (epsilon infinite) a report is its value's bits exactly:
+    one bit for a category, 1 to h for a string. A payload with more bits, or none, is
+    one no client can send, and is refused by name; every payload the SDK's encoder makes
+    at these parameters is accepted (the boundary the rule is drawn at)."""
+    import os
+
+    from veil.client.encoders import make_encoder
+
+    spec = DETERMINISTIC[metric]
+    params = spec.params
+    for value in values:
+        encoder = make_encoder(spec, os.urandom(32), 1)
+        report = make_report("ab" * 16, metric, encoder.cohort, encoder.encode(value),
+                             params.fingerprint)
+        assert validate_batch(batch(report), DETERMINISTIC).reports
+    width = (params.k + 7) // 8
+    most = 1 if metric == "plain_category" else params.h
+    too_many = ((1 << (most + 1)) - 1).to_bytes(width, "little").hex()
+    cohort = None if metric == "plain_category" else 0
+    for payload in (too_many, "00" * width):
+        report = make_report("cd" * 16, metric, cohort, payload, params.fingerprint)
+        outcome = validate_batch(batch(report), DETERMINISTIC)
+        assert not outcome.reports
+        (error,) = outcome.errors
+        assert (error.field, error.code) == ("reports[0].payload", "out_of_range")
