@@ -16,10 +16,13 @@ google/rappor's interchange files for the same counts:
   of reports in the cohort, then the count of set bits for bit 0..k-1
   (:func:`read_counts`, :func:`write_counts`, :func:`write_counts_document`).
 
-Readers accept files written by google/rappor unchanged and name the file and the sizes
-when dimensions disagree. Storage, the collector (``format=csv`` counts, ``veil
-export``), the analysis and the simulations all use this one module; it needs NumPy
-only (the collector has no SciPy). The candidates' ``map.csv`` belongs to the analysis
+Readers accept files written by google/rappor unchanged (and with a UTF-8 byte order
+mark, as Excel writes "CSV UTF-8"), name the file and the sizes when dimensions disagree,
+and the line and column of a field that cannot be right: a quote never closed, a count
+that is no whole number, negative, larger than a 64-bit count or than its row's reports.
+Storage, the collector (``format=csv`` counts, ``veil export``), the analysis and the
+simulations all use this one module; it needs NumPy only (the collector has no SciPy).
+The candidates' ``map.csv`` belongs to the analysis
 (:mod:`veil.server.analysis.candidate_map`).
 """
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,6 +44,8 @@ from veil.shared.statistics import statistic_for
 
 #: a UTC day as counts documents write it
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+#: the largest count of reports (a signed 64-bit integer, as the arrays hold counts)
+MAX_COUNT = 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +99,8 @@ def _fail(source: str, field: str, message: str) -> ParameterError:
 def _count(value: Any, source: str, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _fail(source, field, f"must be a non-negative integer; got {value!r}")
+    if value > MAX_COUNT:
+        raise _fail(source, field, f"{value} is more than any count can be (at most {MAX_COUNT})")
     return value
 
 
@@ -153,9 +160,14 @@ def counts_arrays(document: Mapping[str, Any], source: str = "counts document") 
         for field in statistic.fields
     }
     days = _days(document.get("days"), source)
-    total = document.get("reports", int(reports.sum()))
-    if _count(total, source, "reports") != int(reports.sum()):
-        raise _fail(source, "reports", f"says {total} but the cohorts add up to {int(reports.sum())}")
+    added = sum(reports.tolist())  # Python integers: exact however large
+    if added > MAX_COUNT:
+        raise _fail(source, "cohorts",
+                    f"the cohorts' reports add up to {added}, more than any count can be "
+                    f"(at most {MAX_COUNT})")
+    total = document.get("reports", added)
+    if _count(total, source, "reports") != added:
+        raise _fail(source, "reports", f"says {total} but the cohorts add up to {added}")
     return CountsArrays(
         metric=str(document.get("metric", "")),
         params=params,
@@ -232,21 +244,70 @@ PARAMS_HEADER = ["k", "h", "m", "p", "q", "f"]
 PathOrFile = str | Path | IO[str]
 
 
-def _rows(source: PathOrFile, what: str) -> tuple[str, list[list[str]]]:
-    """The CSV rows of a file (path or open text file) and a name for errors."""
+#: a CSV record and the line it starts on (1-based, as an editor counts lines)
+NumberedRow = tuple[int, list[str]]
+
+
+def without_bom(lines: Iterable[str]) -> Iterator[str]:
+    """``lines`` with a UTF-8 byte order mark (Excel's "CSV UTF-8") dropped from the first:
+    for a text file opened as ``utf-8`` rather than ``utf-8-sig``."""
+    lines = iter(lines)
+    first = next(lines, None)
+    if first is None:
+        return
+    yield first.removeprefix("\ufeff")
+    yield from lines
+
+
+def csv_records(lines: Iterable[str], name: str, what: str) -> Iterator[NumberedRow]:
+    """The CSV records of ``lines`` (a text file), each with the line it starts on.
+
+    Strict: a quote that is never closed (which would swallow the rest of the file into
+    one field) and text after a closing quote are refused (:class:`ParameterError` of
+    field ``what``), naming the file ``name`` and the line."""
+    reader = csv.reader(lines, strict=True)
+    start = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise ParameterError(what, _csv_problem(name, start, reader.line_num, exc)) from None
+        yield start, row
+        start = reader.line_num + 1
+
+
+def _csv_problem(name: str, start: int, line: int, exc: csv.Error) -> str:
+    """What a :class:`csv.Error` means, for a record that starts on line ``start`` and
+    failed on line ``line``."""
+    text = str(exc)
+    if text == "unexpected end of data":
+        return (f"{name} line {start}: a quote is never closed (the field it opens there "
+                f"runs to the end of the file)")
+    if text.startswith("field larger than field limit"):
+        return (f"{name} line {start}: a field is longer than {csv.field_size_limit()} "
+                f"characters; is a quote never closed?")
+    if "expected after" in text:
+        return (f"{name} line {line}: a closing quote must be followed by a comma or the end "
+                f"of the line (write a quote inside a quoted field as \"\")")
+    return f"{name} line {line}: not valid CSV: {text}"
+
+
+def _rows(source: PathOrFile, what: str) -> tuple[str, list[NumberedRow]]:
+    """The CSV records of a file (path or open text file), each with the line it starts
+    on, and a name for errors. A UTF-8 byte order mark is not part of the first field."""
     if isinstance(source, str | Path):
         name = str(source)
         try:
-            with open(source, newline="", encoding="utf-8") as handle:
-                return name, list(csv.reader(handle))
+            with open(source, newline="", encoding="utf-8-sig") as handle:
+                return name, list(csv_records(handle, name, what))
         except OSError as exc:
             raise ParameterError(what, f"cannot read {what} file {name}: {exc.strerror}") from None
         except UnicodeDecodeError as exc:
             raise ParameterError(what, f"{name}: not UTF-8 text (byte {exc.start})") from None
-        except csv.Error as exc:
-            raise ParameterError(what, f"{name}: not valid CSV: {exc}") from None
-    name = getattr(source, "name", f"<{what}>")
-    return str(name), list(csv.reader(source))
+    name = str(getattr(source, "name", f"<{what}>"))
+    return name, list(csv_records(without_bom(source), name, what))
 
 
 def open_output(target: PathOrFile) -> tuple[IO[str], bool]:
@@ -260,24 +321,26 @@ def read_params(source: PathOrFile, hashing: str = "mmh3") -> StringParams:
     """Parse ``params.csv`` into :class:`StringParams` with the given ``hashing``
     (``params.csv`` does not say: google/rappor's own clients hash with ``md5-google``)."""
     name, rows = _rows(source, "params")
-    rows = [row for row in rows if any(cell.strip() for cell in row)]
+    rows = [(line, row) for line, row in rows if any(cell.strip() for cell in row)]
     if len(rows) != 2:
         raise ParameterError(
             "params", f"{name}: expected a header k,h,m,p,q,f and one row; got {len(rows)} line(s)"
         )
-    header = [cell.strip() for cell in rows[0]]
+    header = [cell.strip() for cell in rows[0][1]]
     if header != PARAMS_HEADER:
         raise ParameterError("params", f"{name}: header must be k,h,m,p,q,f; got {','.join(header)}")
-    values = [cell.strip() for cell in rows[1]]
+    line, values = rows[1][0], [cell.strip() for cell in rows[1][1]]
     if len(values) != 6:
-        raise ParameterError("params", f"{name}: the row has {len(values)} fields; expected 6")
+        raise ParameterError(
+            "params", f"{name} line {line}: the row has {len(values)} fields; expected 6")
     parsed: dict[str, Any] = {}
     for key, text in zip(PARAMS_HEADER, values, strict=True):
         try:
             parsed[key] = int(text) if key in "khm" else float(text)
         except ValueError:
             kind = "an integer" if key in "khm" else "a number"
-            raise ParameterError(key, f"{name}: {key} must be {kind}; got {text!r}") from None
+            raise ParameterError(
+                key, f"{name} line {line}: {key} must be {kind}; got {text!r}") from None
     try:
         return StringParams(**parsed, hashing=hashing)
     except ParameterError as exc:
@@ -299,35 +362,92 @@ def write_params(params: StringParams, target: PathOrFile) -> None:
 def read_counts(
     source: PathOrFile, params: StringParams | None = None, params_name: str = "params"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Parse ``counts.csv`` into ``(reports per cohort, ones per cohort and bit)``."""
-    name, rows = _rows(source, "counts")
-    rows = [row for row in rows if any(cell.strip() for cell in row)]
-    if not rows:
+    """Parse ``counts.csv`` into ``(reports per cohort, ones per cohort and bit)``.
+
+    Every field is a count: a whole number from 0 to :data:`MAX_COUNT`; no bit is set in
+    more reports than its row has, and the reports of all rows add up to at most
+    :data:`MAX_COUNT`. Errors name the line and the column (``reports`` or ``bit N``)."""
+    name, numbered = _rows(source, "counts")
+    numbered = [(line, row) for line, row in numbered if any(cell.strip() for cell in row)]
+    if not numbered:
         raise ParameterError("counts", f"{name}: the file has no rows")
-    widths = {len(row) for row in rows}
-    if len(widths) != 1:
-        raise ParameterError(
-            "counts", f"{name}: rows have different numbers of fields ({sorted(widths)})"
-        )
-    try:
-        table = np.array([[int(cell) for cell in row] for row in rows], dtype=np.int64)
-    except ValueError as exc:
-        raise ParameterError("counts", f"{name}: every field must be an integer count ({exc})") from None
+    first_line, first = numbered[0]
+    for line, row in numbered:
+        if len(row) != len(first):
+            raise ParameterError(
+                "counts", f"{name} line {line} has {len(row)} fields but line {first_line} has "
+                          f"{len(first)}: every row lists its reports, then one count per bit")
     if params is not None:
-        if table.shape[0] != params.m:
+        if len(numbered) != params.m:
             raise ParameterError(
                 "counts",
-                f"{name} has {table.shape[0]} rows but {params_name} says m={params.m} cohorts",
+                f"{name} has {len(numbered)} rows but {params_name} says m={params.m} cohorts",
             )
-        if table.shape[1] != params.k + 1:
+        if len(first) != params.k + 1:
             raise ParameterError(
                 "counts",
-                f"{name} has {table.shape[1]} columns but {params_name} says k={params.k} "
+                f"{name} has {len(first)} columns but {params_name} says k={params.k} "
                 f"(expected 1 + k = {params.k + 1}: reports, then one count per bit)",
             )
-    if np.any(table < 0):
-        raise ParameterError("counts", f"{name}: counts must not be negative")
+    table = _count_table(name, numbered)
+    _check_counts(name, [line for line, _ in numbered], table)
     return table[:, 0].copy(), table[:, 1:].copy()
+
+
+def _where(name: str, line: int, column: int) -> str:
+    """A field of ``counts.csv``: its line, and its column (0-based ``column``) by number
+    and by meaning."""
+    meaning = "reports" if column == 0 else f"bit {column - 1}"
+    return f"{name} line {line}, column {column + 1} ({meaning})"
+
+
+def _count_table(name: str, numbered: list[NumberedRow]) -> np.ndarray:
+    """The counts as a 64-bit array; a field that is no whole number, or one too large
+    for the array, is refused by line and column."""
+    try:
+        return np.array([[int(cell) for cell in row] for _, row in numbered], dtype=np.int64)
+    except (ValueError, OverflowError):
+        pass
+    for line, row in numbered:
+        for column, cell in enumerate(row):
+            try:
+                value = int(cell)
+            except ValueError:
+                shown = repr(cell.strip()) if cell.strip() else "an empty field"
+                raise ParameterError(
+                    "counts", f"{_where(name, line, column)}: {shown} is not a whole number; "
+                              f"every field is a count of reports") from None
+            if value > MAX_COUNT:
+                raise ParameterError(
+                    "counts", f"{_where(name, line, column)}: {value} is more than any count "
+                              f"can be (at most {MAX_COUNT})")
+    raise AssertionError("unreachable: every field was read")  # pragma: no cover
+
+
+def _check_counts(name: str, lines: list[int], table: np.ndarray) -> None:
+    """No count below 0, no bit set in more reports than its row has, and all reports
+    adding up to at most :data:`MAX_COUNT`; the error names the first field that breaks a
+    rule."""
+    negative = np.argwhere(table < 0)
+    if negative.size:
+        row, column = negative[0]
+        raise ParameterError(
+            "counts", f"{_where(name, lines[row], column)}: counts must not be negative; "
+                      f"got {table[row, column]}")
+    over = np.argwhere(table[:, 1:] > table[:, :1])
+    if over.size:
+        row, bit = over[0]
+        raise ParameterError(
+            "counts", f"{_where(name, lines[row], bit + 1)}: {table[row, bit + 1]} reports set "
+                      f"this bit but the row has only {table[row, 0]} reports (column 1)")
+    total = 0
+    for row, reports in enumerate(table[:, 0].tolist()):  # Python integers: exact
+        total += reports
+        if total > MAX_COUNT:
+            raise ParameterError(
+                "counts", f"{_where(name, lines[row], 0)}: the reports of lines "
+                          f"{lines[0]}..{lines[row]} add up to {total}, more than any count "
+                          f"can be (at most {MAX_COUNT})")
 
 
 def write_counts(reports: np.ndarray, ones: np.ndarray, target: PathOrFile) -> None:

@@ -127,6 +127,24 @@ def _collected_source(args: argparse.Namespace, files: bool) -> tuple[str, str] 
     return next(iter(given.items()), None)
 
 
+#: options of ``veil decode`` that only collected data can honour: (dest, option, why)
+COLLECTED_ONLY = (
+    ("by", "--by day", "google/rappor files hold no days"),
+    ("start", "--start", "google/rappor files hold no days"),
+    ("end", "--end", "google/rappor files hold no days"),
+    ("metric", "--metric", "google/rappor files name no metric"),
+    ("force", "--force", "google/rappor files name no metric, so no min_reports to override"),
+)
+
+
+def _refuse_collected_options(args: argparse.Namespace) -> None:
+    """:class:`ParameterError` naming the first option given that google/rappor files
+    cannot honour (:data:`COLLECTED_ONLY`), rather than ignoring it."""
+    for dest, option, why in COLLECTED_ONLY:
+        if getattr(args, dest):
+            raise ParameterError(dest, f"{option} needs collected data (--server or --db): {why}")
+
+
 def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     from veil.server.analysis.candidate_map import read_candidates
     from veil.server.analysis.decoders import decode_counts
@@ -145,9 +163,7 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     if collected is None:
         from veil.server.analysis.sources import read_rappor_files
 
-        if args.by:
-            raise ParameterError("by", "--by day needs collected data (--server or --db): "
-                                       "google/rappor files hold no days")
+        _refuse_collected_options(args)
         if not (args.params and args.counts):
             raise ParameterError("params", "--params and --counts go together")
         if args.map and args.candidates:

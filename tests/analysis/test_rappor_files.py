@@ -140,7 +140,8 @@ def test_map_index_out_of_range_is_named(tmp_path: Path) -> None:
     write_params(StringParams(k=4, h=1, m=2), tmp_path / "params.csv")
     write_counts(np.array([10, 10]), np.ones((2, 4), dtype=int), tmp_path / "counts.csv")
     (tmp_path / "map.csv").write_text("a,1,9\n")
-    with pytest.raises(ParameterError, match=r"map\.csv line 1: index 9 is outside 1\.\.m\*k = 1\.\.8"):
+    with pytest.raises(ParameterError, match=r"map\.csv line 1 \(candidate 'a'\): index 9 is "
+                                             r"outside 1\.\.m\*k = 1\.\.8"):
         read_rappor_files(tmp_path / "params.csv", tmp_path / "counts.csv", tmp_path / "map.csv")
 
 
