@@ -30,20 +30,14 @@ Z_95 = 1.959963984540054
 
 def run_assoc(args: argparse.Namespace) -> int:
     """Read the files, fit the joint table and write ``assoc-results.csv``."""
-    import numpy as np
-
     from veil.server.analysis.assoc_em import JointEM
     from veil.server.analysis.assoc_files import read_assoc_files
 
     started = time.perf_counter()
     inputs = read_assoc_files(args.metric_name, args.schema, args.params_dir, args.reports,
                               args.var1, args.var2, args.map1, args.map2)
-    # With p* = 0 or q* = 1 a candidate can have likelihood 0 for a report; an extrapolated
-    # proposal that empties every cell a group allows has objective -inf and is refused,
-    # so NumPy's warnings about log(0) and dividing by 0 there say nothing to the user.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fit = JointEM(prior_reports=args.prior_reports, max_iter=args.max_em_iters).fit(
-            inputs.groups)
+    fit = JointEM(prior_reports=args.prior_reports, max_iter=args.max_em_iters).fit(
+        inputs.groups)
     out = Path(args.output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)

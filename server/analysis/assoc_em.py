@@ -43,6 +43,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from veil.server.analysis.squarem import extrapolate
 from veil.shared.errors import ParameterError
 
 #: entries of scratch arrays in the E-step and the information (bounds their memory)
@@ -132,7 +133,8 @@ class JointEM:
         for cycle in range(1, self.max_iter + 1):
             self.iterations_ = cycle
             twice, objective_once = steps(once)
-            proposal = _extrapolate(table, once, twice)
+            proposal = extrapolate(table.reshape(1, -1), once.reshape(1, -1),
+                                   twice.reshape(1, -1)).reshape(table.shape)
             proposal_once, proposal_objective = steps(proposal)
             if proposal_objective < objective_once:  # keep the monotone EM path
                 proposal, (proposal_once, proposal_objective) = twice, steps(twice)
@@ -197,6 +199,9 @@ class _EmSteps:
     def __call__(self, table: np.ndarray) -> tuple[np.ndarray, float]:
         data = self.data
         denominators = group_denominators(data, table)
+        if not np.all(denominators > 0):  # a table that rules out a report: no EM step from it
+            self.evaluations += 1
+            return table, -np.inf
         objective = float(data.weights @ np.log(denominators))
         if self.prior.any():
             objective += float((self.prior * np.log(np.maximum(table, 1e-300))).sum())
@@ -215,21 +220,6 @@ def group_denominators(data: GroupedLikelihoods, table: np.ndarray) -> np.ndarra
         part = slice(start, start + step)
         out[part] = np.einsum("gj,gj->g", projected[data.rows[part]], data.second[data.cols[part]])
     return out
-
-
-def _extrapolate(table: np.ndarray, once: np.ndarray, twice: np.ndarray) -> np.ndarray:
-    """SQUAREM's S3 extrapolation from ``table`` along two EM steps (``alpha = -1`` gives
-    ``twice``), projected back onto the simplex (negative cells set to zero); the caller's
-    stabilizing EM step and objective check keep the path monotone."""
-    first = once - table
-    second = twice - 2.0 * once + table
-    curvature = float(np.sqrt((second * second).sum()))
-    if curvature == 0.0:
-        return twice
-    alpha = min(-float(np.sqrt((first * first).sum())) / curvature, -1.0)
-    proposal = np.clip(table - 2.0 * alpha * first + alpha * alpha * second, 0.0, None)
-    total = proposal.sum()
-    return proposal / total if total > 0 else twice
 
 
 def observed_information(data: GroupedLikelihoods, table: np.ndarray,

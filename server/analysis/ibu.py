@@ -27,7 +27,7 @@ values missing from a candidate list) that sets each observation with probabilit
 
 The estimate lies on the simplex (non-negative, summing to 1 over the columns and the
 background), so the listed values' shares sum to the mass the list explains. Steps are
-accelerated with SQUAREM (Varadhan and Roland 2008, scheme S3), falling back to a plain
+accelerated with SQUAREM (:mod:`veil.server.analysis.squarem`), falling back to a plain
 step whenever the extrapolation lowers the likelihood, and stop when the likelihood
 gains less than ``tol`` relative per step.
 
@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from veil.server.analysis.squarem import extrapolate
 from veil.server.analysis.stats import z_quantile
 from veil.shared.errors import ParameterError
 
@@ -61,8 +62,6 @@ TOLERANCE = 1e-10
 MAX_STEPS = 5_000
 #: bootstrap replicates behind the standard errors and intervals
 REPLICATES = 200
-#: shares never drop below this during an extrapolation, so no component dies by it
-_FLOOR = 1e-300
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,16 +227,11 @@ def _squarem_step(channel: AffineChannel, counts: np.ndarray, shares: np.ndarray
     likelihood."""
     first = _update(channel, counts, shares)
     second = _update(channel, counts, first)
-    r = first - shares
-    v = second - 2 * first + shares
-    norm_v = np.linalg.norm(v, axis=1)
     plain = _log_likelihood(channel, counts, channel.rates(second))
-    alpha = np.minimum(-np.linalg.norm(r, axis=1) / np.where(norm_v > 0, norm_v, 1.0), -1.0)
-    alpha = alpha[:, None]
-    jump = np.clip(shares - 2 * alpha * r + alpha**2 * v, _FLOOR, None)
-    jump = _update(channel, counts, jump / jump.sum(axis=1, keepdims=True))
+    jump = _update(channel, counts, extrapolate(shares, first, second))
     likelihood = _log_likelihood(channel, counts, channel.rates(jump))
-    better = (norm_v > 0) & np.isfinite(likelihood) & (likelihood >= np.maximum(plain, current))
+    curved = np.linalg.norm(second - 2 * first + shares, axis=1) > 0
+    better = curved & np.isfinite(likelihood) & (likelihood >= np.maximum(plain, current))
     out = np.where(better[:, None], jump, second)
     return out, np.where(better, likelihood, plain)
 

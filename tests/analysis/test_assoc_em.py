@@ -164,3 +164,31 @@ def test_standard_errors_match_the_spread_over_simulated_samples() -> None:
     assert np.var(scores[:, 0]) == pytest.approx(1.0, abs=0.3)
     assert np.var(scores[:, 3]) == pytest.approx(1.0, abs=0.3)
     assert 0.90 <= np.mean(np.abs(scores) < 1.96) <= 0.99
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_maximum_likelihood_fit_meets_its_optimality_conditions(tmp_path: Path,
+                                                                    seed: int) -> None:
+    """At the maximum of the likelihood on the simplex every cell's gradient
+    ``sum_g w_g l_g[c] / (l_g' P) / N`` is at most 1, and 1 where the cell is positive
+    (Karush-Kuhn-Tucker). An extrapolation that clipped a cell to exactly 0 left it there
+    for good (no EM step lifts a 0), and the fit stopped on a table whose empty cell had
+    gradient 1.13-1.20: not the maximum, reported as converged. These cases (nearly
+    deterministic reports: q = 0.95, f = 0; a cell of 2%) did that before SQUAREM's step
+    was halved back into the simplex."""
+    params = StringParams(k=8, h=1, m=8, p=0.25, q=0.95, f=0.0, hashing="md5-google")
+    first = Variable("x", ["x1", "x2", "x3", "x4", "x5"])
+    # Zipf(1) strings, each TRUE with probability 0.8 or 0.2 (alternating)
+    shares = 1 / np.arange(1, 6) / (1 / np.arange(1, 6)).sum()
+    true_given = np.where(np.arange(5) % 2 == 0, 0.8, 0.2)
+    table = np.column_stack([shares * true_given, shares * (1 - true_given)])
+    write_case(tmp_path, params, first, BOOLEAN, table, 20_000, seed=seed)
+    data = read_case(tmp_path, first, BOOLEAN).groups
+    fit = JointEM(prior_reports=0, max_iter=5000).fit(data)
+    assert fit.converged_
+    steps = _EmSteps(data, 0.0)
+    steps(fit.table_)  # fills steps.ratios with w_g / d_g at the fit
+    gradient = np.asarray(data.first.T @ (steps.ratios @ data.second)) / data.reports
+    assert gradient.max() <= 1 + 1e-3, gradient
+    positive = fit.table_ > 1e-6
+    np.testing.assert_allclose(gradient[positive], 1.0, atol=1e-3)
