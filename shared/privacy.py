@@ -9,6 +9,7 @@ RAPPOR with ``f = 0`` has no longitudinal protection).
 
 from __future__ import annotations
 
+import decimal
 import math
 from collections.abc import Iterable
 
@@ -30,12 +31,26 @@ def format_epsilon(epsilon: float, digits: int = 3) -> str:
     if not math.isfinite(epsilon) or epsilon <= 0:
         return f"{epsilon:g}"
     decimals = digits - 1 - math.floor(math.log10(epsilon))
+    if decimals > 300:  # 10.0**decimals would overflow: scientific, rounded up exactly
+        return _scientific_up(epsilon, digits)
     scale = 10.0**decimals
     units = math.ceil(epsilon * scale * (1 - 1e-9))
     # rounding up may reach the next power of ten (9.9999 -> 10.0), a digit longer
     if units >= 10**digits:
         decimals -= 1
     return f"{units / scale:.{max(decimals, 0)}f}"
+
+
+def _scientific_up(epsilon: float, digits: int) -> str:
+    """A tiny ``epsilon`` (below 1e-298) as ``d.dde-N`` with ``digits`` significant digits,
+    rounded up in exact decimal arithmetic."""
+    exact = decimal.Decimal(epsilon)
+    exponent = exact.adjusted()
+    units = math.ceil(exact.scaleb(digits - 1 - exponent))
+    if units >= 10**digits:
+        units, exponent = math.ceil(units / 10), exponent + 1
+    text = str(units)
+    return f"{text[0]}.{text[1:]}e{exponent}" if digits > 1 else f"{text}e{exponent}"
 
 
 def _log_ratio(numerator: float, denominator: float) -> float:

@@ -193,3 +193,17 @@ def test_effective_probs_formula():
     assert rappor_effective_probs(0.0, 1.0, 0.0) == (0.0, 1.0)
     p_star, q_star = rappor_effective_probs(0.25, 0.75, 1.0)
     assert p_star == q_star == 0.5
+
+
+@pytest.mark.parametrize("epsilon", [5e-324, 1.2345e-310, 9.99999e-305, 3e-299])
+def test_a_tiny_epsilon_is_written_rounded_up(epsilon: float) -> None:
+    """A mechanism that carries (almost) nothing, e.g. a boolean with alpha = 0, has its
+    epsilon rounded up to the smallest float: it is written, never an OverflowError (which
+    veil metrics and every decode's privacy statement raised), and never below itself."""
+    from decimal import Decimal
+
+    from veil.shared.privacy import format_epsilon, round_up
+
+    for digits in (3, 4):
+        for value in (epsilon, round_up(epsilon)):
+            assert Decimal(format_epsilon(value, digits)) >= Decimal(value)
