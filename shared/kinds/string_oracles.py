@@ -224,6 +224,13 @@ class FlhParams(StringOracleParams):
         if self.functions is None:
             object.__setattr__(self, "functions", max(1, min(MAX_FUNCTIONS, DEFAULT_CELLS // g)))
         _count(owner, "functions", self.functions, 1, MAX_FUNCTIONS)
+        least = bucket_prr_epsilon(g, self.prr_numerator)
+        if least > self.epsilon:  # even the least informative numerator says more
+            raise ParameterError(
+                "epsilon",
+                f"The 'epsilon' parameter of {owner} is below what probabilities of 32 bits "
+                f"can realize with g={g} buckets (at least {least:.3g}). Got {self.epsilon!r} "
+                "instead: raise epsilon, or leave g out (a smaller g realizes any epsilon).")
 
     @property
     def hash_functions(self) -> int:

@@ -206,3 +206,19 @@ def test_bad_values_are_refused_naming_the_value() -> None:
 def test_both_encoders_are_registered_by_mechanism_name() -> None:
     assert ENCODERS["string/flh"] is FlhEncoder
     assert ENCODERS["string/hcms"] is HcmsEncoder
+
+
+@pytest.mark.parametrize("g", [2, 3, 5, 17, 256])
+@pytest.mark.parametrize("epsilon", [1e-12, 1e-9, 1e-6, 0.01, 1.0])
+def test_flh_never_states_more_than_the_declared_epsilon(g: int, epsilon: float) -> None:
+    """With ``g`` given, the least informative permanent response over ``g`` buckets has a
+    positive epsilon (its numerator is at least 2^32 / g); below it the parameters are
+    refused by name, as the category oracles' are, never accepted with a stated epsilon
+    above the declared one (epsilon 1e-9 with g = 5 stated 1.17e-9)."""
+    try:
+        params = FlhParams(epsilon=epsilon, g=g)
+    except ParameterError as exc:
+        assert exc.field == "epsilon" and f"g={g}" in str(exc)
+        return
+    assert params.epsilon_inf <= epsilon * (1 + 1e-9)
+    assert params.epsilon_1 <= params.report_epsilon * (1 + 1e-9)
