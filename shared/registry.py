@@ -42,6 +42,7 @@ channels by the largest of their epsilons.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import functools
 import math
@@ -58,8 +59,15 @@ from veil.shared.kinds.discovery import CHANNEL_SUFFIX
 from veil.shared.kinds.joint import declared_domains
 from veil.shared.privacy import parallel, sequential
 
-METRIC_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+#: the most characters a metric name may have
+MAX_NAME_LENGTH = 64
+#: a metric name, matched whole (:meth:`re.Pattern.fullmatch`: ``$`` would let a final
+#: newline through)
+METRIC_NAME = re.compile(rf"[a-z][a-z0-9_.-]{{0,{MAX_NAME_LENGTH - 1}}}")
 DEFAULT_MIN_REPORTS = 100
+#: the most bytes :meth:`Registry.load` reads: a registry is a small file, and a path such
+#: as ``/dev/zero`` must not be read until memory runs out
+MAX_REGISTRY_BYTES = 16 * 2**20
 #: a metric's own keys in its table (besides ``kind``), in the order :meth:`Metric.to_dict`
 #: writes them; every other key is a parameter of its kind
 METRIC_KEYS = ("description", "min_reports", "note", "of")
@@ -93,28 +101,33 @@ class Metric:
     of: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not METRIC_NAME.match(self.name):
+        if not isinstance(self.name, str) or not METRIC_NAME.fullmatch(self.name):
+            where = f"metrics.{_shown_key(self.name)}"
             raise ParameterError(
-                "name",
-                f"Metric name {self.name!r} must start with a lowercase letter and use only "
-                "a-z, 0-9, '_', '.', '-' (at most 64 characters).",
+                where,
+                f"{where}: the metric name must start with a lowercase letter and use only "
+                f"a-z, 0-9, '_', '.', '-' (at most {MAX_NAME_LENGTH} characters); rename it",
             )
+        where = f"metrics.{self.name}"
         if not isinstance(self.params, MechanismParams):
-            raise ParameterError(f"metrics.{self.name}", "params must be a MechanismParams")
+            raise ParameterError(where, f"{where}: params must be a MechanismParams")
         if isinstance(self.min_reports, bool) or not isinstance(self.min_reports, int) or not (
             1 <= self.min_reports <= 10**9
         ):
             raise ParameterError(
-                f"metrics.{self.name}.min_reports",
-                f"min_reports must be an integer in [1, 1000000000]. Got {self.min_reports!r} instead.",
+                f"{where}.min_reports",
+                f"{where}.min_reports must be an integer in [1, 1000000000]. "
+                f"Got {self.min_reports!r:.100} instead.",
             )
-        if not isinstance(self.description, str):
-            raise ParameterError(f"metrics.{self.name}.description", "description must be a string")
-        if not isinstance(self.note, str):
-            raise ParameterError(f"metrics.{self.name}.note", "note must be a string")
+        for key in ("description", "note"):
+            value = getattr(self, key)
+            if not isinstance(value, str):
+                raise ParameterError(f"{where}.{key}", f"{where}.{key} must be a string. "
+                                                       f"Got {value!r:.100} instead.")
         if not isinstance(self.of, str):
-            raise ParameterError(f"metrics.{self.name}.of",
-                                 "of must be the name of the string metric this channel belongs to")
+            raise ParameterError(
+                f"{where}.of", f"{where}.of must be the name of the string metric this channel "
+                               f"belongs to. Got {self.of!r:.100} instead.")
 
     @property
     def kind(self) -> str:
@@ -136,15 +149,19 @@ class Metric:
     def from_dict(cls, name: str, data: Mapping[str, Any]) -> Metric:
         """Parse one ``[metrics.NAME]`` table; errors name the offending key."""
         if not isinstance(data, Mapping):
-            raise ParameterError(f"metrics.{name}", "must be a table of settings")
+            raise ParameterError(
+                f"metrics.{name}", f"metrics.{name} must be a table of settings ([metrics.{name}] "
+                                   f"with its kind). Got {data!r:.100} instead.")
         settings = dict(data)
         kind = settings.pop("kind", None)
         if not isinstance(kind, str) or kind not in KINDS:
             raise ParameterError(
                 f"metrics.{name}.kind",
                 f"metrics.{name}.kind must be one of {', '.join(map(repr, KINDS))}. "
-                f"Got {kind!r} instead.",
+                f"Got {kind!r:.100} instead.",
             )
+        if "of" in settings:
+            _check_of(name, kind, settings["of"])
         own = {key: settings.pop(key) for key in METRIC_KEYS
                if key in settings and is_metric_key(key, settings[key])}
         try:
@@ -171,7 +188,7 @@ class Registry(Mapping[str, Metric]):
         by_name: dict[str, Metric] = {}
         for metric in items:
             if metric.name in by_name:
-                raise ParameterError(f"metrics.{metric.name}", f"metric {metric.name!r} is defined twice")
+                raise ParameterError(f"metrics.{metric.name}", _twice(metric.name))
             by_name[metric.name] = metric
         for problem in _channel_problems(by_name).values():
             raise problem
@@ -257,7 +274,7 @@ class Registry(Mapping[str, Metric]):
                 channel = table.pop(CHANNEL_KEY)
             build = functools.partial(Metric.from_dict, name, table)
             if isinstance(table, Mapping) and isinstance(table.get("of"), list) \
-                    and "domains" not in table:
+                    and "domains" not in table and _takes_variables(table.get("kind")):
                 build = functools.partial(_with_domains, str(name), table, metrics)
             add(str(name), build)
             if channel is not None:
@@ -269,23 +286,31 @@ class Registry(Mapping[str, Metric]):
 
     @classmethod
     def from_toml(cls, text: str) -> Registry:
-        """Parse TOML text."""
+        """Parse TOML text; a byte-order mark at its start (some editors write one) is
+        ignored."""
         try:
-            data = tomllib.loads(text)
+            data = tomllib.loads(text.removeprefix("\ufeff"))
         except tomllib.TOMLDecodeError as exc:
             raise ParameterError("registry", f"the registry is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise ParameterError(
+                "registry", "the registry is not valid TOML: arrays or tables are nested too "
+                            "deeply to read (a registry nests a few levels at most)") from None
         return cls.from_dict(data)
 
     @classmethod
     def load(cls, path: str | Path) -> Registry:
-        """Read a TOML registry file."""
+        """Read a TOML registry file: UTF-8, at most :data:`MAX_REGISTRY_BYTES`. Every
+        error is a :class:`ParameterError` that names the path."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            with path.open("rb") as file:
+                raw = file.read(MAX_REGISTRY_BYTES + 1)
         except OSError as exc:
-            raise ParameterError("registry", f"cannot read registry file {path}: {exc.strerror}") from None
+            raise ParameterError(
+                "registry", f"cannot read registry file {path}: {exc.strerror or exc}") from None
         try:
-            return cls.from_toml(text)
+            return cls.from_toml(_registry_text(raw))
         except ParameterError as exc:
             raise ParameterError(exc.field, f"{path}: {exc}") from None
 
@@ -353,9 +378,89 @@ def _channel_problems(metrics: Mapping[str, Metric]) -> dict[str, ParameterError
     return problems
 
 
+def _registry_text(raw: bytes) -> str:
+    """The text of a registry file's bytes ``raw`` (read up to one byte past
+    :data:`MAX_REGISTRY_BYTES`); a :class:`ParameterError` when it is longer or not UTF-8."""
+    if len(raw) > MAX_REGISTRY_BYTES:
+        raise ParameterError(
+            "registry", f"larger than {MAX_REGISTRY_BYTES // 2**20} MiB, the most a registry "
+                        "file may hold; check that this is the registry")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        utf16 = raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+        raise ParameterError(
+            "registry", f"not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}, line "
+                        f"{line}{'; it starts with a UTF-16 byte-order mark' if utf16 else ''}); save the "
+                        "registry as UTF-8") from None
+
+
+def _takes_variables(kind: Any) -> bool:
+    """Whether a metric of ``kind`` lists variables in ``of`` (a joint metric) rather than
+    naming the metric it belongs to (a channel's ``of``)."""
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    return cls is not None and any(field.name == "of" for field in dataclasses.fields(cls))
+
+
+def _check_of(name: str, kind: str, of: Any) -> None:
+    """Refuse the ``of`` of the metric ``name`` (of ``kind``) when it has the wrong shape: a
+    joint metric's lists its variables, a channel's names its metric, and no other metric
+    has one."""
+    where = f"metrics.{name}.of"
+    got = f"Got {of!r:.100} instead."
+    if _takes_variables(kind):
+        if not isinstance(of, list | tuple):
+            raise ParameterError(
+                where, f"{where} must be a list of metric names, the joint metric's variables "
+                       f"(of = [\"browser\", \"crashed\"]). {got}")
+    elif KINDS[kind].channel_of:
+        if not isinstance(of, str):
+            raise ParameterError(
+                where, f"{where} must be the name of the {KINDS[kind].channel_of} metric this "
+                       f"channel belongs to (of = \"homepage\"). {got}")
+    elif not isinstance(of, str):
+        raise ParameterError(
+            where, f"metrics.{name}: only a discovery channel belongs to another metric, and "
+                   f"only a joint metric lists variables; remove of from this {kind} metric")
+
+
+def _not_a_variable(name: str, variable: Any, tables: Mapping[str, Any]) -> str:
+    """Why ``variable``, in the ``of`` of the joint metric ``name``, cannot be one of its
+    variables, a metric of the registry (``tables``: each metric's table); "" when it may
+    be (or names no metric: :func:`~veil.shared.kinds.joint.declared_domains` says so)."""
+    instead = ("name a category or boolean metric, or give every variable's domain in "
+               "domains")
+    if not isinstance(variable, str):
+        return f"is not a metric name; {instead}"
+    if variable == name:
+        return f"names this joint metric itself; a variable is another metric: {instead}"
+    table = tables.get(variable)
+    kind = table.get("kind") if isinstance(table, Mapping) else None
+    # a channel written as the table inside its string metric's: [metrics.NAME.discovery]
+    owner = tables.get(variable.removesuffix(CHANNEL_SUFFIX))
+    nested = variable.endswith(CHANNEL_SUFFIX) and isinstance(owner, Mapping) \
+        and CHANNEL_KEY in owner
+    if nested or kind == DiscoveryParams.kind:
+        return ("names a discovery channel, which cannot be a variable: an installation "
+                "reports it in place of its string metric, and it has no finite domain; "
+                + instead)
+    if _takes_variables(kind):
+        return ("names a joint metric, which cannot be a variable (its value is a tuple); "
+                "name its variables instead, a category or boolean metric each, or give "
+                "every variable's domain in domains")
+    return ""
+
+
 def _with_domains(name: str, table: Mapping[str, Any], tables: Mapping[str, Any]) -> Metric:
     """The joint metric ``name`` whose ``of`` names metrics of the registry, with the
     ``domains`` those metrics define (:func:`~veil.shared.kinds.joint.declared_domains`)."""
+    for i, variable in enumerate(table["of"]):
+        why = _not_a_variable(name, variable, tables)
+        if why:
+            raise ParameterError(f"metrics.{name}.of[{i}]",
+                                 f"metrics.{name}: of[{i}] = {variable!r:.100} {why}")
+
     def params_of(variable: str) -> MechanismParams | None:
         other = tables.get(variable)
         if variable == name or not isinstance(other, Mapping):
@@ -377,7 +482,14 @@ def _nested_channel(name: str, kind: Any, table: Any) -> Metric:
             where, f"metrics.{name}: only a string metric may have a discovery channel; this one "
                    f"is of kind {kind!r}. Remove its [{where}] table")
     if not isinstance(table, Mapping):
-        raise ParameterError(where, f"{where} must be a table of settings")
+        raise ParameterError(where, f"{where} must be a table of settings ([{where}]). "
+                                    f"Got {table!r:.100} instead.")
+    if len(channel) > MAX_NAME_LENGTH and METRIC_NAME.fullmatch(name):
+        raise ParameterError(
+            where, f"metrics.{name}: its discovery channel is the metric {channel!r}, "
+                   f"{len(channel)} characters, more than the {MAX_NAME_LENGTH} a metric name "
+                   f"may have; shorten the string metric's name to "
+                   f"{MAX_NAME_LENGTH - len(CHANNEL_SUFFIX)} characters or fewer")
     settings = dict(table)
     if settings.setdefault("kind", DiscoveryParams.kind) != DiscoveryParams.kind:
         raise ParameterError(
@@ -402,13 +514,25 @@ def _usable(metrics: list[Metric], skipped: dict[str, str]) -> list[Metric]:
             twice.add(metric.name)
         by_name[metric.name] = metric
     for name in twice:
-        skipped[name] = f"metric {name!r} is defined twice"
+        skipped[name] = _twice(name)
         del by_name[name]
     while problems := _channel_problems(by_name):
         for name, problem in problems.items():
             skipped[name] = str(problem)
             del by_name[name]
     return list(by_name.values())
+
+
+def _twice(name: str) -> str:
+    return (f"metrics.{name} is defined twice (a discovery channel both inside its string "
+            "metric's table and on its own, say); keep one")
+
+
+def _shown_key(name: Any) -> str:
+    """A metric's name as a registry's key, for a message: as TOML writes it (quoted, with
+    escapes, when it must be), cut short when long."""
+    shown = _toml_key(name) if isinstance(name, str) else repr(name)
+    return shown if len(shown) <= 100 else f"{shown[:97]}..."
 
 
 def _toml_key(key: str) -> str:

@@ -248,3 +248,33 @@ def test_postgresql_failures_say_why_in_one_line(postgres_server, postgres_url,
     assert result.returncode == 1
     line = assert_one_error_line("stats", result.stderr)
     assert "Connection refused; check that PostgreSQL is running" in line
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('[metrics.x]\nkind = "boolean"\ndescription = "caf\xe9"\n'.encode("latin-1"),
+     "not UTF-8 (byte 0xe9 at offset 47, line 3); save the registry as UTF-8"),
+    (b"[metrics.x]\nkind = 'category'\ncategories = " + b"[" * 5000 + b"]" * 5000,
+     "not valid TOML: arrays or tables are nested too deeply"),
+    (b"[metrics.x]\nkind = 'boolean'\nmin_reports = 0\n",
+     "metrics.x.min_reports must be an integer"),
+])
+def test_a_bad_registry_is_a_usage_error_naming_the_file(tmp_path, content, message) -> None:
+    """``veil metrics`` and ``veil serve`` (before it listens) refuse it: exit 2, one line."""
+    path = tmp_path / "metrics.toml"
+    path.write_bytes(content)
+    for argv in (["metrics", "--config", str(path)],
+                 ["serve", "--config", str(path), "--db", str(tmp_path / "veil.db"),
+                  "--port", "0"]):
+        result = veil(*argv)
+        assert result.returncode == 2, result.stderr
+        line = assert_one_error_line(argv[0], result.stderr)
+        assert f"{path}: " in line and message in line, line
+        assert "listening" not in result.stdout
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+def test_an_endless_registry_file_is_refused_at_the_size_limit() -> None:
+    result = veil("metrics", "--config", "/dev/zero")
+    assert result.returncode == 2, result.stderr
+    line = assert_one_error_line("metrics", result.stderr)
+    assert "/dev/zero: larger than 16 MiB, the most a registry file may hold" in line
