@@ -56,7 +56,7 @@ DEFAULT_BUCKETS = 16
 #: a bucket is the first id byte modulo the buckets, so more than 256 would stay empty
 MAX_BUCKETS = 256
 #: names a source (a store, e.g. one shard of a deployment) in file names
-SOURCE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SOURCE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 DEFAULT_SOURCE = "main"
 ID_BYTES = 16
 #: the mode of every archive file and directory, whatever the umask: they hold raw reports
@@ -111,7 +111,7 @@ def file_name(source: str) -> str:
 
 def check_source(source: str) -> str:
     """``source`` if it can name files; :class:`ParameterError` otherwise."""
-    if not isinstance(source, str) or not SOURCE_NAME.match(source):
+    if not isinstance(source, str) or not SOURCE_NAME.fullmatch(source):
         raise ParameterError("source", f"a source name uses only A-Z, a-z, 0-9, '_' and '-' "
                                        f"(at most 64 characters); got {source!r}")
     return source

@@ -570,3 +570,16 @@ def test_the_bucket_function_imports_no_engine():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("source", ["collector-1\n", "", "a" * 65, "a b", "a/b", "ü"])
+def test_a_source_name_must_match_whole(source: str) -> None:
+    """A source names files (``part-<source>.parquet``): a name ending in a newline passed
+    ``match`` with ``$`` (which matches before a final newline) and made a file name
+    with a line break in it."""
+    from veil.server.archive.layout import check_source
+    from veil.shared.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="source name"):
+        check_source(source)
+    assert check_source("collector-1") == "collector-1"
