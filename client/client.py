@@ -38,8 +38,8 @@ from veil.client.errors import StateError
 from veil.client.options import (
     DEFAULT_MAX_OUTBOX,
     DEFAULT_SHUTDOWN_TIMEOUT,
-    POSITIVE_SECONDS,
     ClientOptions,
+    call_timeout,
 )
 from veil.client.outage import Outage
 from veil.client.outbox import DROP_CAUSES
@@ -52,7 +52,6 @@ from veil.client.uploader import FlushResult, Uploader
 from veil.client.worker import ExitHook
 from veil.shared.errors import ParameterError
 from veil.shared.registry import Registry
-from veil.shared.validation import check_fields
 
 __all__ = ["Client", "FlushResult"]
 
@@ -201,6 +200,8 @@ class Client:
         self.transport: Transport = RequestsTransport() if transport is None else transport
         self._own_transport = transport is None
         self._exit_hook: ExitHook[Client] | None = None
+        #: the calls whose timeout was no number, logged once each as a WARNING
+        self._bad_timeouts: set[str] = set()
         if self.disabled:
             log.debug("Veil is disabled: reports are neither stored nor sent")
             return
@@ -363,7 +364,8 @@ class Client:
 
     def flush(self, timeout: float | None = DEFAULT_FLUSH_TIMEOUT) -> FlushResult:
         """Upload every queued report in batches; ``timeout`` bounds the whole call (seconds,
-        retries and waits included; ``None``: no bound).
+        retries and waits included; ``None``: no bound; 0 or less: no waiting, so nothing is
+        uploaded and the result only counts what is pending).
 
         Reports leave the outbox only once the collector acknowledged them
         (accepted or duplicate) or refused them for good (counted as dropped).
@@ -371,17 +373,18 @@ class Client:
         when another thread or process holds some of them (``held``), or values
         still wait for the registry. A disabled client returns an empty result;
         a closed one returns one whose ``error`` says so (``strict=True``:
-        :class:`ClientClosedError`).
+        :class:`ClientClosedError`). A ``timeout`` that is no number is the
+        default, with a WARNING (``strict=True``: :class:`ParameterError`).
         """
-        if timeout is not None:
-            check_fields("Client.flush", {"timeout": timeout}, {"timeout": POSITIVE_SECONDS})
+        seconds = call_timeout("flush", timeout, DEFAULT_FLUSH_TIMEOUT, strict=self.strict,
+                               warned=self._bad_timeouts)
         if self.disabled:
             return FlushResult()
         if self._closed and not self.strict:
             return FlushResult(error="this Client is closed")
         self._recorder.check_process()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        return self._uploader.flush(deadline, None, self.retry_policy)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        return self._uploader.flush(deadline, None, self.retry_policy, upload=seconds != 0)
 
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> FlushResult | None:
         """Stop the background uploader, then try one final flush of at most ``timeout`` seconds.
@@ -391,14 +394,19 @@ class Client:
         the collector is down. Undelivered reports stay in the outbox for the
         next start (``remaining`` counts them); values still waiting in memory
         for the registry are dropped (``dropped`` counts them; counted as
-        ``no_registry`` and logged as a WARNING). Returns that flush's result,
-        or ``None`` if the client was already closed (or is disabled) or an
-        upload in progress outlived ``timeout``.
+        ``no_registry`` and logged as a WARNING). A ``timeout`` of 0 or less
+        uses no network at all (nor waits for the background uploader); one
+        that is no number is the default, with a WARNING (``strict=True``:
+        :class:`ParameterError`). Returns that flush's result, or ``None`` if
+        the client was already closed (or is disabled) or an upload in progress
+        outlived ``timeout``.
         """
         if self.disabled or self._closed:
             return None
-        check_fields("Client.close", {"timeout": timeout}, {"timeout": POSITIVE_SECONDS})
-        return self._close(timeout, f"in close(timeout={timeout:g})")
+        seconds = call_timeout("close", timeout, DEFAULT_CLOSE_TIMEOUT, strict=self.strict,
+                               warned=self._bad_timeouts)
+        assert seconds is not None
+        return self._close(seconds, f"in close(timeout={seconds:g})")
 
     def _close_at_exit(self) -> None:
         """At interpreter exit: close within ``shutdown_timeout``, unless already closed or

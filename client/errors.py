@@ -7,7 +7,20 @@ rest of the public surface.
 
 from __future__ import annotations
 
-from veil.shared.errors import ParameterError, VeilError
+from veil.shared.errors import ParameterError, VeilError, type_name
+
+#: the most characters of a metric name that messages show
+SHOWN_NAME = 100
+
+
+def shown_metric(metric: object) -> str:
+    """A metric name as the application gave it, for a message: quoted (``'homepage'``; cut
+    after :data:`SHOWN_NAME` characters), or for a name that is no string its type in angle
+    brackets (``<int>``). It calls no method of ``metric``, so it never fails."""
+    if not isinstance(metric, str):
+        return f"<{type_name(metric)}>"
+    text = str.__repr__(str.__getitem__(metric, slice(0, SHOWN_NAME)))
+    return text if str.__len__(metric) <= SHOWN_NAME else f"{text}..."
 
 
 class UnknownMetricError(ParameterError, KeyError):
@@ -18,7 +31,7 @@ class UnknownMetricError(ParameterError, KeyError):
         shown = ", ".join(sorted(known)) or "none"
         super().__init__(
             "metric",
-            message or f"unknown metric {metric!r}; the registry defines: {shown}. "
+            message or f"unknown metric {shown_metric(metric)}; the registry defines: {shown}. "
                        "Add it to the collector's registry or fix the name.",
         )
         self.metric = metric

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,7 +29,7 @@ from veil.client import settings
 from veil.client.privacy_limits import PrivacyLimits, valid_pins
 from veil.client.registry_source import given_registry
 from veil.client.transport import RetryPolicy, Transport
-from veil.shared.errors import ParameterError
+from veil.shared.errors import ParameterError, type_name
 from veil.shared.registry import Registry
 from veil.shared.validation import Interval, OneOf, check_fields
 
@@ -87,9 +89,41 @@ def _folder_name(value: Any) -> bool:
             and "/" not in value and os.sep not in value)
 
 
-#: seconds for :meth:`Client.flush <veil.client.Client.flush>` and
-#: :meth:`Client.close <veil.client.Client.close>`
-POSITIVE_SECONDS = Rule("a number of seconds greater than 0", _positive)
+def _seconds(value: Any) -> bool:
+    """A number, not NaN (0 or less: no waiting; infinity: no bound)."""
+    return (not isinstance(value, bool) and isinstance(value, int | float)
+            and not (isinstance(value, float) and math.isnan(value)))
+
+
+#: seconds for :meth:`Client.close <veil.client.Client.close>` ...
+SECONDS = Rule("a number of seconds (0 or less: no waiting)", _seconds)
+#: ... and for :meth:`Client.flush <veil.client.Client.flush>`
+SECONDS_OR_NONE = Rule("a number of seconds (0 or less: no waiting), or None (no bound)",
+                       lambda value: value is None or _seconds(value))
+
+
+def call_timeout(
+    call: str, timeout: Any, default: float, *, strict: bool, warned: set[str]
+) -> float | None:
+    """The ``timeout`` given to ``Client.<call>`` (``flush`` takes ``None``, no bound): a
+    number of seconds, 0 for any number up to 0 (no waiting: no network at all). One that is
+    no number raises :class:`ParameterError` with ``strict``; else it is ``default``, with a
+    WARNING the first time for ``call`` in ``warned`` (DEBUG after): ``close()`` sits in
+    ``finally`` blocks, and a mistake there must not break the application."""
+    rule = SECONDS_OR_NONE if call == "flush" else SECONDS
+    if rule.accepts(timeout):
+        if timeout is None:
+            return None
+        # the longest wait a thread or a lock takes (about 292 years): no bound, in effect
+        return 0.0 if timeout <= 0 else float(min(timeout, threading.TIMEOUT_MAX))
+    if strict:
+        check_fields(f"Client.{call}", {"timeout": timeout}, {"timeout": rule})
+    level = logging.DEBUG if call in warned else logging.WARNING
+    warned.add(call)
+    log.log(level, "Client.%s(timeout=...): the timeout must be %s; got %s: using the default, "
+            "%g s", call, rule, type_name(timeout), default)
+    return default
+
 
 #: one constraint per argument of :class:`~veil.client.Client` but ``token`` (a secret, checked
 #: by :func:`check_token`) and ``state_dir`` (checked with the directory, when it is opened)

@@ -209,8 +209,9 @@ class DropCounter:
             log.debug("%s", message)
             return
         log.warning(
-            "%s. Further drops of this kind are counted in client.drops[%r] and logged at debug "
-            "level%s", message, cause, "" if self.debug else " (debug=True shows them)",
+            "%s%s Further drops of this kind are counted in client.drops[%r] and logged at debug "
+            "level%s", message, "" if message.endswith(".") else ".", cause,
+            "" if self.debug else " (debug=True shows them)",
         )
 
     def outbox_full(

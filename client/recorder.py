@@ -38,6 +38,7 @@ from veil.client.errors import (
     ClientClosedError,
     StateError,
     UnknownMetricError,
+    shown_metric,
 )
 from veil.client.options import ClientOptions, Location
 from veil.client.outage import Outage, OutageRecord, log_failure, log_recovery
@@ -47,7 +48,7 @@ from veil.client.registry_source import Metrics, RegistryLoader
 from veil.client.state_dir import cohort_seed, ledger_lost_at, open_database, transaction
 from veil.client.transport import Transport
 from veil.shared.bits import realize
-from veil.shared.errors import ParameterError, VeilError
+from veil.shared.errors import ParameterError, VeilError, type_name
 from veil.shared.registry import Metric, Registry
 from veil.shared.wire import make_report, validate_report
 
@@ -156,14 +157,26 @@ class Recorder:
     def submit(self, metric: Any, value: Any, *, strict: bool) -> None:
         """Report a value (for :meth:`Client.report <veil.client.Client.report>`, or one that
         waited for the registry); one that cannot be queued raises if ``strict``, else it is
-        dropped, counted and logged."""
+        dropped, counted and logged.
+
+        Any exception (not only Veil's) is turned into a drop: a value or metric name
+        that breaks when it is looked at (a raising ``__hash__`` or ``__eq__``) is
+        ``invalid_value``, and with ``strict`` a :class:`ParameterError` naming the
+        metric, the exception chained. Messages never show the value.
+        """
         try:
             self._report(metric, value)
         except _REPORT_ERRORS as problem:
             if strict:
                 raise
             cause = next(cause for kind, cause in _CAUSES if isinstance(problem, kind))
-            self.drop(cause, f"dropped a report of {metric!r}: {problem}")
+            self.drop(cause, f"dropped a report of {shown_metric(metric)}: {problem}")
+        except Exception as problem:
+            error = ParameterError("value", f"metric {shown_metric(metric)}: the report "
+                                            f"failed: {type_name(problem)}")
+            if strict:
+                raise error from problem
+            self.drop("invalid_value", f"dropped a report of {shown_metric(metric)}: {error}")
 
     def _report(self, metric: Any, value: Any) -> None:
         self.check_process()
@@ -175,16 +188,28 @@ class Recorder:
             if prepared is None:
                 return
             spec, encoder = prepared
-        try:
-            key = encoder.memo_key(value)
-        except ParameterError as problem:
-            raise ParameterError("value", f"metric {metric!r}: value {problem.message}") from None
+        key = self._check(metric, encoder, value)
         wire = make_report(secrets.token_hex(16), spec.name, encoder.cohort,
                            encoder.finish(encoder.memoized(key)), spec.params.fingerprint)
         validate_report(wire, metrics.registry)
         queued = self._queue_charged(spec, key, _JSON.encode(wire))
         if queued and self.on_queue is not None:
             self.on_queue()
+
+    @staticmethod
+    def _check(metric: Any, encoder: Encoder[Any], value: Any) -> bytes:
+        """The memo key of ``value`` (:meth:`Encoder.memo_key`), or a :class:`ParameterError`
+        (field ``value``) naming ``metric``: the encoder's message, or the exception the value
+        raised when it was checked (chained, and named by its type only)."""
+        try:
+            return encoder.memo_key(value)
+        except ParameterError as problem:
+            raise ParameterError(
+                "value", f"metric {shown_metric(metric)}: value {problem.message}") from None
+        except Exception as problem:
+            raise ParameterError(
+                "value", f"metric {shown_metric(metric)}: value cannot be checked: "
+                         f"{type_name(problem)} raised") from problem
 
     def _queue_charged(self, spec: Metric, key: bytes, body: str) -> bool:
         """Queue ``body`` and charge the ledger for it in one transaction (a report whose value
@@ -250,13 +275,13 @@ class Recorder:
         if owner:
             raise UnknownMetricError(
                 metric, [],
-                f"metric {metric!r} is the discovery channel of {owner!r}, not a metric to "
-                f"report to: report to {owner!r} (each installation reports it through one "
-                "channel, chosen from its secret)")
+                f"metric {shown_metric(metric)} is the discovery channel of {owner!r}, not a "
+                f"metric to report to: report to {owner!r} (each installation reports it "
+                "through one channel, chosen from its secret)")
         spec = reporting_channel(registry, metric, self.secret)
         why = metrics.refused.get(spec.name)
         if why is not None:
-            self.drop("privacy_limit", f"dropped a report of {metric!r}: {why}")
+            self.drop("privacy_limit", f"dropped a report of {shown_metric(metric)}: {why}")
             return None
         with self.lock:
             layout = self.ledger.stream_layout(spec)

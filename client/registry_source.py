@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from veil.client.encoders.base import Encoder
-from veil.client.errors import RegistryUnavailableError
+from veil.client.errors import RegistryUnavailableError, shown_metric
 from veil.client.privacy_limits import PrivacyLimits
 from veil.client.state_dir import REGISTRY_CACHE_FILE
 from veil.client.transport import Transport
-from veil.shared.errors import ParameterError, VeilError
+from veil.shared.errors import ParameterError, VeilError, type_name
 from veil.shared.registry import Metric, Registry
 
 log = logging.getLogger("veil.client")
@@ -213,9 +213,9 @@ class Drop(Protocol):
         ...
 
 
-def counted_values(count: int) -> str:
-    """``1 value``, ``2 values``: counts in log lines and errors."""
-    return f"{count} value" if count == 1 else f"{count} values"
+def counted_values(count: int, noun: str = "value") -> str:
+    """``1 value``, ``2 values`` (or another ``noun``): counts in log lines and errors."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 class RegistryLoader:
@@ -288,8 +288,18 @@ class RegistryLoader:
                         log.error("%s", why)
                 for name in sorted(set(self.limits.pinned) - set(registry)):
                     log.warning("pinned metric %r is not in the registry", name)
-            for metric, value in ready:
+            self._report_waiting(ready)
+
+    def _report_waiting(self, values: list[tuple[Any, Any]]) -> None:
+        """Report the values that waited for the registry, each on its own: one that fails
+        in a way ``submit`` did not handle is dropped (``invalid_value``) and logged, and the
+        others go on (this runs in the ``veil-registry`` thread, which nothing may kill)."""
+        for metric, value in values:
+            try:
                 self._submit(metric, value)
+            except Exception as problem:
+                self._drop("invalid_value", f"dropped a report of {shown_metric(metric)} that "
+                           f"waited for the metric registry: {type_name(problem)} raised")
 
     def _end_fetch(
         self, metrics: Metrics | None, problem: str | None
@@ -384,8 +394,7 @@ class RegistryLoader:
                 expired,
                 f"for more than {WAITING_SECONDS:g} s (it could not be fetched: {problem})",
             )
-            for metric, value in retry:
-                self._submit(metric, value)
+            self._report_waiting(retry)
         if unreachable is False:
             self._reached()
 
@@ -423,8 +432,8 @@ class RegistryLoader:
             return False
         self._drop_waiting(expired, f"for more than {WAITING_SECONDS:g} s")
         if not kept:
-            self._drop("no_registry", f"dropped a report of {metric!r}: {MAX_WAITING} values "
-                       "already wait in memory for the metric registry")
+            self._drop("no_registry", f"dropped a report of {shown_metric(metric)}: "
+                       f"{MAX_WAITING} values already wait in memory for the metric registry")
         self.start_fetch(unless_within=FETCH_RETRY_SECONDS)
         return True
 

@@ -89,17 +89,18 @@ class Uploader:
 
     def flush(
         self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy,
-        *, closing: bool = False,
+        *, closing: bool = False, upload: bool = True,
     ) -> FlushResult:
         """Upload until the outbox is empty, an upload fails, or ``deadline``, with a failing
         state database reported in the result (``strict``: raised).
 
         ``stop`` set: the background worker's (it does not wait for the
         registry); ``closing``: fetch the registry in this thread (the last
-        chance, and at exit no thread may start).
+        chance, and at exit no thread may start); ``upload=False``: use no
+        network at all (a timeout of 0), only count what is pending.
         """
         try:
-            return self._flush(deadline, stop, policy, closing=closing)
+            return self._flush(deadline, stop, policy, closing=closing, upload=upload)
         except sqlite3.Error as problem:
             if self.options.strict:
                 raise
@@ -112,16 +113,16 @@ class Uploader:
 
     def _flush(
         self, deadline: float | None, stop: threading.Event | None, policy: RetryPolicy,
-        *, closing: bool,
+        *, closing: bool, upload: bool,
     ) -> FlushResult:
         loader, recorder = self.recorder.loader, self.recorder
-        if stop is None:
+        if upload and stop is None:
             loader.await_registry(deadline, inline=closing)
-        elif not loader.metrics.loaded:
+        elif upload and not loader.metrics.loaded:
             loader.start_fetch()
         totals: collections.Counter[str] = collections.Counter()
         failed: Outcome | None = None
-        while failed is None:
+        while upload and failed is None:
             with recorder.lock:
                 rows = recorder.outbox.claim(self._batch_limit, self.options.max_batch_bytes)
             if not rows:
@@ -132,7 +133,10 @@ class Uploader:
             held = recorder.outbox.held() if remaining else 0
             waiting = len(loader.waiting)
         error = None if failed is None else failed.message
-        if error is None and waiting:
+        if not upload and remaining + waiting:
+            error = (f"{counted_values(remaining + waiting, 'report')} not uploaded: a timeout "
+                     "of 0 or less uses no network")
+        elif error is None and waiting:
             error = (f"{counted_values(waiting)} waiting in memory for the metric registry: "
                      f"{loader.problem or 'the fetch is still under way'}")
         elif error is None and held:
@@ -232,7 +236,7 @@ class Uploader:
             self._stop_reporting(when)
             return None
         policy = dataclasses.replace(self.options.retry_policy, max_retries=0)
-        result = FlushResult(remaining=len(recorder.loader.waiting))
+        result: FlushResult | None = None
         try:
             if timeout > 0:
                 result = self.flush(deadline, None, policy, closing=True)
@@ -240,6 +244,11 @@ class Uploader:
             lost, queued = self._stop_reporting(when)
             recorder.close()
             self.transport.close()
+        if result is None:  # no network: the outbox keeps its reports for the next start
+            kept = queued or 0
+            result = FlushResult(remaining=kept + lost, error=(
+                f"{counted_values(kept, 'report')} kept for the next start: a timeout of 0 or "
+                "less uses no network") if kept else None)
         if not lost:
             return result
         error = (f"dropped {counted_values(lost)} that waited in memory for the metric registry: "

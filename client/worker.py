@@ -33,6 +33,9 @@ log = logging.getLogger("veil.client")
 
 #: each wait between background flushes is the interval times a factor drawn from this range
 INTERVAL_JITTER = (0.8, 1.2)
+#: seconds :meth:`BackgroundWorker.stop` gives an idle thread to end, whatever its timeout (it
+#: only has to wake and return: no network), so that even ``close(0)`` closes the client
+IDLE_EXIT = 0.2
 _jitter = random.Random()
 _Owner = TypeVar("_Owner")
 
@@ -59,6 +62,8 @@ class BackgroundWorker:
         self._wake = threading.Condition(threading.Lock())
         self._stop = threading.Event()
         self._waiting = 0
+        #: whether the thread is flushing (else it waits, and ends as soon as it is stopped)
+        self._busy = False
         self._thread: threading.Thread | None = None
 
     def _check_fork(self) -> None:
@@ -84,7 +89,8 @@ class BackgroundWorker:
                 self._wake.notify()
 
     def stop(self, timeout: float) -> bool:
-        """Ask the thread to finish and wait at most ``timeout`` seconds for it.
+        """Ask the thread to finish and wait at most ``timeout`` seconds for it (a thread that
+        is not flushing gets up to :data:`IDLE_EXIT` seconds, even for a ``timeout`` of 0).
 
         Returns ``False`` if it is still running (an upload outlived ``timeout``).
         """
@@ -95,7 +101,9 @@ class BackgroundWorker:
         self._stop.set()
         with self._wake:
             self._wake.notify()
-        thread.join(timeout)
+        thread.join(max(timeout, 0.0))
+        if thread.is_alive() and not self._busy:
+            thread.join(IDLE_EXIT)
         return not thread.is_alive()
 
     def _start(self) -> None:
@@ -112,11 +120,15 @@ class BackgroundWorker:
                 self._waiting = 0
             if stop.is_set():
                 break
+            self._busy = True
             try:
                 self._flush(stop)
             except Exception:
+                self._busy = False
                 log.exception("the background upload failed; the reports stay queued")
                 stop.wait(self.interval * _jitter.uniform(*INTERVAL_JITTER))
+            finally:
+                self._busy = False
 
 
 class ExitHook(Generic[_Owner]):

@@ -7,6 +7,24 @@ without reading a traceback.
 from __future__ import annotations
 
 
+def type_name(value: object) -> str:
+    """The type of ``value`` for a message about it: the builtin's name (``str``,
+    ``NoneType``), else ``module.qualname`` (``numpy.float64``, ``decimal.Decimal``).
+
+    Messages about an application's values name their type, never the value
+    itself: the value may be private, huge, or break when it is printed. This
+    reads the type's attributes only, so it never fails.
+    """
+    kind = type(value)
+    try:
+        module, name = kind.__module__, kind.__qualname__
+    except Exception:  # a hostile metaclass
+        return "object"
+    if type(module) is not str or type(name) is not str:
+        return "object"
+    return name if module == "builtins" else f"{module}.{name}"
+
+
 class VeilError(Exception):
     """Base class for every error Veil raises on purpose."""
 

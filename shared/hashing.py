@@ -23,7 +23,7 @@ import hashlib
 
 import mmh3
 
-from veil.shared.errors import ParameterError
+from veil.shared.errors import ParameterError, type_name
 
 #: the values of a string metric's ``hashing`` parameter, the default first
 HASHINGS = ("mmh3", "md5-google")
@@ -36,7 +36,7 @@ MD5_MAX_K = 256
 def value_bytes(value: str) -> bytes:
     """The bytes a string value is hashed as (UTF-8, strict)."""
     if not isinstance(value, str):
-        raise ParameterError("value", f"must be a str; got {type(value).__name__}")
+        raise ParameterError("value", f"must be a str; got {type_name(value)}")
     try:
         return value.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -6,8 +6,8 @@ from typing import Any
 
 from veil.client.encoders.base import Encoder
 from veil.shared.bits import realize
-from veil.shared.errors import ParameterError
 from veil.shared.kinds import BooleanParams
+from veil.shared.kinds.boolean import boolean_value
 
 
 class BooleanEncoder(Encoder[BooleanParams]):
@@ -19,9 +19,7 @@ class BooleanEncoder(Encoder[BooleanParams]):
     name_keyed_in_layout_1 = True
 
     def memo_key(self, value: Any) -> bytes:
-        if not isinstance(value, bool):
-            raise ParameterError("value", f"must be True or False; got {type(value).__name__}")
-        return b"\x01" if value else b"\x00"
+        return b"\x01" if boolean_value(value) else b"\x00"
 
     def derive(self, key: bytes) -> int:
         stream = self.permanent_stream(b"rr", key)

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import math
-import numbers
 from fractions import Fraction
 from typing import Any
 
 from veil.client.encoders.base import Encoder
 from veil.client.encoders.sampling import discrete_gaussian, discrete_laplace
 from veil.shared.bits import PROB_ONE
-from veil.shared.errors import ParameterError
 from veil.shared.kinds import NumberParams
+from veil.shared.kinds.number import real_number
 
 
 class NumberEncoder(Encoder[NumberParams]):
@@ -36,16 +35,10 @@ class NumberEncoder(Encoder[NumberParams]):
             self._sigma2 = Fraction(params.gaussian_sigma * (1 + 1e-12)) ** 2
 
     def grid_point(self, value: Any) -> int:
-        """Clip ``value`` to [low, high] and round it to a grid point in ``0..resolution``."""
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ParameterError("value", f"must be a number; got {type(value).__name__}")
+        """Clip ``value`` (any real number: :func:`~veil.shared.kinds.number.real_number`) to
+        [low, high] and round it to a grid point in ``0..resolution``."""
         p = self.params
-        try:
-            x = float(value)
-        except OverflowError:  # an int beyond the float range: clipped like any other
-            x = p.low if value < 0 else p.high
-        if not math.isfinite(x):
-            raise ParameterError("value", f"must be a finite number; got {x!r}")
+        x = real_number(value)  # beyond the float range: the largest float, clipped below
         position = (min(max(x, p.low), p.high) - p.low) / p.step
         below = min(math.floor(position), p.resolution)
         up = (position - below) * PROB_ONE > self._threshold

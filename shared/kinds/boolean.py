@@ -7,10 +7,34 @@ import math
 from typing import Any, ClassVar
 
 from veil.shared.bits import realized
-from veil.shared.errors import ParameterError, WireFormatError
+from veil.shared.errors import ParameterError, WireFormatError, type_name
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.privacy import binary_rr_epsilon
 from veil.shared.validation import Interval, check_fields
+
+#: the names NumPy gives its boolean scalar type (``numpy.bool_``, ``numpy.bool`` from 2.0)
+NUMPY_BOOLEANS = ("bool_", "bool")
+
+
+def as_boolean(value: Any) -> bool | None:
+    """``value`` as a yes/no value if it is one: ``True``, ``False``, or NumPy's boolean
+    scalar (recognised by its type's module and name, so that this imports no NumPy);
+    ``None`` otherwise."""
+    if isinstance(value, bool):
+        return value
+    kind = type(value)
+    if getattr(kind, "__module__", None) == "numpy" and kind.__name__ in NUMPY_BOOLEANS:
+        return bool(value)
+    return None
+
+
+def boolean_value(value: Any) -> bool:
+    """:func:`as_boolean`, or a :class:`ParameterError` (field ``value``) naming the type of
+    ``value`` (never the value) when it is no yes/no value."""
+    answer = as_boolean(value)
+    if answer is None:
+        raise ParameterError("value", f"must be True or False; got {type_name(value)}")
+    return answer
 
 
 def parse_bit(payload: Any, field: str) -> int:

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 from typing import Any, ClassVar
 
-from veil.shared.errors import ParameterError
+from veil.shared.errors import ParameterError, type_name
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.string import (
     RAPPOR_CONSTRAINTS,
@@ -48,6 +48,18 @@ def check_categories(owner: str, categories: Any, low: int, high: int) -> tuple[
     return cats
 
 
+def listed_choices(value: Any, choices: tuple[str, ...], what: str) -> str:
+    """Why ``value`` is none of ``choices``, ``what`` they are with their number (``the 4
+    categories`` of a metric, ``its 3 values`` of a joint variable), the first ten of them
+    shown, and for a value that is no string its type. Never the value itself: it may be
+    private, or huge."""
+    shown = ", ".join(repr(choice) for choice in choices[:10])
+    more = ", ..." if len(choices) > 10 else ""
+    if isinstance(value, str):
+        return f"is not one of {what} ({shown}{more})"
+    return f"must be a str, one of {what} ({shown}{more}); got {type_name(value)}"
+
+
 class CategoryList:
     """The position of a value in a category metric's ``categories``, whichever its oracle
     (:class:`CategoryParams` and :class:`~veil.shared.kinds.oracles.base.OracleParams`)."""
@@ -59,14 +71,13 @@ class CategoryList:
         return len(self.categories), "categories"
 
     def index(self, value: Any) -> int:
-        """Position of ``value`` in the category list; :class:`ParameterError` if absent."""
+        """Position of ``value`` in the category list; a :class:`ParameterError` (field
+        ``value``) if it is not listed, naming the categories and the value's type, never
+        the value (:func:`listed_choices`)."""
         position = self._positions.get(value) if isinstance(value, str) else None
         if position is None:
-            shown = ", ".join(repr(c) for c in self.categories[:10])
-            more = ", ..." if len(self.categories) > 10 else ""
-            raise ParameterError(
-                "value", f"{value!r} is not one of the categories ({shown}{more})"
-            )
+            raise ParameterError("value", listed_choices(
+                value, self.categories, f"the {len(self.categories)} categories"))
         return position
 
     @functools.cached_property

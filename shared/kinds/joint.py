@@ -56,10 +56,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from veil.shared.errors import ParameterError
+from veil.shared.errors import ParameterError, type_name
 from veil.shared.kinds.base import MechanismParams
-from veil.shared.kinds.boolean import BooleanParams
-from veil.shared.kinds.category import CategoryList
+from veil.shared.kinds.boolean import BooleanParams, as_boolean
+from veil.shared.kinds.category import CategoryList, listed_choices
+from veil.shared.kinds.number import real_number
 from veil.shared.kinds.oracles import ORACLES, OracleParams, choose_oracle
 from veil.shared.kinds.oracles.base import MAX_ORACLE_CATEGORIES, settle_epsilons
 
@@ -88,22 +89,24 @@ class Variable:
 
     def index(self, value: Any) -> int:
         """The position of ``value`` among the variable's values; a :class:`ParameterError`
-        naming the variable when the value has the wrong type or lies outside the domain."""
+        naming the variable when the value has the wrong type or lies outside the domain
+        (with the value's type, never the value: it may be private, or huge)."""
         if self.form == "boolean":
-            if not isinstance(value, bool):
-                raise ParameterError(self.name, f"{self.name}={value!r} must be True or False")
-            return int(value)
+            answer = as_boolean(value)
+            if answer is None:
+                raise ParameterError(
+                    self.name, f"{self.name} must be True or False; got {type_name(value)}")
+            return int(answer)
         if self.form == "number":
-            if isinstance(value, bool) or not isinstance(value, int | float) \
-                    or not math.isfinite(value):
-                raise ParameterError(self.name, f"{self.name}={value!r} must be a finite number")
-            return min(max(bisect.bisect_right(self.edges, value) - 1, 0), len(self.labels) - 1)
+            try:
+                x = real_number(value)
+            except ParameterError as problem:
+                raise ParameterError(self.name, f"{self.name} {problem.message}") from None
+            return min(max(bisect.bisect_right(self.edges, x) - 1, 0), len(self.labels) - 1)
         position = self._positions.get(value) if isinstance(value, str) else None
         if position is None:
-            shown = ", ".join(repr(label) for label in self.labels[:10])
-            more = ", ..." if len(self.labels) > 10 else ""
-            raise ParameterError(
-                self.name, f"{self.name}={value!r} is not one of its values ({shown}{more})")
+            raise ParameterError(self.name, f"{self.name} " + listed_choices(
+                value, self.labels, f"its {len(self.labels)} values"))
         return position
 
 
@@ -317,25 +320,31 @@ class JointParams(MechanismParams):
         return cell
 
     def value_indices(self, value: Any) -> tuple[int, ...]:
-        """Each variable's value index in the tuple ``value`` (see :meth:`cell_of`)."""
+        """Each variable's value index in the tuple ``value`` (see :meth:`cell_of`). Errors
+        name the variables and the value's type, never a value; a dict's keys that name no
+        variable are counted, not shown (a key may be anything the application put there)."""
         variables = self.variables
         if isinstance(value, Mapping):
             missing = [v.name for v in variables if v.name not in value]
-            extra = sorted(str(key) for key in value if key not in self.of)
+            extra = sum(1 for key in value if key not in self.of)
             if missing or extra:
                 parts = ([f"misses {', '.join(map(repr, missing))}"] if missing else []) + (
-                    [f"has no variable {', '.join(map(repr, extra))}"] if extra else [])
+                    [f"has {extra} {'key that names' if extra == 1 else 'keys that name'} no "
+                     "variable"] if extra else [])
                 raise ParameterError(
-                    f"value.{(missing or extra)[0]}",
+                    f"value.{missing[0]}" if missing else "value",
                     f"{' and '.join(parts)}: a report of this joint metric gives each of "
                     f"{', '.join(map(repr, self.of))}")
             items = [value[v.name] for v in variables]
         elif isinstance(value, tuple | list) and len(value) == len(variables):
             items = list(value)
         else:
+            got = type_name(value)
+            if isinstance(value, tuple | list):
+                got += f" of {len(value)} value{'' if len(value) == 1 else 's'}"
             raise ParameterError(
-                "value", f"{value!r:.200} must be a dict of {', '.join(map(repr, self.of))} "
-                         f"(or a tuple of their values in that order)")
+                "value", f"must be a dict of {', '.join(map(repr, self.of))} (or a tuple of "
+                         f"their values in that order); got {got}")
         out = []
         for variable, item in zip(variables, items, strict=True):
             try:

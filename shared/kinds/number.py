@@ -26,12 +26,15 @@ a sum by at most ``(resolution + 2 noise_bound) step`` and never to infinity.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import functools
 import math
+import numbers
+import sys
 from typing import Any, ClassVar
 
 from veil.shared.bits import PROB_ONE, realize
-from veil.shared.errors import ParameterError, WireFormatError
+from veil.shared.errors import ParameterError, WireFormatError, type_name
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.boolean import parse_bit
 from veil.shared.privacy import round_up, zcdp_gaussian_sigma
@@ -46,6 +49,29 @@ NOISE_TAIL = 2.0**-64
 MAX_PAYLOAD = 1e100
 #: how far off the grid, in grid steps, a payload may be (float rounding of other encoders)
 GRID_TOLERANCE = 1e-6
+
+
+def real_number(value: Any) -> float:
+    """``value``, a real number, as a float: any :class:`numbers.Real` but a bool (``int``,
+    ``float``, ``Fraction``, NumPy's integers and floats) and a :class:`decimal.Decimal`. A
+    finite value beyond the float range becomes the largest float of its sign (every user
+    clips it). A :class:`ParameterError` (field ``value``) for anything else, naming its type,
+    or for a value that is not finite (``nan``, ``inf`` or ``-inf``); never the value."""
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            shown = "nan" if value.is_nan() else "-inf" if value.is_signed() else "inf"
+            raise ParameterError("value", f"must be a finite number; got {shown}")
+        x = float(value)  # a finite Decimal beyond the float range gives an infinity
+        return x if math.isfinite(x) else math.copysign(sys.float_info.max, x)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ParameterError("value", f"must be a number; got {type_name(value)}")
+    try:
+        x = float(value)
+    except OverflowError:  # an int or a Fraction beyond the float range
+        return -sys.float_info.max if value < 0 else sys.float_info.max
+    if not math.isfinite(x):
+        raise ParameterError("value", f"must be a finite number; got {x}")
+    return x
 
 
 @dataclasses.dataclass(frozen=True)

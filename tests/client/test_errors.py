@@ -39,8 +39,8 @@ BAD_VALUES = [
     ("homepage", 42, "str"),
     ("homepage", b"example.com", "str"),
     ("homepage", "\udc80", "UTF-8"),
-    ("browser", "netscape", "not one of the categories"),
-    ("browser", 1, "not one of the categories"),
+    ("browser", "netscape", "is not one of the 4 categories"),
+    ("browser", 1, "must be a str, one of the 4 categories .*; got int"),
     ("dark_mode", "yes", "True or False"),
     ("dark_mode", 1, "True or False"),
     ("load_time", "3.5", "number"),
@@ -154,11 +154,12 @@ def test_every_argument_of_the_constructor_has_a_rule():
 
 def test_flush_and_close_timeouts_are_named_in_the_same_form(client):
     with pytest.raises(ParameterError, match=r"^The 'timeout' parameter of Client\.flush must "
-                       r"be a number of seconds greater than 0\. Got -1 instead\.$"):
-        client.flush(timeout=-1)
+                       r"be a number of seconds \(0 or less: no waiting\), or None \(no "
+                       r"bound\)\. Got '2' instead\.$"):
+        client.flush(timeout="2")
     with pytest.raises(ParameterError, match=r"^The 'timeout' parameter of Client\.close must "
-                       r"be .+\. Got 0 instead\.$"):
-        client.close(timeout=0)
+                       r"be .+\. Got None instead\.$"):
+        client.close(timeout=None)
 
 
 def test_registry_file_problems_are_parameter_errors(tmp_path, offline_url):
@@ -189,10 +190,11 @@ def test_a_bad_state_dir_disables_the_client_or_raises_when_strict(state_dir, te
 
 
 def test_flush_and_close_timeouts_are_checked(client):
+    """Numbers up to 0 mean "no waiting", even with ``strict``; what is no number raises."""
     with pytest.raises(ParameterError, match="timeout"):
-        client.flush(timeout=-1)
+        client.flush(timeout=math.nan)
     with pytest.raises(ParameterError, match="timeout"):
-        client.close(timeout=0)
+        client.close(timeout="0")
 
 
 def test_a_closed_client_refuses_work(client):

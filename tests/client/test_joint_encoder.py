@@ -119,12 +119,14 @@ def test_the_permanent_response_is_keyed_by_the_joint_fingerprint() -> None:
 
 
 @pytest.mark.parametrize(("value", "field", "message"), [
-    ({"v0": "opera", "v1": True}, "value.v0", "'opera' is not one of its values"),
-    ({"v0": "chrome", "v1": 1}, "value.v1", "must be True or False"),
+    ({"v0": "opera", "v1": True}, "value.v0",
+     r"^v0 is not one of its 3 values \('chrome', 'firefox', 'safari'\)$"),
+    ({"v0": 3, "v1": True}, "value.v0", r"^v0 must be a str, one of its 3 values .*; got int$"),
+    ({"v0": "chrome", "v1": 1}, "value.v1", r"^v1 must be True or False; got int$"),
     ({"v0": "chrome"}, "value.v1", "misses 'v1'"),
-    ({"v0": "chrome", "v1": True, "v9": 3}, "value.v9", "has no variable 'v9'"),
-    ("chrome", "value", "must be a dict of 'v0', 'v1'"),
-    (("chrome", True, 3), "value", "must be a dict"),
+    ({"v0": "chrome", "v1": True, "v9": 3}, "value", "^has 1 key that names no variable: "),
+    ("chrome", "value", "must be a dict of 'v0', 'v1' .*; got str$"),
+    (("chrome", True, 3), "value", "must be a dict .*; got tuple of 3 values$"),
 ])
 def test_a_bad_tuple_is_refused_naming_the_variable(value, field, message) -> None:
     encoder = make_encoder(Metric("m", joint()), b"s" * 32)
