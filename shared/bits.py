@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from veil.shared.errors import WireFormatError
+from veil.shared.errors import ParameterError, WireFormatError
 
 PROB_BITS = 32
 PROB_ONE = 1 << PROB_BITS
@@ -30,6 +30,22 @@ def realize(probability: float) -> int:
 def realized(probability: float) -> float:
     """The probability the encoders actually use for a nominal ``probability``."""
     return realize(probability) / PROB_ONE
+
+
+def check_realized(owner: str, name: str, probability: float, *, zero: bool = False,
+                   one: bool = False) -> None:
+    """Refuse a ``probability`` (the parameter ``name`` of ``owner``, already checked to lie
+    in [0, 1]) that :func:`realize` rounds to 0 (unless ``zero``) or to 1 (unless ``one``):
+    a value refused as it is declared must be refused as it is realized, so the margin to
+    an end it may not take is at least ``2**-32``."""
+    numerator = realize(probability)
+    for end, allowed, at in ((0, zero, 0), (1, one, PROB_ONE)):
+        if numerator == at and not allowed:
+            bound = "at least 2**-32" if end == 0 else "at most 1 - 2**-32"
+            raise ParameterError(
+                name, f"The {name!r} parameter of {owner} is realized as {end} (probabilities "
+                      f"are N / 2**32, N = round({name} * 2**32)), the value it may not take; "
+                      f"it must be {bound}. Got {probability!r} instead.")
 
 
 def mask_word_count(numerator: int) -> int:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import decimal
 import math
+import sys
 from collections.abc import Iterable
 
 from veil.shared.errors import ParameterError
 
 ROUNDING_MARGIN = 1e-12
+#: the largest ``x`` whose ``math.exp(x)`` is safely below the float range (709.78)
+LARGEST_EXP = 700.0
 
 
 def round_up(epsilon: float) -> float:
@@ -78,10 +81,16 @@ def rappor_epsilon_1(h: int, p: float, q: float, f: float) -> float:
 
 
 def f_for_epsilon_inf(epsilon_inf: float, h: int) -> float:
-    """The ``f`` that makes RAPPOR's longitudinal bound equal ``epsilon_inf``."""
+    """The ``f`` that makes RAPPOR's longitudinal bound equal ``epsilon_inf``: ``2 / (1 +
+    e^x)`` with ``x = epsilon_inf / (2h)``, computed as ``2 e^-x / (1 + e^-x)`` where
+    ``e^x`` would overflow (it is 0 where even ``e^-x`` underflows)."""
     if not epsilon_inf > 0:
         raise ParameterError("epsilon_inf", f"must be > 0; got {epsilon_inf!r}")
-    return 2.0 / (1.0 + math.exp(epsilon_inf / (2 * h)))
+    x = epsilon_inf / (2 * h) if epsilon_inf <= sys.float_info.max else math.inf
+    if x <= LARGEST_EXP:
+        return 2.0 / (1.0 + math.exp(x))
+    tail = math.exp(-x)
+    return 2.0 * tail / (1.0 + tail)
 
 
 def q_for_epsilon_1(epsilon_1: float, h: int, p: float, f: float) -> float:
@@ -92,8 +101,8 @@ def q_for_epsilon_1(epsilon_1: float, h: int, p: float, f: float) -> float:
     if rappor_epsilon_1(h, p, high, f) < epsilon_1:
         raise ParameterError(
             "epsilon_1",
-            f"cannot be reached with h={h}, p={p}, f={f}: even q=1 gives "
-            f"{rappor_epsilon_1(h, p, 1.0, f):.4g}; lower f or p",
+            f"epsilon_1 = {epsilon_1:g} cannot be reached with h={h}, p={p:g}, f={f:.6g}: even "
+            f"q=1 gives {rappor_epsilon_1(h, p, 1.0, f):.4g}; lower epsilon_1, f or p",
         )
     for _ in range(200):
         mid = (low + high) / 2
@@ -126,10 +135,13 @@ def zcdp_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -> flo
     ``rho = sensitivity**2 / (2 sigma**2)``-zCDP (Canonne, Kamath, Steinke 2020), and
     rho-zCDP implies ``(rho + 2 sqrt(rho ln(1/delta)), delta)``-DP (Bun, Steinke 2016).
     Solving for ``rho`` gives a sigma valid for every epsilon, not only epsilon < 1.
+    ``sqrt(rho) = sqrt(L + epsilon) - sqrt(L)`` (``L = ln(1/delta)``) is computed as
+    ``epsilon / (sqrt(L + epsilon) + sqrt(L))``, which loses no digits to cancellation when
+    epsilon is small next to ``L``; ``math.inf`` when even that underflows to 0.
     """
     log_inv_delta = math.log(1 / delta)
-    sqrt_rho = math.sqrt(log_inv_delta + epsilon) - math.sqrt(log_inv_delta)
-    return sensitivity / (math.sqrt(2) * sqrt_rho)
+    sqrt_rho = epsilon / (math.sqrt(log_inv_delta + epsilon) + math.sqrt(log_inv_delta))
+    return sensitivity / (math.sqrt(2) * sqrt_rho) if sqrt_rho > 0 else math.inf
 
 
 def group_privacy(epsilon: float, distance: int) -> float:

@@ -292,6 +292,9 @@ class Registry(Mapping[str, Metric]):
             data = tomllib.loads(text.removeprefix("\ufeff"))
         except tomllib.TOMLDecodeError as exc:
             raise ParameterError("registry", f"the registry is not valid TOML: {exc}") from None
+        except ValueError as exc:  # an integer past Python's digit limit (4,300 digits)
+            raise ParameterError("registry", f"the registry cannot be read: {exc}; no setting "
+                                             "needs a number that long") from None
         except RecursionError:
             raise ParameterError(
                 "registry", "the registry is not valid TOML: arrays or tables are nested too "

@@ -37,6 +37,7 @@ from veil.shared.kinds.oracles import (
     OlhParams,
     OracleParams,
     OueParams,
+    check_report_cap,
     choose_oracle,
 )
 from veil.shared.kinds.boolean import BooleanParams
@@ -56,8 +57,17 @@ def parse_params(data: Mapping[str, Any]) -> tuple[MechanismParams, str]:
     settings were turned into parameters (:meth:`~MechanismParams.from_settings`: a string
     metric's privacy targets); "" otherwise.
 
-    Raises :class:`ParameterError` naming the offending key.
+    Raises :class:`ParameterError` naming the offending key, also for parameters whose
+    statistic would hold more than :data:`~veil.shared.kinds.base.MAX_COUNTERS` counters
+    (:meth:`~MechanismParams.check_counters`).
     """
+    params, note = _parse(data)
+    params.check_counters()
+    return params, note
+
+
+def _parse(data: Mapping[str, Any]) -> tuple[MechanismParams, str]:
+    """:func:`parse_params` before the size of the statistic is checked."""
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in KINDS:
         raise ParameterError(
@@ -89,13 +99,14 @@ def parse_params(data: Mapping[str, Any]) -> tuple[MechanismParams, str]:
         names = [default.oracle, *(MECHANISMS[n].oracle for n in choices if n != kind), "auto"]
         raise ParameterError(
             "oracle", f"oracle must be one of {', '.join(map(repr, names))}. Got {oracle!r} instead.")
-    cap = settings.pop("max_report_bytes", None)
+    cap = check_report_cap(settings.pop("max_report_bytes", None))
     params = cls.from_dict(settings)
-    if cap is not None and isinstance(params, OracleParams) and params.report_bytes > cap:
+    size = getattr(params, "report_bytes", None)  # every named oracle states it
+    if cap is not None and size is not None and size > cap:
+        over = f" over {params.d} categories" if isinstance(params, OracleParams) else ""
         raise ParameterError(
             "max_report_bytes",
-            f"{oracle} reports over {params.d} categories take {params.report_bytes} bytes, "
-            f"more than max_report_bytes={cap!r}")
+            f"{oracle} reports{over} take {size} bytes, more than max_report_bytes={cap!r}")
     return params, ""
 
 

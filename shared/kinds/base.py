@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from veil.shared.errors import ParameterError
@@ -18,6 +21,30 @@ from veil.shared.validation import reject_unknown
 MECHANISMS: FaceRegistry[type[MechanismParams]] = FaceRegistry("parameter class")
 #: each kind's default mechanism (the class a metric naming no ``oracle`` gets), by kind
 KINDS: FaceRegistry[type[MechanismParams]] = FaceRegistry("kind")
+#: the parameter that gives the length of a statistic's counts vector per cohort, by
+#: statistic (the one :meth:`veil.shared.statistics.Statistic.length` reads); a statistic
+#: not listed keeps a few sums per cohort and no vector
+COUNTS_LENGTHS = {"bits": "k", "responses": "responses", "buckets": "buckets"}
+#: the most counters a metric's statistic may hold in a day (:attr:`MechanismParams.counters`):
+#: the collector builds them whole, as uint64, for every counts document and export (128 MiB
+#: at the limit). The largest documented configuration, the marginals experiment's joint
+#: metric of 8 variables of 8 values with ``marginals = 3`` at epsilon 4 (56 marginals of
+#: 47**3 OLH responses), holds 5,814,088; the defaults hold at most 131,072 (HCMS)
+MAX_COUNTERS = 1 << 24
+#: whether :meth:`MechanismParams.check_counters` applies (see :func:`as_recorded`)
+_LIMIT_SIZES: contextvars.ContextVar[bool] = contextvars.ContextVar("limit_sizes", default=True)
+
+
+@contextlib.contextmanager
+def as_recorded() -> Iterator[None]:
+    """Within it, parameters are read as a store recorded them: :data:`MAX_COUNTERS` limits
+    what a registry declares, not what an earlier version let a database record, so a file
+    whose metrics hold more still opens and keeps its reports."""
+    token = _LIMIT_SIZES.set(False)
+    try:
+        yield
+    finally:
+        _LIMIT_SIZES.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +81,9 @@ class MechanismParams:
     #: fields that :meth:`to_dict` (and so the :attr:`fingerprint`) leaves out while they
     #: hold their default: fields added later, so that existing parameters keep their names
     omitted_when_default: ClassVar[frozenset[str]] = frozenset()
+    #: the parameters that set how many counters the statistic holds (:attr:`counters`),
+    #: named by the message that refuses too many
+    sized_by: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -72,6 +102,32 @@ class MechanismParams:
     def cohorts(self) -> int:
         """Number of cohorts (1 for kinds without cohorts)."""
         return 1
+
+    @property
+    def counts_length(self) -> int:
+        """The length of the statistic's counts vector in each cohort (:data:`COUNTS_LENGTHS`;
+        0 for a statistic that keeps sums only)."""
+        name = COUNTS_LENGTHS.get(self.statistic)
+        return int(getattr(self, name)) if name else 0
+
+    @property
+    def counters(self) -> int:
+        """The counters the statistic holds for one day: :attr:`cohorts` times
+        :attr:`counts_length`."""
+        return self.cohorts * self.counts_length
+
+    def check_counters(self) -> None:
+        """Refuse parameters whose statistic holds more than :data:`MAX_COUNTERS` counters,
+        naming the product and the parameters that lower it (:attr:`sized_by`)."""
+        if self.counters <= MAX_COUNTERS or not _LIMIT_SIZES.get():
+            return
+        fields = self.sized_by or ("kind",)
+        product = (f"{self.cohorts:,} cohorts x {self.counts_length:,} counters each = "
+                   f"{self.counters:,}" if self.cohorts > 1 else f"{self.counters:,}")
+        raise ParameterError(
+            fields[0], f"{type(self).__name__}: its statistic would hold {product} counters, "
+                       f"more than the {MAX_COUNTERS:,} a metric may keep (the collector builds "
+                       f"them whole for every counts request); lower {' or '.join(fields)}")
 
     @property
     def channel_share(self) -> float:
@@ -164,6 +220,14 @@ class MechanismParams:
         ("" when none): :meth:`from_dict`, unless a kind takes settings of its own (a string
         metric's privacy targets)."""
         return cls.from_dict(dict(settings)), ""
+
+
+def shown_number(value: Any) -> str:
+    """``value`` for a message: its ``repr``, cut short, or for an integer too long to
+    write out (TOML's are unbounded), how many digits it has."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    return f"{value!r:.100}"
 
 
 F = TypeVar("F", bound=Callable[..., Any])

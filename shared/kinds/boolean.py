@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Any, ClassVar
 
-from veil.shared.bits import realized
+from veil.shared.bits import check_realized, realized
 from veil.shared.errors import ParameterError, WireFormatError, type_name
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.privacy import binary_rr_epsilon
@@ -63,6 +63,8 @@ class BooleanParams(MechanismParams):
             dataclasses.asdict(self),
             {"alpha": Interval(float, 0, 1, "left"), "beta": Interval(float, 0, 1, "neither")},
         )
+        check_realized(type(self).__name__, "alpha", self.alpha, zero=True)
+        check_realized(type(self).__name__, "beta", self.beta)
 
     @property
     def yes_probs(self) -> tuple[float, float]:

@@ -96,6 +96,7 @@ class CategoryParams(CategoryList, RapporBits, MechanismParams):
     kind: ClassVar[str] = "category"
     oracle: ClassVar[str] = "rappor"
     default_oracle: ClassVar[str] = "rappor"
+    sized_by: ClassVar[tuple[str, ...]] = ("categories",)
 
     categories: tuple[str, ...] = ()
     p: float = 0.5

@@ -43,12 +43,15 @@ import hashlib
 import math
 from typing import Any, ClassVar
 
+from veil.shared.bits import check_realized
 from veil.shared.errors import ParameterError, WireFormatError
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.oracles.base import (
     EPSILON_FIELDS,
     check_report_epsilon,
+    log_ratio,
     support_share_variance,
+    uninformative_report,
 )
 from veil.shared.kinds.oracles.olh import (
     bucket_channel,
@@ -105,6 +108,7 @@ class DiscoveryParams(MechanismParams):
     has_cohorts: ClassVar[bool] = True
     reads_raw_reports: ClassVar[bool] = True
     min_wire_version: ClassVar[int] = 2
+    sized_by: ClassVar[tuple[str, ...]] = ("max_length", "bucket_bits")
 
     share: float = 0.9
     segment: int = 2
@@ -125,6 +129,7 @@ class DiscoveryParams(MechanismParams):
             **EPSILON_FIELDS,
             "fingerprint_bits": Interval(int, 0, 16),
         })
+        check_realized(owner, "share", self.share)
         check_report_epsilon(owner, self.epsilon, float(self.report_epsilon or 0.0))
         if self.bucket_bits is None:
             object.__setattr__(self, "bucket_bits",
@@ -136,12 +141,21 @@ class DiscoveryParams(MechanismParams):
                 "fingerprint_bits",
                 f"{owner}: fingerprint_bits + 8 * segment = {self.domain_bits} bits, more than "
                 f"the {MAX_DOMAIN_BITS} the decoder transforms; lower fingerprint_bits")
-        p, q = self.support_probs
-        if not p > q:
+        self._check_informative(owner)
+
+    def _check_informative(self, owner: str) -> None:
+        """Refuse epsilons whose realized responses carry no information: the permanent
+        response's (``epsilon``), or the instantaneous response's (``report_epsilon``)."""
+        prr, irr = self.numerators
+        if not bucket_prr_epsilon(self.buckets, prr) > 0:
             raise ParameterError(
                 "epsilon",
                 f"The 'epsilon' parameter of {owner} is below what probabilities of 32 bits "
                 f"can realize over {self.buckets} buckets. Got {self.epsilon!r} instead.")
+        if irr == 0:
+            raise uninformative_report(
+                owner, self.report_epsilon, log_ratio(*bucket_channel(self.buckets, prr, 1)),
+                f"over {self.buckets} buckets with epsilon={self.epsilon!r}")
 
     # --- layout ----------------------------------------------------------------------
 

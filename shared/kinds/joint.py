@@ -53,6 +53,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -61,7 +62,7 @@ from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.boolean import BooleanParams, as_boolean
 from veil.shared.kinds.category import CategoryList, listed_choices
 from veil.shared.kinds.number import real_number
-from veil.shared.kinds.oracles import ORACLES, OracleParams, choose_oracle
+from veil.shared.kinds.oracles import ORACLES, OracleParams, check_report_cap, choose_oracle
 from veil.shared.kinds.oracles.base import MAX_ORACLE_CATEGORIES, settle_epsilons
 
 #: the domain of a yes/no variable, and its two values' labels (index 0 is false)
@@ -134,7 +135,8 @@ def parse_domain(owner: str, where: str, name: str, domain: Any) -> tuple[Any, V
                        f"non-empty strings. Got {domain!r:.200} instead.")
         return values, Variable(name, "category", values)
     if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        edges = tuple(float(v) for v in values)
+        # an integer beyond the float range (TOML's are unbounded) is no finite edge
+        edges = tuple(float(v) if abs(v) <= sys.float_info.max else math.inf for v in values)
         if len(edges) < 2 or not all(math.isfinite(e) for e in edges) \
                 or any(b <= a for a, b in itertools.pairwise(edges)):
             raise ParameterError(
@@ -161,6 +163,7 @@ class JointParams(MechanismParams):
     kind: ClassVar[str] = "joint"
     min_wire_version: ClassVar[int] = 2
     omitted_when_default: ClassVar[frozenset[str]] = frozenset({"marginals"})
+    sized_by: ClassVar[tuple[str, ...]] = ("marginals", "domains")
 
     of: tuple[str, ...] = ()
     domains: tuple[Any, ...] = ()
@@ -227,7 +230,7 @@ class JointParams(MechanismParams):
             chosen, why = choose_oracle(cells, self.epsilon, self.report_epsilon)
             object.__setattr__(self, "_note", why.replace(" categories ", " cells "))
             object.__setattr__(self, "encoding", chosen.oracle)
-        elif self.encoding not in ORACLES:
+        elif not isinstance(self.encoding, str) or self.encoding not in ORACLES:
             raise ParameterError(
                 "encoding", f"The 'encoding' parameter of {owner} must be one of "
                             f"{', '.join(map(repr, ['auto', *ORACLES]))}. "
@@ -421,7 +424,7 @@ class JointParams(MechanismParams):
         """As :meth:`from_dict`, with ``max_report_bytes`` (a cap on the oracle ``auto`` may
         choose, as for category metrics); the note says which oracle ``auto`` chose."""
         settings = dict(settings)
-        cap = settings.pop("max_report_bytes", None)
+        cap = check_report_cap(settings.pop("max_report_bytes", None))
         params = cls.from_dict(settings)
         assert isinstance(params, JointParams)
         if cap is None or params.report_bytes <= cap:

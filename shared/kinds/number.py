@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from veil.shared.bits import PROB_ONE, realize
 from veil.shared.errors import ParameterError, WireFormatError, type_name
-from veil.shared.kinds.base import MechanismParams
+from veil.shared.kinds.base import MechanismParams, shown_number
 from veil.shared.kinds.boolean import parse_bit
 from veil.shared.privacy import round_up, zcdp_gaussian_sigma
 from veil.shared.validation import Interval, OneOf, check_fields
@@ -49,6 +49,12 @@ NOISE_TAIL = 2.0**-64
 MAX_PAYLOAD = 1e100
 #: how far off the grid, in grid steps, a payload may be (float rounding of other encoders)
 GRID_TOLERANCE = 1e-6
+#: the widest float spacing, in grid steps, at an honest payload: the float rounding of
+#: ``low + step * n`` and of reading ``n`` back then stays within :data:`GRID_TOLERANCE`
+GRID_PRECISION = 2.0**-20
+#: the fewest float spacings a grid step spans, so that the grid's points stay distinct
+#: after rounding (``low + step * j`` rounds twice, by at most one spacing each way)
+MIN_STEP_SPACINGS = 4
 
 
 def real_number(value: Any) -> float:
@@ -89,12 +95,18 @@ class NumberParams(MechanismParams):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
+        for name in ("low", "high"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not abs(value) <= MAX_PAYLOAD:
+                raise ParameterError(
+                    name, f"The {name!r} parameter of {owner} must be a number in "
+                          f"[-{MAX_PAYLOAD:g}, {MAX_PAYLOAD:g}] (payloads beyond overflow sums "
+                          f"of squares). Got {shown_number(value)} instead.")
         check_fields(
             owner,
             dataclasses.asdict(self),
             {
-                "low": Interval(float, None, None),
-                "high": Interval(float, None, None),
                 "mechanism": OneOf(NUMBER_MECHANISMS),
                 "epsilon": Interval(float, 0, 50, "right"),
                 "resolution": Interval(int, 1, 1 << 20),
@@ -107,11 +119,14 @@ class NumberParams(MechanismParams):
                 f"Got {self.high!r} instead.",
             )
         if self.mechanism == "gaussian":
-            if self.delta is None or not Interval(float, 0, 0.01, "right").accepts(self.delta):
+            # a subnormal delta has no finite ln(1/delta) in floats
+            if self.delta is None or not Interval(float, sys.float_info.min, 0.01).accepts(
+                    self.delta):
                 raise ParameterError(
                     "delta",
                     f"The 'delta' parameter of {owner} must be a number in (0, 0.01] for the "
-                    f"gaussian mechanism (try 1e-6). Got {self.delta!r} instead.",
+                    f"gaussian mechanism (try 1e-6), no smaller than {sys.float_info.min:.4g} "
+                    f"(the smallest normal float). Got {shown_number(self.delta)} instead.",
                 )
         elif self.delta is not None:
             raise ParameterError(
@@ -119,16 +134,61 @@ class NumberParams(MechanismParams):
                 f"The 'delta' parameter of {owner} applies only to mechanism='gaussian'; "
                 f"remove it for {self.mechanism!r}.",
             )
+        self._check_grid(owner)
         if self.mechanism != "1bitmean":
-            low, high = self.payload_range
-            if not max(abs(low), abs(high)) <= MAX_PAYLOAD:
-                raise ParameterError(
-                    "epsilon",
-                    f"{owner}: with low={self.low!r}, high={self.high!r} and "
-                    f"epsilon={self.epsilon!r}, honest payloads reach {max(-low, high):.3g}, "
-                    f"beyond {MAX_PAYLOAD:g} where sums of squares overflow; narrow the range "
-                    "or raise epsilon.",
-                )
+            self._check_payloads(owner)
+
+    def _check_grid(self, owner: str) -> None:
+        """Refuse a grid whose step is no positive normal float, or whose points
+        ``low + step * j`` would coincide once rounded to floats (:data:`MIN_STEP_SPACINGS`)."""
+        step = self.step
+        largest = max(abs(self.low), abs(self.high))
+        where = (f"{owner}: the grid step (high - low) / resolution = ({self.high!r} - "
+                 f"{self.low!r}) / {self.resolution} = {step!r}")
+        if not step >= sys.float_info.min:
+            raise ParameterError(
+                "high", f"{where} is not a positive normal float (at least "
+                        f"{sys.float_info.min:.4g}), so values cannot be placed on the grid; "
+                        "widen the range [low, high] or lower resolution.")
+        if step < MIN_STEP_SPACINGS * math.ulp(largest):
+            raise ParameterError(
+                "high", f"{where} is finer than floats near {largest:.6g} can tell apart "
+                        f"(their spacing is {math.ulp(largest):.3g}; a step must span "
+                        f"{MIN_STEP_SPACINGS}), so grid points would coincide; widen the range "
+                        "[low, high], lower resolution, or report values shifted nearer 0.")
+
+    def _check_payloads(self, owner: str) -> None:
+        """Refuse laplace or gaussian parameters whose honest payloads could exceed
+        :data:`MAX_PAYLOAD`, or could not be read back on the grid: at the largest of them the
+        float spacing must stay within :data:`GRID_PRECISION` steps."""
+        steps = self._noise_steps
+        reach = max(map(abs, self.payload_range)) if math.isfinite(steps) else math.inf
+        if not reach <= MAX_PAYLOAD:
+            raise ParameterError(
+                "epsilon",
+                f"{owner}: with low={self.low!r}, high={self.high!r} and "
+                f"epsilon={self.epsilon!r}, honest payloads reach {reach:.3g}, "
+                f"beyond {MAX_PAYLOAD:g} where sums of squares overflow; narrow the range "
+                "or raise epsilon.",
+            )
+        spacing = math.ulp(reach) / self.step
+        if spacing <= GRID_PRECISION:
+            return
+        if math.ceil(steps) * self.step >= max(abs(self.low), abs(self.high)):
+            raise ParameterError(
+                "epsilon",
+                f"{owner}: honest {self.mechanism} noise reaches {math.ceil(steps):,} grid "
+                f"steps (it grows as resolution / epsilon), too many for a payload "
+                f"low + step * n to be read back within {GRID_TOLERANCE:g} steps of its grid "
+                f"point (floats there are {spacing:.3g} steps apart, at most "
+                f"{GRID_PRECISION:.3g}); raise epsilon or lower resolution.")
+        raise ParameterError(
+            "high",
+            f"{owner}: the grid step (high - low) / resolution = {self.step:.6g} is too fine "
+            f"for payloads near {reach:.6g} to be read back within {GRID_TOLERANCE:g} steps of "
+            f"their grid point (floats there are {spacing:.3g} steps apart, at most "
+            f"{GRID_PRECISION:.3g}); widen the range [low, high], lower resolution, or report "
+            "values shifted nearer 0.")
 
     @property
     def step(self) -> float:
@@ -155,14 +215,20 @@ class NumberParams(MechanismParams):
         ``sigma**2`` (Canonne, Kamath, Steinke 2020), so ``P(|Z| > z) <= 2 exp(-z**2 / (2
         sigma**2))``, below ``2**-64`` for ``z = sigma sqrt(130 ln 2)``.
         """
+        return math.ceil(self._noise_steps)
+
+    @property
+    def _noise_steps(self) -> float:
+        """:attr:`noise_bound` before rounding up (infinite when epsilon is too small for
+        floats: the parameters are then refused)."""
         bits = -math.log2(NOISE_TAIL) + 1
         if self.mechanism == "laplace":
-            return math.ceil(self.laplace_scale * bits * math.log(2))
+            return self.laplace_scale * bits * math.log(2)
         if self.mechanism == "gaussian":
             # the encoder samples with sigma rounded up by 1e-12; 1e-9 covers it
             sigma = self.gaussian_sigma * (1 + 1e-9)
-            return math.ceil(sigma * math.sqrt(2 * bits * math.log(2)))
-        return 0
+            return sigma * math.sqrt(2 * bits * math.log(2))
+        return 0.0
 
     @functools.cached_property
     def payload_range(self) -> tuple[float, float]:

@@ -8,10 +8,10 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
-from veil.shared.bits import PROB_ONE, hex_to_bits, realized
+from veil.shared.bits import PROB_ONE, hex_to_bits, realize, realized
 from veil.shared.errors import ParameterError, WireFormatError
 from veil.shared.hashing import HASHINGS, MD5_MAX_H, MD5_MAX_K
-from veil.shared.kinds.base import MechanismParams
+from veil.shared.kinds.base import MechanismParams, shown_number
 from veil.shared.privacy import (
     f_for_epsilon_inf,
     q_for_epsilon_1,
@@ -26,6 +26,8 @@ MAX_H = 64
 MAX_M = 65536
 #: privacy targets a string metric's settings may give instead of ``q`` and ``f``
 EPSILON_TARGETS = ("epsilon_inf", "epsilon_1")
+#: the largest target accepted (any epsilon_inf beyond about 46 h realizes the same f)
+MAX_EPSILON_TARGET = 1e300
 
 RAPPOR_CONSTRAINTS = {
     "p": Interval(float, 0, 1),
@@ -35,11 +37,18 @@ RAPPOR_CONSTRAINTS = {
 
 
 def check_rappor_probs(owner: str, p: float, q: float) -> None:
-    """RAPPOR needs ``p < q``: a reported 1 must be likelier when the bit is set."""
+    """RAPPOR needs ``p < q``: a reported 1 must be likelier when the bit is set, as the
+    probabilities are declared and as they are realized (``N / 2**32``)."""
     if not p < q:
         raise ParameterError(
             "q", f"The 'q' parameter of {owner} must be greater than p={p!r}. Got {q!r} instead."
         )
+    if not realize(p) < realize(q):
+        raise ParameterError(
+            "q", f"The 'q' parameter of {owner} must be greater than p={p!r} as realized (N / "
+                 f"2**32, N = round(x * 2**32)): both are realized as {realized(p)!r}, which "
+                 f"says nothing; q must be at least {(realize(p) + 1) / PROB_ONE!r} (p + "
+                 f"2**-32). Got {q!r} instead.")
 
 
 class RapporBits:
@@ -115,6 +124,7 @@ class StringParams(RapporBits, MechanismParams):
     default_oracle: ClassVar[str] = "rappor"
     has_cohorts: ClassVar[bool] = True
     omitted_when_default: ClassVar[frozenset[str]] = frozenset({"hashing"})
+    sized_by: ClassVar[tuple[str, ...]] = ("m", "k")
 
     k: int = 128
     h: int = 2
@@ -185,9 +195,11 @@ class StringParams(RapporBits, MechanismParams):
             return cast(StringParams, cls.from_dict(settings)), ""
         for key, value in targets.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                0 < value < math.inf
+                0 < value <= MAX_EPSILON_TARGET
             ):
-                raise ParameterError(key, f"{key} must be a number above 0. Got {value!r} instead.")
+                raise ParameterError(key, f"{key} must be a number above 0, at most "
+                                          f"{MAX_EPSILON_TARGET:g}. Got {shown_number(value)} "
+                                          "instead.")
         if "epsilon_inf" not in targets:
             raise ParameterError("epsilon_1", "epsilon_1 needs epsilon_inf too: give both "
                                               "(or p, q and f instead)")
@@ -195,7 +207,8 @@ class StringParams(RapporBits, MechanismParams):
         if clash:
             raise ParameterError(clash[0], f"give epsilon_inf (and epsilon_1) or {clash[0]}, not "
                                            "both: the targets choose q and f")
-        base = cast(StringParams, cls.from_dict(settings))  # checks k, h, m, p, hashing
+        # checks k, h, m, p and hashing (q = 1 leaves p the most room: the targets choose q)
+        base = cast(StringParams, cls.from_dict({**settings, "q": 1.0}))
         chosen = cls.for_epsilon(targets["epsilon_inf"], targets.get("epsilon_1"),
                                  k=base.k, h=base.h, m=base.m, p=base.p)
         asked = ", ".join(f"{key} = {value:g}" for key, value in targets.items())
@@ -222,8 +235,44 @@ class StringParams(RapporBits, MechanismParams):
         rounded towards more privacy: the bounds of the realized probabilities never
         exceed the targets.
         """
-        f = math.ceil(f_for_epsilon_inf(epsilon_inf, h) * PROB_ONE) / PROB_ONE
+        # at least 2**-32: f = 0 would have no longitudinal bound at all
+        f = max(math.ceil(f_for_epsilon_inf(epsilon_inf, h) * PROB_ONE), 1) / PROB_ONE
         if epsilon_1 is None:
+            if not realize(p) < realize(0.75):
+                raise ParameterError("p", f"with epsilon_inf alone q is 0.75, so p must be below "
+                                          f"it. Got {p!r} instead: lower p, or give epsilon_1 too")
             return cls(k=k, h=h, m=m, p=p, q=0.75, f=f)
+        fewest = (realize(p) + 1) / PROB_ONE  # the least q realized above p
+        _check_reachable(epsilon_1, epsilon_inf, h, p, f, fewest)
         q = math.floor(q_for_epsilon_1(epsilon_1, h, realized(p), f) * PROB_ONE) / PROB_ONE
-        return cls(k=k, h=h, m=m, p=p, q=q, f=f)
+        return cls(k=k, h=h, m=m, p=p, q=max(q, fewest), f=f)
+
+
+def _check_reachable(epsilon_1: float, epsilon_inf: float, h: int, p: float, f: float,
+                     fewest: float) -> None:
+    """Refuse an ``epsilon_1`` target that no ``q`` in ``[fewest, 1]`` reaches with the ``f``
+    chosen for ``epsilon_inf``, ``h`` and ``p``, saying which way to move each."""
+    given = f"epsilon_1 = {shown_number(epsilon_1)}"
+    with_ = (f"with epsilon_inf = {shown_number(epsilon_inf)} (which sets f = {f:.6g}), h = {h} "
+             f"and p = {p:g}")
+    most = rappor_epsilon_1(h, realized(p), 1.0, f) if fewest <= 1 else 0.0
+    if not epsilon_1 <= most:
+        raise ParameterError(
+            "epsilon_1", f"{given} cannot be reached {with_}: even q = 1 gives "
+                         f"{_significant(most, math.floor)}; lower epsilon_1 to that or less, "
+                         "raise epsilon_inf, or lower p")
+    least = rappor_epsilon_1(h, realized(p), fewest, f)
+    if epsilon_1 < least:
+        raise ParameterError(
+            "epsilon_1", f"{given} is below the least one-report bound that probabilities of "
+                         f"32 bits realize {with_}: q = p + 2**-32 gives "
+                         f"{_significant(least, math.ceil)}; raise epsilon_1 to that or more")
+
+
+def _significant(x: float, rounding: Any) -> str:
+    """``x`` to 4 significant digits, rounded with ``rounding`` (``math.floor`` or
+    ``math.ceil``), so that the number a message asks for is safe to give."""
+    if not (math.isfinite(x) and x > 0):
+        return f"{x:g}"
+    scale = 10.0 ** (3 - math.floor(math.log10(x)))
+    return f"{rounding(x * scale) / scale:.4g}"

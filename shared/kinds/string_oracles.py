@@ -60,6 +60,7 @@ from veil.shared.kinds.oracles.base import (
     largest_numerator,
     log_ratio,
     settle_epsilons,
+    uninformative_report,
 )
 from veil.shared.kinds.oracles.olh import (
     bucket_channel,
@@ -67,7 +68,7 @@ from veil.shared.kinds.oracles.olh import (
     numerators,
     zero_share_variance,
 )
-from veil.shared.privacy import round_up
+from veil.shared.privacy import format_epsilon, round_up
 from veil.shared.validation import Interval, check_fields
 
 MASK64 = (1 << 64) - 1
@@ -138,6 +139,19 @@ class StringOracleParams(CountedResponses, MechanismParams, abstract=True):
 
     def _check_epsilons(self) -> None:
         settle_epsilons(self)
+
+    def _check_report_epsilon(self) -> None:
+        """Refuse a ``report_epsilon`` whose realized instantaneous response keeps nothing."""
+        if self.irr_numerator == 0:
+            raise uninformative_report(
+                type(self).__name__, self.report_epsilon, self.least_report_epsilon,
+                f"with {self.buckets} buckets and epsilon={self.epsilon!r}")
+
+    @property
+    def least_report_epsilon(self) -> float:
+        """The one-report epsilon of the least informative instantaneous response that still
+        says something (numerator 1)."""
+        raise NotImplementedError
 
     @property
     def hash_functions(self) -> int:
@@ -211,6 +225,7 @@ class FlhParams(StringOracleParams):
     hash functions (default ``2**16 // g``); payload: the reported bucket."""
 
     oracle: ClassVar[str] = "flh"
+    sized_by: ClassVar[tuple[str, ...]] = ("functions", "g")
 
     g: int | None = None
     functions: int | None = None
@@ -231,6 +246,7 @@ class FlhParams(StringOracleParams):
                 f"The 'epsilon' parameter of {owner} is below what probabilities of 32 bits "
                 f"can realize with g={g} buckets (at least {least:.3g}). Got {self.epsilon!r} "
                 "instead: raise epsilon, or leave g out (a smaller g realizes any epsilon).")
+        self._check_report_epsilon()
 
     @property
     def hash_functions(self) -> int:
@@ -258,6 +274,10 @@ class FlhParams(StringOracleParams):
     @property
     def irr_numerator(self) -> int:
         return self.numerators[1]
+
+    @property
+    def least_report_epsilon(self) -> float:
+        return log_ratio(*bucket_channel(self.buckets, self.prr_numerator, 1))
 
     @property
     def bucket_probs(self) -> tuple[float, float]:
@@ -288,6 +308,7 @@ class HcmsParams(StringOracleParams):
     of two) each; payload ``2 l + bit`` for the coefficient ``l`` and the reported bit."""
 
     oracle: ClassVar[str] = "hcms"
+    sized_by: ClassVar[tuple[str, ...]] = ("rows", "columns")
 
     rows: int = 4096
     columns: int = 16
@@ -301,6 +322,14 @@ class HcmsParams(StringOracleParams):
             raise ParameterError(
                 "columns", f"The 'columns' parameter of {owner} must be a power of two (the "
                            f"Hadamard transform's size). Got {columns!r} instead.")
+        if self.prr_numerator == PROB_ONE // 2:  # a fair coin: the bit says nothing
+            least = self._keep_epsilon(PROB_ONE // 2 + 1)
+            raise ParameterError(
+                "epsilon",
+                f"The 'epsilon' parameter of {owner} is below what probabilities of 32 bits "
+                f"can realize (at least {format_epsilon(least, 3)}). Got {self.epsilon!r} "
+                "instead.")
+        self._check_report_epsilon()
 
     @property
     def hash_functions(self) -> int:
@@ -326,6 +355,11 @@ class HcmsParams(StringOracleParams):
         return largest_numerator(
             lambda keep: self._keep_epsilon_of(a * keep / PROB_ONE + (1 - keep / PROB_ONE) / 2),
             float(self.report_epsilon or 0.0), 0, PROB_ONE)
+
+    @property
+    def least_report_epsilon(self) -> float:
+        a = self.prr_numerator / PROB_ONE
+        return self._keep_epsilon_of(a / PROB_ONE + (1 - 1 / PROB_ONE) / 2)
 
     @staticmethod
     def _keep_epsilon_of(p: float) -> float:

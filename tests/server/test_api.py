@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 
 import pytest
 import requests
 
 from veil.server.collector import EXTENSION
-from veil.shared.errors import VeilError
+from veil.shared.errors import ParameterError, VeilError
+from veil.shared.wire import make_batch, make_report
 
 JSON = {"Content-Type": "application/json"}
 
@@ -179,6 +181,28 @@ def test_number_payloads_the_mechanism_cannot_produce_are_refused(client, wire):
     raw = client.get("/v1/metrics/load_time/counts", headers=client.headers()).text
     document = json.loads(raw, parse_constant=lambda name: pytest.fail(f"{name} in counts"))
     assert document == {**document, **wire.expected("load_time", honest)}
+
+
+def test_a_number_grid_of_no_width_never_reaches_the_collector(app_factory, tmp_path):
+    """A grid step of (5e-324 - 0) / 64 = 0 made every report a ZeroDivisionError, a 500:
+    the collector refuses such a registry when it starts, naming the bound to move, and the
+    narrowest grid it takes (a step of the least normal float) reads its reports back."""
+    path = tmp_path / "metrics.toml"
+    table = "version = 1\n[metrics.a]\nkind = 'number'\nmin_reports = 1\nlow = 0\n"
+    path.write_text(f"{table}high = 5e-324\n", encoding="utf-8")
+    with pytest.raises(ParameterError) as info:
+        app_factory(REGISTRY=path)
+    assert info.value.field == "metrics.a.high"
+    assert "is not a positive normal float" in str(info.value)
+    path.write_text(f"{table}high = {64 * sys.float_info.min!r}\n", encoding="utf-8")
+    client = app_factory(REGISTRY=path).test_client()
+    params = client.application.extensions[EXTENSION].registry["a"].params
+    reports = [make_report(f"{i:032x}", "a", None, payload, params.fingerprint)
+               for i, payload in enumerate([0, 0.0, params.step * 3, params.high])]
+    response = client.post("/v1/reports", json=make_batch("f" * 32, reports))
+    assert response.status_code == 200 and response.json["accepted"] == 4, response.text
+    document = client.counts("a")
+    assert document["reports"] == 4 and document["cohorts"][0]["sum"] == 67 * params.step
 
 
 def test_counts_need_the_read_token(client):

@@ -697,3 +697,35 @@ def test_integer_payloads_are_stored_exactly_in_each_statement_shape(tmp_path, w
                               "ORDER BY id").fetchall()
     conn.close()
     assert stored == group
+
+
+def test_a_store_recorded_before_the_size_limit_still_opens(store_url):
+    """A registry may not declare a metric whose statistic holds more than MAX_COUNTERS
+    counters, but a store that an earlier version let record one keeps its reports: it
+    opens (without a registry, or with one that leaves the metric out) and counts them."""
+    from veil.client.encoders import make_encoder
+    from veil.shared.errors import ParameterError
+    from veil.shared.kinds.base import MAX_COUNTERS, as_recorded
+    from veil.shared.wire import make_batch, make_report, validate_batch
+
+    toml = ("version = 1\n[metrics.wide]\nkind = \"string\"\nk = 4096\nm = 16384\n"
+            "min_reports = 1\n[metrics.flag]\nkind = \"boolean\"\n")
+    with pytest.raises(ParameterError, match="counters"):
+        Registry.from_toml(toml)
+    with as_recorded():
+        earlier = Registry.from_toml(toml)  # what an earlier version accepted and recorded
+    assert earlier["wide"].params.counters > MAX_COUNTERS
+    storage = open_storage(store_url, earlier, create=True)
+    encoder = make_encoder(earlier["wide"], bytes(32), 7)
+    report = make_report("ab" * 16, "wide", encoder.cohort, encoder.encode("example.com"),
+                         earlier["wide"].params.fingerprint)
+    storage.insert(validate_batch(make_batch("cd" * 16, [report]), earlier).reports, DAYS[0])
+    storage.close()
+    for registry in (None, Registry.from_toml("version = 1\n[metrics.flag]\nkind = \"boolean\"\n")):
+        reopened = open_storage(store_url, registry)
+        try:
+            assert reopened.registry["wide"].params == earlier["wide"].params
+            document = reopened.stats("wide", DAYS[0], DAYS[0])
+            assert [entry["reports"] for entry in document["metrics"]] == [1], document
+        finally:
+            reopened.close()

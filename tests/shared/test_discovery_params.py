@@ -80,6 +80,28 @@ def test_validation_errors_name_the_field(settings: dict[str, object], field: st
     assert field in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("settings", "field", "message"),
+    [
+        # in (0, 1) as declared, but 0 or 1 as realized: nobody, or everybody, on the channel
+        ({"share": 1e-11}, "share", "is realized as 0"),
+        ({"share": 0.9999999999}, "share", "it must be at most 1 - 2**-32"),
+        # the instantaneous response keeps nothing: report_epsilon is at fault, not epsilon
+        ({"epsilon": 2.0, "report_epsilon": 1e-300}, "report_epsilon",
+         "The 'report_epsilon' parameter of DiscoveryParams is below what probabilities of 32 "
+         "bits can realize over 2 buckets with epsilon=2.0 (at least 0.000000000355)"),
+        ({"epsilon": 1e-300}, "epsilon", "The 'epsilon' parameter of DiscoveryParams is below"),
+    ],
+)
+def test_values_that_realize_as_no_information_name_their_field(
+        settings: dict[str, object], field: str, message: str) -> None:
+    with pytest.raises(ParameterError) as info:
+        DiscoveryParams(**settings)  # type: ignore[arg-type]
+    assert info.value.field == field
+    assert message in str(info.value)
+    assert DiscoveryParams(share=2**-32).share == 2**-32  # the margin the message names
+
+
 def test_unknown_settings_are_refused_by_name() -> None:
     with pytest.raises(ParameterError, match="k"):
         DiscoveryParams.from_dict({"k": 8})

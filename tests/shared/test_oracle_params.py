@@ -9,8 +9,10 @@ import pytest
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import (
     CategoryParams,
+    FlhParams,
     GrrParams,
     HadamardParams,
+    HcmsParams,
     OlhParams,
     OueParams,
     parse_params,
@@ -182,3 +184,49 @@ def test_a_lenient_parse_leaves_out_metrics_of_a_newer_version() -> None:
     registry = Registry.from_dict(served, lenient=True)
     assert list(registry) == ["flag"]
     assert "oracle" in registry.skipped["later"]
+
+
+@pytest.mark.parametrize("cls", (*ORACLE_CLASSES, FlhParams, HcmsParams))
+def test_a_report_epsilon_whose_reports_say_nothing_is_refused(cls) -> None:
+    """Below ln((p + 2**-32) / p), the instantaneous response's numerator realizes as 0:
+    every report would be uniform noise, stated as epsilon_1 = 5e-324."""
+    extra = {"categories": ("a", "b")} if cls in ORACLE_CLASSES else {}
+    with pytest.raises(ParameterError, match="below what probabilities of 32 bits can realize"
+                       ) as info:
+        cls(epsilon=2.0, report_epsilon=1e-300, **extra)
+    assert info.value.field == "report_epsilon"
+    least = float(str(info.value).split("(at least ")[1].split(")")[0])
+    assert cls(epsilon=2.0, report_epsilon=least, **extra).epsilon_1 > 0
+
+
+def test_an_hcms_epsilon_whose_bit_says_nothing_is_refused() -> None:
+    with pytest.raises(ParameterError, match=r"at least 0\.000000000932") as info:
+        HcmsParams(epsilon=1e-300)
+    assert info.value.field == "epsilon"
+
+
+def test_an_epsilon_beyond_the_float_range_is_refused_before_it_is_halved() -> None:
+    with pytest.raises(ParameterError, match=r"must be a number in \(0, 20\]") as info:
+        parse_params({"kind": "category", "oracle": "grr", "categories": ["a", "b"],
+                      "epsilon": 10**400})
+    assert info.value.field == "epsilon"
+
+
+@pytest.mark.parametrize("oracle", ["grr", "auto", "flh"])
+@pytest.mark.parametrize("cap", ["1", 1.5, 0, True])
+def test_max_report_bytes_is_a_whole_number_of_bytes_named_as_such(oracle, cap) -> None:
+    kind = "string" if oracle == "flh" else "category"
+    settings = {"kind": kind, "oracle": oracle, "epsilon": 2.0, "max_report_bytes": cap}
+    with pytest.raises(ParameterError) as info:
+        parse_params({**settings, **({"categories": ["a", "b"]} if kind == "category" else {})})
+    assert info.value.field == "max_report_bytes"
+    assert str(info.value) == (f"max_report_bytes must be an integer >= 1, the most bytes one "
+                               f"report may take. Got {cap!r} instead.")
+
+
+def test_a_named_string_oracle_keeps_to_max_report_bytes() -> None:
+    assert parse_params({"kind": "string", "oracle": "flh", "max_report_bytes": 2})[0]
+    with pytest.raises(ParameterError, match="flh reports take 2 bytes, more than "
+                                             "max_report_bytes=1") as info:
+        parse_params({"kind": "string", "oracle": "flh", "max_report_bytes": 1})
+    assert info.value.field == "max_report_bytes"

@@ -1,9 +1,12 @@
 """Parameter sets validate at construction and name the field at fault."""
 
 import math
+import os
+import sys
 
 import pytest
 
+from veil.client.encoders import make_encoder
 from veil.shared import (
     KINDS,
     BooleanParams,
@@ -12,6 +15,7 @@ from veil.shared import (
     ParameterError,
     StringParams,
 )
+from veil.shared.registry import Metric
 
 
 @pytest.mark.parametrize(
@@ -35,6 +39,13 @@ from veil.shared import (
         (lambda: NumberParams(delta=1e-6), "delta", "only to mechanism='gaussian'"),
         (lambda: NumberParams(epsilon=0), "epsilon", "(0, 50]"),
         (lambda: NumberParams(resolution=0), "resolution", "[1, 1048576]"),
+        # in range as declared, but 0 or 1 once realized as N / 2**32
+        (lambda: BooleanParams(alpha=0.999999999999), "alpha", "realized as 1"),
+        (lambda: BooleanParams(beta=1e-300), "beta", "it must be at least 2**-32"),
+        (lambda: BooleanParams(beta=0.9999999999999), "beta", "it must be at most 1 - 2**-32"),
+        (lambda: CategoryParams(categories=("a", "b"), p=0.5, q=0.5000000001), "q",
+         "both are realized as 0.5, which says nothing; q must be at least 0.5000000002328306"),
+        (lambda: StringParams(p=0.25, q=0.25 + 1e-11), "q", "both are realized as 0.25"),
     ],
 )
 def test_invalid_parameters_name_the_field(make, field, message):
@@ -95,3 +106,58 @@ def test_number_noise_scale():
     assert laplace.noise_variance() == pytest.approx(2 * (200 * 0.1) ** 2, rel=1e-3)
     assert NumberParams(mechanism="1bitmean").noise_variance() == 0.0
     assert math.isfinite(NumberParams(mechanism="gaussian", delta=1e-6).gaussian_sigma)
+
+
+def test_probabilities_keep_a_margin_of_2_to_the_minus_32_from_the_ends_they_may_not_take():
+    assert BooleanParams(alpha=1 - 2**-32, beta=2**-32).epsilon_1 < math.inf
+    assert BooleanParams(beta=1 - 2**-32).epsilon_1 < math.inf
+    assert BooleanParams(alpha=1e-300).epsilon_1 == pytest.approx(0, abs=1e-300)  # as alpha=0
+    assert CategoryParams(categories=("a", "b"), p=0.5, q=0.5 + 2**-32).epsilon_1 > 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "message"),
+    [
+        # the grid step (high - low) / resolution must be a positive normal float
+        ({"high": 5e-324}, "high", "= 0.0 is not a positive normal float"),
+        ({"high": 5e-308}, "high", "is not a positive normal float"),
+        ({"high": 5e-324, "mechanism": "1bitmean"}, "high", "is not a positive normal float"),
+        # ... whose points floats can tell apart
+        ({"low": 1e16, "high": 1e16 + 14}, "high", "so grid points would coincide"),
+        # ... and on which honest payloads read back within GRID_TOLERANCE
+        ({"low": 1e12 + 0.1, "high": 1e12 + 100.4}, "high", "report values shifted nearer 0"),
+        ({"high": 6.4, "epsilon": 1e-8}, "epsilon", "raise epsilon or lower resolution"),
+        ({"mechanism": "gaussian", "delta": 1e-6, "epsilon": 1e-20}, "epsilon",
+         "raise epsilon or lower resolution"),
+        # numbers floats cannot hold
+        ({"epsilon": 5e-324}, "epsilon", "honest payloads reach inf, beyond 1e+100"),
+        ({"mechanism": "gaussian", "delta": 5e-324}, "delta", "the smallest normal float"),
+        ({"high": 10**400}, "high", "[-1e+100, 1e+100] (payloads beyond overflow sums of "
+                                    "squares). Got an integer of about 401 digits instead."),
+        ({"low": -(10**400)}, "low", "Got an integer of about 401 digits instead."),
+    ],
+)
+def test_a_number_grid_that_floats_cannot_carry_is_refused(settings, field, message):
+    with pytest.raises(ParameterError) as info:
+        NumberParams(**{"low": 0, **settings})
+    assert info.value.field == field
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "resolution", "narrower"),
+    [
+        (0.0, 64 * sys.float_info.min, 64, 32 * sys.float_info.min),  # the least normal step
+        (1000.1, 1000.4, 1 << 20, 1000.2),  # payloads near 1000 with steps of 2.9e-7
+    ],
+)
+def test_a_grid_at_the_limits_reads_its_honest_reports_back(low, high, resolution, narrower):
+    params = NumberParams(low=low, high=high, resolution=resolution)
+    encoder_metric = Metric("n", params)
+    for value in (low, (low + high) / 2, high):
+        for _ in range(50):
+            payload = make_encoder(encoder_metric, os.urandom(32), 0).encode(value)
+            assert low - params.noise_bound * params.step <= params.parse_payload(payload)
+    with pytest.raises(ParameterError) as info:
+        NumberParams(low=low, high=narrower, resolution=resolution)
+    assert info.value.field == "high"

@@ -3,6 +3,7 @@ against the exact output distributions of the mechanisms."""
 
 import itertools
 import math
+from decimal import Decimal, localcontext
 
 import pytest
 
@@ -93,6 +94,30 @@ def test_gaussian_calibration_is_close_to_the_classic_formula():
     # rho-zCDP => (rho + 2 sqrt(rho ln 1/delta), delta)-DP recovers epsilon exactly
     rho = 1 / (2 * ours**2)
     assert rho + 2 * math.sqrt(rho * math.log(1e6)) == pytest.approx(1.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("epsilon", [1e-3, 1e-8, 1e-14, 1e-20, 1e-300])
+def test_gaussian_calibration_keeps_its_digits_at_small_epsilons(epsilon):
+    """sqrt(L + epsilon) - sqrt(L) cancels when epsilon is small next to L = ln(1/delta): at
+    1e-20 it was 0 (sigma divided by it), at 1e-14 off by a third. Checked against the same
+    formula in 700-digit decimals."""
+    with localcontext() as context:
+        context.prec = 700  # enough for the difference of square roots at 1e-300
+        log_inv_delta = Decimal(math.log(1 / 1e-6))
+        exact = (log_inv_delta + Decimal(epsilon)).sqrt() - log_inv_delta.sqrt()
+        expected = 64 / (Decimal(2).sqrt() * exact)
+    assert zcdp_gaussian_sigma(64, epsilon, 1e-6) == pytest.approx(float(expected), rel=1e-14)
+    assert zcdp_gaussian_sigma(64, 5e-324, 1e-6) == math.inf  # nothing left to divide by
+
+
+def test_f_for_a_huge_epsilon_inf_is_tiny_not_an_overflow():
+    assert f_for_epsilon_inf(1e5, 2) == pytest.approx(2 * math.exp(-25_000), abs=1e-300)
+    assert 0 < f_for_epsilon_inf(1400.0, 1) < 1e-300
+    assert f_for_epsilon_inf(10**400, 2) == 0.0
+    # the picker still realizes f >= 2**-32, so epsilon_inf stays finite and within the target
+    params = StringParams.for_epsilon(1e5)
+    assert params.f == 2**-32
+    assert params.epsilon_inf <= 1e5
 
 
 def _max_log_ratio(dist_a, dist_b):

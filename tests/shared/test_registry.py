@@ -3,8 +3,19 @@
 import pytest
 
 from veil.shared import Metric, ParameterError, Registry, StringParams
-from veil.shared.kinds import parse_params
+from veil.shared.kinds import (
+    CategoryParams,
+    DiscoveryParams,
+    FlhParams,
+    HcmsParams,
+    JointParams,
+    OlhParams,
+    OueParams,
+    parse_params,
+)
+from veil.shared.kinds.base import MAX_COUNTERS
 from veil.shared.registry import METRIC_KEYS
+from veil.shared.statistics import statistic_for
 
 TOML = """
 version = 3
@@ -252,3 +263,124 @@ def test_a_channel_name_too_long_says_how_short_the_string_metric_s_must_be():
     assert info.value.field == f"metrics.{name}.discovery"
     assert str(info.value).startswith(f"metrics.{name}: its discovery channel is the metric")
     assert "shorten the string metric's name to 54 characters or fewer" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("table", "field", "product"),
+    [
+        ("kind = 'string'\nk = 65536\nm = 65536\nmin_reports = 1", "metrics.a.m",
+         "65,536 cohorts x 65,536 counters each = 4,294,967,296 counters"),
+        ("kind = 'string'\nk = 4096\nm = 16384", "metrics.a.m", "= 67,108,864 counters"),
+        ("kind = 'string'\noracle = 'hcms'\nrows = 65536\ncolumns = 4096", "metrics.a.rows",
+         "65,536 cohorts x 8,192 counters each = 536,870,912 counters"),
+        ("kind = 'string'\noracle = 'flh'\ng = 4096\nfunctions = 65536", "metrics.a.functions",
+         "= 268,435,456 counters"),
+        ("kind = 'joint'\nof = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']\nmarginals = 4\n"
+         f"domains = [{', '.join([str([str(i) for i in range(16)])] * 8)}]",
+         "metrics.a.marginals", "70 cohorts x 531,441 counters each"),
+    ],
+)
+def test_a_statistic_of_too_many_counters_is_refused_naming_what_to_lower(table, field, product):
+    """The collector builds a day's counters whole (a cohorts x length uint64 array) for
+    every counts request: 65,536 x 65,536 of them would need 32 GiB."""
+    with pytest.raises(ParameterError) as info:
+        Registry.from_toml(f"[metrics.a]\n{table}\n")
+    assert info.value.field == field
+    message = str(info.value)
+    assert product in message and f"more than the {MAX_COUNTERS:,} a metric may keep" in message
+    assert message.endswith(f"lower {' or '.join(field_names(field))}"), message
+
+
+def field_names(field):
+    """The parameters the size message asks to lower, the field at fault first."""
+    return {"m": ("m", "k"), "rows": ("rows", "columns"), "functions": ("functions", "g"),
+            "marginals": ("marginals", "domains")}[field.rpartition(".")[2]]
+
+
+def test_every_documented_size_stays_well_inside_the_counter_limit():
+    """The largest configuration the docs and experiments use, the marginals experiment's
+    (``simulations/marginals_experiment.py``: 8 variables of 8 values, marginals of three at
+    epsilon 4), holds 5.8 million counters; the defaults at most 131,072 (HCMS's 4,096 rows
+    of 32 responses)."""
+    names = tuple("abcdefgh")
+    experiment = JointParams(of=names, domains=tuple(tuple(f"{n}{j}" for j in range(8))
+                                                     for n in names),
+                             epsilon=4.0, report_epsilon=4.0, marginals=3)
+    assert experiment.counters == 56 * 47**3 < MAX_COUNTERS / 2
+    defaults = [HcmsParams(), FlhParams(), StringParams(), DiscoveryParams()]
+    assert max(params.counters for params in defaults) == 4096 * 32
+    # counters x the statistic's own length per cohort, for every kind of statistic
+    for params in [*defaults, experiment, OueParams(categories=("a", "b", "c")),
+                   CategoryParams(categories=("a", "b")), OlhParams(categories=("a", "b"))]:
+        assert params.counters == params.cohorts * statistic_for(params).length(params)
+
+
+@pytest.mark.parametrize(
+    ("table", "field", "message"),
+    [
+        ("epsilon_inf = 1e308", "metrics.a.epsilon_inf",
+         "metrics.a: epsilon_inf must be a number above 0, at most 1e+300. Got 1e+308 instead."),
+        (f"epsilon_inf = {10**400}", "metrics.a.epsilon_inf",
+         "Got an integer of about 401 digits instead."),
+        ("epsilon_inf = 2\nepsilon_1 = 2", "metrics.a.epsilon_1",
+         "metrics.a: epsilon_1 = 2 cannot be reached with epsilon_inf = 2 (which sets f = "
+         "0.755081), h = 2 and p = 0.5: even q = 1 gives 1.327; lower epsilon_1 to that or "
+         "less, raise epsilon_inf, or lower p"),
+        ("epsilon_inf = 2\nepsilon_1 = 1e-300", "metrics.a.epsilon_1",
+         "metrics.a: epsilon_1 = 1e-300 is below the least one-report bound that "
+         "probabilities of 32 bits realize with epsilon_inf = 2 (which sets f = 0.755081), "
+         "h = 2 and p = 0.5: q = p + 2**-32 gives 4.562e-10; raise epsilon_1 to that or more"),
+        ("epsilon_inf = 4\np = 0.8", "metrics.a.p", "with epsilon_inf alone q is 0.75"),
+    ],
+)
+def test_a_string_metric_s_privacy_targets_are_judged_by_name(table, field, message):
+    with pytest.raises(ParameterError) as info:
+        Registry.from_toml(f"[metrics.a]\nkind = 'string'\n{table}\n")
+    assert info.value.field == field
+    assert str(info.value).startswith("metrics.a: ") and message in str(info.value)
+
+
+def test_targets_beyond_what_32_bits_realize_are_met_with_the_nearest_grid_point():
+    registry = Registry.from_toml("[metrics.a]\nkind = 'string'\nepsilon_inf = 1e5\n"
+                                  "[metrics.b]\nkind = 'string'\nepsilon_inf = 2\n"
+                                  "epsilon_1 = 4.562e-10\n")
+    assert registry["a"].params.f == 2**-32 and registry["a"].params.epsilon_inf <= 1e5
+    b = registry["b"].params
+    assert b.q == 0.5 + 2**-32 and b.epsilon_1 <= 4.562e-10
+
+
+@pytest.mark.parametrize(
+    ("table", "field", "message"),
+    [
+        ("encoding = []", "metrics.a.encoding",
+         "The 'encoding' parameter of JointParams must be one of 'auto', 'grr'"),
+        ("max_report_bytes = '1'", "metrics.a.max_report_bytes",
+         "max_report_bytes must be an integer >= 1, the most bytes one report may take. Got "
+         "'1' instead."),
+        ("max_report_bytes = 1.5", "metrics.a.max_report_bytes", "Got 1.5 instead."),
+        ("encoding = 'grr'\nmax_report_bytes = 1.5", "metrics.a.max_report_bytes",
+         "Got 1.5 instead."),
+    ],
+)
+def test_a_joint_metric_s_settings_are_judged_in_its_own_words(table, field, message):
+    with pytest.raises(ParameterError) as info:
+        Registry.from_toml("[metrics.a]\nkind = 'joint'\nof = ['x', 'y']\n"
+                           f"domains = ['boolean', 'boolean']\n{table}\n")
+    assert info.value.field == field
+    assert str(info.value).startswith("metrics.a: ") and message in str(info.value)
+
+
+def test_a_bucket_edge_beyond_the_float_range_is_no_finite_edge():
+    with pytest.raises(ParameterError) as info:
+        Registry.from_toml("[metrics.a]\nkind = 'joint'\nof = ['x', 'y']\n"
+                           f"domains = ['boolean', [0, {10**400}]]\n")
+    assert info.value.field == "metrics.a.domains[1]"
+    assert "the bucket edges of 'y' must be at least two finite, increasing numbers" in str(
+        info.value)
+
+
+def test_an_integer_too_long_to_read_is_refused_by_name() -> None:
+    """TOML integers have no bound, and Python refuses to read one past 4,300 digits with
+    a ValueError that escaped as a traceback."""
+    with pytest.raises(ParameterError, match="cannot be read"):
+        Registry.from_toml('version = 1\n[metrics.a]\nkind = "number"\nhigh = 1' + "0" * 5000)

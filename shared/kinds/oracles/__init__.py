@@ -10,7 +10,7 @@ defined; this package imports the built-in ones.
 """
 
 from veil.shared.kinds.oracles.base import MAX_ORACLE_CATEGORIES, ORACLES, OracleParams
-from veil.shared.kinds.oracles.choice import choose_oracle
+from veil.shared.kinds.oracles.choice import check_report_cap, choose_oracle
 
 # the order of definition is the order in which ``auto`` weighs the oracles
 # isort: off
@@ -28,5 +28,6 @@ __all__ = [
     "OlhParams",
     "OracleParams",
     "OueParams",
+    "check_report_cap",
     "choose_oracle",
 ]

@@ -38,7 +38,7 @@ from veil.shared.errors import ParameterError, WireFormatError
 from veil.shared.faces import FaceRegistry
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.category import CategoryList, check_categories
-from veil.shared.privacy import round_up
+from veil.shared.privacy import format_epsilon, round_up
 from veil.shared.validation import Interval, check_fields
 
 #: every frequency oracle of a category metric but RAPPOR, keyed by its ``oracle`` name, in
@@ -72,11 +72,24 @@ def settle_epsilons(params: Any) -> None:
     both epsilons (:data:`EPSILON_FIELDS`) and that a report leaks no more than the value
     (:func:`check_report_epsilon`): what every mechanism declared by epsilon shares."""
     owner = type(params).__name__
-    if params.report_epsilon is None and isinstance(params.epsilon, int | float):
+    # epsilon first: halving an integer beyond the float range would overflow
+    check_fields(owner, {"epsilon": params.epsilon}, {"epsilon": EPSILON_FIELDS["epsilon"]})
+    if params.report_epsilon is None:
         object.__setattr__(params, "report_epsilon", params.epsilon / 2)
     check_fields(owner, {"epsilon": params.epsilon, "report_epsilon": params.report_epsilon},
                  EPSILON_FIELDS)
     check_report_epsilon(owner, params.epsilon, float(params.report_epsilon or 0.0))
+
+
+def uninformative_report(owner: str, report_epsilon: Any, least: float, over: str) -> ParameterError:
+    """The error for a ``report_epsilon`` so small that the instantaneous response keeps
+    nothing (its realized numerator is 0): ``least`` is the smallest one-report epsilon
+    probabilities of 32 bits realize ``over`` the mechanism's symbols."""
+    return ParameterError(
+        "report_epsilon",
+        f"The 'report_epsilon' parameter of {owner} is below what probabilities of 32 bits can "
+        f"realize {over} (at least {format_epsilon(least, 3)}): no report would say anything "
+        f"about its value. Got {report_epsilon!r} instead.")
 
 
 def parse_index(payload: Any, size: int, field: str) -> int:
@@ -161,6 +174,7 @@ class OracleParams(CountedResponses, CategoryList, MechanismParams, abstract=Tru
     kind: ClassVar[str] = "category"
     default_oracle: ClassVar[str] = "rappor"
     min_wire_version: ClassVar[int] = 2
+    sized_by: ClassVar[tuple[str, ...]] = ("categories",)
 
     categories: tuple[str, ...] = ()
     epsilon: float = 2.0
@@ -177,7 +191,11 @@ class OracleParams(CountedResponses, CategoryList, MechanismParams, abstract=Tru
                                                                 MAX_ORACLE_CATEGORIES))
         settle_epsilons(self)
         self._check()
-        self.prr_numerator  # noqa: B018 - realizes the probabilities: refuses an epsilon too small
+        # realizes the probabilities: refuses an epsilon too small, then a report_epsilon
+        if self.irr_numerator == 0:
+            raise uninformative_report(owner, self.report_epsilon,
+                                       self.report_epsilon_of(self.prr_numerator, 1),
+                                       f"over {self.d} categories with epsilon={self.epsilon!r}")
 
     def _check(self) -> None:
         """Oracle-specific checks (none by default)."""

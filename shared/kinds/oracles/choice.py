@@ -11,12 +11,23 @@ reports are far smaller).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.oracles.base import ORACLES, OracleParams
 
 #: variances within this factor of the lowest count as ties, broken by report size
 TIE = 1.05
+
+
+def check_report_cap(cap: Any) -> int | None:
+    """``max_report_bytes`` as a registry gives it (``None``: no cap), or a
+    :class:`ParameterError` naming it unless it is an integer >= 1."""
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ParameterError(
+            "max_report_bytes", f"max_report_bytes must be an integer >= 1, the most bytes one "
+                                f"report may take. Got {cap!r:.100} instead.")
+    return cap
 
 
 def choose_oracle(
@@ -27,12 +38,7 @@ def choose_oracle(
 ) -> tuple[OracleParams, str]:
     """The chosen parameters and a sentence saying why, among every registered oracle
     (:data:`~veil.shared.kinds.oracles.base.ORACLES`)."""
-    if max_report_bytes is not None and (
-        isinstance(max_report_bytes, bool) or not isinstance(max_report_bytes, int)
-        or max_report_bytes < 1
-    ):
-        raise ParameterError("max_report_bytes",
-                             f"must be a positive integer; got {max_report_bytes!r}")
+    check_report_cap(max_report_bytes)
     built = [cls(categories=tuple(categories), epsilon=epsilon, report_epsilon=report_epsilon)
              for cls in ORACLES.values()]
     fitting = [p for p in built if max_report_bytes is None or p.report_bytes <= max_report_bytes]
