@@ -278,3 +278,57 @@ def test_an_endless_registry_file_is_refused_at_the_size_limit() -> None:
     assert result.returncode == 2, result.stderr
     line = assert_one_error_line("metrics", result.stderr)
     assert "/dev/zero: larger than 16 MiB, the most a registry file may hold" in line
+
+
+@pytest.mark.parametrize(("argv", "option"), [
+    (["--workers", "100000"], "--workers"),
+    (["--threads", "100000"], "--threads"),
+    (["--port", "70000"], "--port"),
+    (["--port", "-1"], "--port"),
+    (["--max-reports", "0"], "--max-reports"),
+    (["--network-rate", "nan"], "--network-rate"),
+    (["--burst-seconds", "inf"], "--burst-seconds"),
+    (["--read-token", "has space"], "--read-token"),
+])
+def test_serve_refuses_what_its_workers_could_not_take_before_it_listens(
+        tmp_path: Path, argv: list[str], option: str) -> None:
+    """Each of these printed "listening" first: a worker count of 10**30 then forked until
+    the machine gave out (ignoring SIGTERM), the others failed in every worker with a
+    traceback or an internal setting's name. Refused up front, exit 2, naming the option."""
+    registry = tmp_path / "metrics.toml"
+    registry.write_text('version = 1\n[metrics.flag]\nkind = "boolean"\n', encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "veil.server.cli", "serve", "--config", str(registry), "--db",
+         str(tmp_path / "veil.db"), "--port", "0", *argv],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2, result.stderr
+    assert option in result.stderr and "Traceback" not in result.stderr
+    assert "listening" not in result.stdout + result.stderr
+    assert not (tmp_path / "veil.db").exists()
+
+
+def test_retention_refuses_a_cutoff_after_today_before_it_opens_anything(tmp_path: Path) -> None:
+    """--before 9999-12-31 dropped the raw reports of today (they still arrive) and said their
+    days were refused from then on, which was not so; --keep-days past the calendar was a
+    traceback. Refused by name (exit 2) before any store is opened; the calendar's bound
+    keeps everything."""
+    import datetime as dt
+
+    tomorrow = (dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)).isoformat()
+    for before in (tomorrow, "9999-12-31"):
+        result = veil("retention", "--db", str(tmp_path / "none.db"), "--before", before)
+        assert result.returncode == 2 and "--before" in result.stderr, result.stderr
+    result = veil("retention", "--db", str(tmp_path / "none.db"), "--before", "2026-02-30")
+    assert result.returncode == 2 and "--before" in result.stderr, result.stderr
+    result = veil("retention", "--db", str(tmp_path / "none.db"), "--keep-days", "10" * 15)
+    assert "Traceback" not in result.stderr and "keep" not in result.stderr.lower(), result.stderr
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_dashboard_refuses_a_port_it_would_wrap(tmp_path: Path) -> None:
+    """--port 70000 listened on 4464 (waitress takes the port modulo 65536), -1 was a
+    traceback: refused by name, exit 2."""
+    for port in ("70000", "-1"):
+        result = veil("dashboard", "--db", str(tmp_path / "veil.db"), "--read-token", "t" * 32,
+                      "--port", port)
+        assert result.returncode == 2 and "--port" in result.stderr, result.stderr

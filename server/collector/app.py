@@ -36,7 +36,7 @@ class CollectorFlask(Flask):
         return json_response({"allow": methods}, headers={"Allow": ", ".join(methods)})
 
 
-def _token_list(setting: str | Iterable[str] | None, name: str) -> list[str]:
+def checked_tokens(setting: str | Iterable[str] | None, name: str) -> list[str]:
     """A token setting as a list (one string is one token); :class:`VeilError` naming the
     setting for a token that is not an RFC 6750 ``b64token``, saying so apart for an empty or
     blank one (e.g. from an unset environment variable)."""
@@ -69,9 +69,9 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     registry = app.config["REGISTRY"]
     if not isinstance(registry, Registry):
         registry = Registry.load(registry)
-    tokens = _token_list(app.config["READ_TOKENS"], "READ_TOKENS")
-    upload_tokens = _token_list(app.config["UPLOAD_TOKEN"], "UPLOAD_TOKEN")
-    metrics_tokens = _token_list(app.config["METRICS_TOKENS"], "METRICS_TOKENS")
+    tokens = checked_tokens(app.config["READ_TOKENS"], "READ_TOKENS")
+    upload_tokens = checked_tokens(app.config["UPLOAD_TOKEN"], "UPLOAD_TOKEN")
+    metrics_tokens = checked_tokens(app.config["METRICS_TOKENS"], "METRICS_TOKENS")
     max_reports = app.config["MAX_REPORTS_PER_BATCH"]
     if isinstance(max_reports, bool) or not isinstance(max_reports, int) or max_reports < 1:
         raise VeilError(f"MAX_REPORTS_PER_BATCH must be a positive integer; got {max_reports!r}")

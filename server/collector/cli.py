@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import ipaddress
 import logging
+import math
 import os
 import shutil
 import socket
@@ -163,16 +164,53 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+#: the most server processes and threads per process ``veil serve`` starts: each worker is
+#: a process of its own, so a mistyped count would fork until the machine gives out
+MAX_WORKERS = 256
+MAX_THREADS = 1024
+
+
+def _check_serving_bounds(args: argparse.Namespace) -> None:
+    """Refuse, before anything listens, what the workers would only refuse once started (or
+    never): a port outside 0-65535, more workers or threads than :data:`MAX_WORKERS` and
+    :data:`MAX_THREADS`, a rate that is not a finite number."""
+    if not 0 <= args.port <= 65535:
+        raise ParameterError("port", f"--port must be 0 (any free port) to 65535; got {args.port}")
+    for name, most in (("workers", MAX_WORKERS), ("threads", MAX_THREADS)):
+        if getattr(args, name) > most:
+            raise ParameterError(name, f"--{name} must be at most {most}; got {getattr(args, name)}"
+                                 " (each worker is a process; one per core is plenty)")
+    for name in ("network_rate", "token_rate", "burst_seconds"):
+        if not math.isfinite(getattr(args, name)):
+            option = "--" + name.replace("_", "-")
+            raise ParameterError(name, f"{option} must be a finite number; got {getattr(args, name)}")
+
+
+def _check_tokens(config: dict[str, Any]) -> None:
+    """The workers' token check, run before anything listens: a token no header can carry
+    is refused naming its option (documented as refused at start)."""
+    from veil.server.collector.app import checked_tokens
+
+    for key, option in (("READ_TOKENS", "--read-token"), ("UPLOAD_TOKEN", "--upload-token"),
+                        ("METRICS_TOKENS", "--metrics-token")):
+        try:
+            checked_tokens(config[key], option)
+        except VeilError as exc:
+            raise ParameterError(option.lstrip("-").replace("-", "_"), str(exc)) from None
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """Check the registry against the database, listen, and serve until SIGTERM or SIGINT."""
     from veil.server.collector.rate_limits import token_daily_cap
     from veil.server.storage import open_storage
     from veil.shared.registry import Registry
 
-    for name in ("threads", "workers", "connection_limit", "channel_timeout", "receive_timeout"):
+    for name in ("threads", "workers", "connection_limit", "channel_timeout", "receive_timeout",
+                 "max_reports"):
         if getattr(args, name) < 1:
             option = "--" + name.replace("_", "-")
             raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
+    _check_serving_bounds(args)
     if args.recent_ids_limit is not None and args.recent_ids_limit < 1:
         raise ParameterError("recent_ids_limit", f"--recent-ids-limit must be at least 1; got {args.recent_ids_limit}")
     for name in ("network_rate", "token_rate", "token_daily_cap", "proxy_hops"):
@@ -196,6 +234,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise ParameterError(name, f"{option} (default ${ENVIRONMENT[name]}) must be one of "
                             f"{', '.join(allowed)}; got {value!r}")
     config = serve_config(args)
+    _check_tokens(config)
     if config["DASHBOARD"] and not config["READ_TOKENS"]:
         raise ParameterError("read_token", "--dashboard shows data to read tokens only: give "
                              f"--read-token (or set ${ENVIRONMENT['read_token']})")

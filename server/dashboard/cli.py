@@ -64,6 +64,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
                         f"set ${ENVIRONMENT['db']} or ${ENVIRONMENT['server']}")
     if args.threads < 1:
         raise ParameterError("threads", f"--threads must be at least 1; got {args.threads}")
+    if not 0 <= args.port <= 65535:  # waitress would listen on the port modulo 65536
+        raise ParameterError("port", f"--port must be 0 (any free port) to 65535; got {args.port}")
     app = create_dashboard(dashboard_config(args))
     try:
         server = create_server(app, host=args.host, port=args.port, threads=args.threads,

@@ -133,12 +133,24 @@ def run_retention(args: argparse.Namespace) -> int:
 
     from veil.server.storage import open_storage
 
+    today = dt.datetime.now(dt.UTC).date()
     if args.keep_days is not None:
         if args.keep_days < 1:
-            raise ParameterError("--keep-days", f"must be at least 1; got {args.keep_days}")
-        cutoff = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=args.keep_days - 1)).isoformat()
+            raise ParameterError("keep_days", f"--keep-days must be at least 1; got {args.keep_days}")
+        # more days than the calendar holds keeps everything
+        back = min(args.keep_days - 1, (today - dt.date.min).days)
+        cutoff = (today - dt.timedelta(days=back)).isoformat()
     else:
-        cutoff = args.before
+        try:
+            day = dt.date.fromisoformat(args.before)
+        except ValueError:
+            raise ParameterError("before", f"--before must be a day as YYYY-MM-DD; got "
+                                           f"{args.before!r}") from None
+        if day > today:
+            raise ParameterError(
+                "before", f"--before {day} is after today ({today}, UTC): it would drop the raw "
+                          "reports of today, which still arrive; give today or an earlier day")
+        cutoff = day.isoformat()
     with open_storage(args.db) as storage:
         dropped = storage.drop_days_before(cutoff)
         where = storage.location
