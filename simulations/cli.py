@@ -18,6 +18,18 @@ EXPERIMENT_NAMES = ("regression", "detection", "rr-vs-laplace", "laplace-mean", 
                     "marginals")
 
 
+def seed_number(text: str) -> int:
+    """A ``--seed``: a whole number from 0 to 2**64 - 1 (what NumPy's generators take), as
+    argparse reads it (a refusal is a usage error naming the option)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number; got {text!r}") from None
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 2**64 - 1; got {text}")
+    return value
+
+
 def configure_experiment(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil experiment``."""
     parser.add_argument("name", choices=(*EXPERIMENT_NAMES, "discovery", "all"),
@@ -25,7 +37,7 @@ def configure_experiment(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path,
                         help="results directory (metrics.csv, PNG plots, report.html)")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds), for tests")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the simulation generator")
+    parser.add_argument("--seed", type=seed_number, default=1, help="seed of the simulation generator")
     discovery = parser.add_argument_group("discovery")
     discovery.add_argument("--population", type=Path,
                            help="CSV of value,count (default: 100,000 URL-like strings of 8-64 "
@@ -94,7 +106,7 @@ def configure_simulate(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name}", type=kind, default=default, help=f"RAPPOR {name} (default {default})")
     parser.add_argument("--hashing", choices=HASHINGS, default="mmh3",
                         help="Bloom hashing: mmh3 (default) or md5-google (google/rappor's)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the simulation generator")
+    parser.add_argument("--seed", type=seed_number, default=1, help="seed of the simulation generator")
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -141,7 +153,7 @@ def configure_demo(parser: argparse.ArgumentParser) -> None:
     for name in ("p", "q", "f"):
         parser.add_argument(f"--{name}", type=float, default=getattr(defaults, name),
                             help=f"RAPPOR {name} of the string metric (default {getattr(defaults, name)})")
-    parser.add_argument("--seed", type=int, default=defaults.seed,
+    parser.add_argument("--seed", type=seed_number, default=defaults.seed,
                         help="seed of the simulated user behaviour (reports use the OS CSPRNG)")
     parser.add_argument("--temp-root", type=Path, default=None,
                         help="where to create the temporary directory (default: the system's)")
@@ -181,7 +193,7 @@ def configure_populate(parser: argparse.ArgumentParser) -> None:
                         help="only this metric (repeatable; default: every metric served)")
     parser.add_argument("--candidates-out", type=Path, default=None,
                         help="write the candidate strings to decode against to this file")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed_number, default=None,
                         help="seed of the simulated population (default: a fresh one, printed, "
                              "so that each run adds new installations)")
 

@@ -332,3 +332,26 @@ def test_dashboard_refuses_a_port_it_would_wrap(tmp_path: Path) -> None:
         result = veil("dashboard", "--db", str(tmp_path / "veil.db"), "--read-token", "t" * 32,
                       "--port", port)
         assert result.returncode == 2 and "--port" in result.stderr, result.stderr
+
+
+def test_map_refuses_to_overwrite_its_own_input(tmp_path: Path) -> None:
+    """veil map --out PARAMS (or the candidates file) replaced the input with the map."""
+    params = tmp_path / "params.csv"
+    params.write_text("k,h,m,p,q,f\n16,2,4,0.25,0.75,0.5\n", encoding="utf-8")
+    candidates = tmp_path / "candidates.txt"
+    candidates.write_text("a\nb\n", encoding="utf-8")
+    for target in (params, candidates):
+        before = target.read_bytes()
+        result = veil("map", "--params", str(params), "--candidates", str(candidates),
+                      "--out", str(target))
+        assert result.returncode == 2 and "--out" in result.stderr, result.stderr
+        assert target.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["simulate", "--reports", "100", "--values", "5"],
+                                     ["experiment", "strings", "--quick", "--out", "x"]])
+def test_a_negative_seed_is_a_usage_error(tmp_path: Path, command: list[str]) -> None:
+    """NumPy's generators take seeds from 0: -1 was a traceback from deep inside."""
+    result = veil(*command, "--seed", "-1", cwd=tmp_path)
+    assert result.returncode == 2 and "--seed" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

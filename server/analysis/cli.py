@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from concurrent.futures import Executor
+from pathlib import Path
 
 from veil.server.cli.options import (
     add_db_option,
@@ -231,6 +232,11 @@ def run_map(args: argparse.Namespace) -> int:
     from veil.server.analysis.candidate_map import read_candidates, write_map
     from veil.server.counts import read_params
 
+    if args.out:
+        for option, given in (("--params", args.params), ("--candidates", args.candidates)):
+            if Path(args.out).resolve() == Path(given).resolve():
+                raise ParameterError("out", f"--out {args.out} is the {option} file: writing "
+                                            "the map would overwrite it; give another path")
     params = read_params(args.params, args.hashing)
     candidates = read_candidates(args.candidates)
     write_map(params, candidates, args.out or sys.stdout)
