@@ -7,8 +7,6 @@ storage, the error handlers, then the routes. Nothing happens at import time.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from typing import Any
 
 from flask import Flask, Response
@@ -20,11 +18,9 @@ from veil.server.collector.rate_limits import upload_limits
 from veil.server.collector.responses import json_response, register_error_handlers
 from veil.server.collector.routes import api
 from veil.server.storage import open_storage
+from veil.server.tokens import checked_tokens
 from veil.shared.errors import VeilError
 from veil.shared.registry import Registry
-
-#: RFC 6750's b64token: what a bearer token may be made of
-_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 
 class CollectorFlask(Flask):
@@ -34,28 +30,6 @@ class CollectorFlask(Flask):
         """``{"allow": [methods]}`` and the ``Allow`` header, for any route."""
         methods = sorted(super().make_default_options_response().allow)
         return json_response({"allow": methods}, headers={"Allow": ", ".join(methods)})
-
-
-def checked_tokens(setting: str | Iterable[str] | None, name: str) -> list[str]:
-    """A token setting as a list (one string is one token); :class:`VeilError` naming the
-    setting for a token that is not an RFC 6750 ``b64token``, saying so apart for an empty or
-    blank one (e.g. from an unset environment variable)."""
-    tokens = [setting] if isinstance(setting, str) else list(setting or ())
-    for token in tokens:
-        if isinstance(token, str) and _TOKEN.fullmatch(token):
-            continue
-        if not isinstance(token, str) or not token.strip():
-            raise VeilError(
-                f"{name} holds an empty token ({token!r}; an unset environment variable?): "
-                "give non-empty tokens, or leave the setting out"
-            )
-        raise VeilError(
-            f"{name}: a bearer token may hold only letters, digits and - . _ ~ + / "
-            "(then = padding), as RFC 6750 says; HTTP headers carry nothing else "
-            "reliably. Generate one with: python3 -c 'import secrets; "
-            "print(secrets.token_hex(32))'"
-        )
-    return tokens
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:

@@ -189,7 +189,7 @@ def _check_serving_bounds(args: argparse.Namespace) -> None:
 def _check_tokens(config: dict[str, Any]) -> None:
     """The workers' token check, run before anything listens: a token no header can carry
     is refused naming its option (documented as refused at start)."""
-    from veil.server.collector.app import checked_tokens
+    from veil.server.tokens import checked_tokens
 
     for key, option in (("READ_TOKENS", "--read-token"), ("UPLOAD_TOKEN", "--upload-token"),
                         ("METRICS_TOKENS", "--metrics-token")):
