@@ -91,7 +91,10 @@ class ChartWorker:
             result = decode_counts(...)
             write_outputs(result, out, charts=charts)
 
-    Leaving the block early (an error while decoding) does not wait for the helper.
+    Leaving the block early (an error while decoding) cancels the charts not yet drawn and
+    waits for the helper to stop (at most its start, well under a second): a pool left
+    running at exit can print a traceback from its own exit hook (a wake-up pipe already
+    closed) after the command's one-line error.
     """
 
     def __init__(self) -> None:
@@ -116,7 +119,7 @@ class ChartWorker:
         traceback: TracebackType | None,
     ) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=kind is None, cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _load_matplotlib() -> None:
