@@ -7,6 +7,7 @@ reaches a client, and the platform's per-user state directory is inside ``tmp_pa
                 backlog) and never answers: a collector that hangs.
 ``wait_in_flight``  ``wait_in_flight(state_dir, count)``: waits until an upload
                 has claimed ``count`` reports of the outbox, and says how many it has.
+``HeldFetchTransport``  the default transport, its registry fetches held until released.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from veil.client import RequestsTransport
 from veil.client.outbox import IN_FLIGHT
 from veil.client.state_dir import DATABASE_FILE
+from veil.shared.registry import Registry
 
 
 @pytest.fixture(autouse=True)
@@ -60,3 +64,15 @@ def wait_in_flight() -> Callable[[Path, int], int]:
             database.close()
 
     return wait
+
+
+class HeldFetchTransport(RequestsTransport):
+    """The default transport, whose registry fetches wait until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def fetch_registry(self, url: str, *, token: str | None, timeout: float) -> Registry:
+        assert self.release.wait(30), "the test never released the registry fetch"
+        return super().fetch_registry(url, token=token, timeout=timeout)

@@ -26,13 +26,13 @@ import time
 
 import pytest
 
+from tests.client.conftest import HeldFetchTransport
 from veil.client import (
     BudgetExceededError,
     Client,
     ClientClosedError,
     FlushResult,
     ParameterError,
-    RequestsTransport,
     UnknownMetricError,
 )
 from veil.client.registry_source import MAX_WAITING
@@ -143,18 +143,6 @@ def test_values_reported_before_the_registry_arrives_are_sent_once_it_does(
     assert client.registry == collector.registry
     client.close()
     assert collector.counts("homepage")["reports"] == 1
-
-
-class HeldFetchTransport(RequestsTransport):
-    """The default transport, whose registry fetches wait until ``release`` is set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = threading.Event()
-
-    def fetch_registry(self, url: str, *, token: str | None, timeout: float) -> Registry:
-        assert self.release.wait(30), "the test never released the registry fetch"
-        return super().fetch_registry(url, token=token, timeout=timeout)
 
 
 def test_a_cached_registry_is_used_at_once_and_refreshed_in_the_background(

@@ -26,8 +26,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from tests.client.conftest import HeldFetchTransport
 from tests.conftest import TEST_REGISTRY_TOML
-from veil.client import Client, ParameterError, RequestsTransport, UnknownMetricError
+from veil.client import Client, ParameterError, UnknownMetricError
 from veil.shared.registry import Registry
 
 REGISTRY = Registry.from_toml(
@@ -80,18 +81,6 @@ def hostile_reports() -> list[tuple[str, object]]:
                 ("crash_by_browser", {BadRepr(): 1, "browser": "chrome", "crashed": True,
                                       "load": 1.0})]
     return reports
-
-
-class HeldFetchTransport(RequestsTransport):
-    """The default transport, whose registry fetches wait until ``release`` is set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = threading.Event()
-
-    def fetch_registry(self, url: str, *, token: str | None, timeout: float) -> Registry:
-        assert self.release.wait(30), "the test never released the registry fetch"
-        return super().fetch_registry(url, token=token, timeout=timeout)
 
 
 @pytest.fixture
