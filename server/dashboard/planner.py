@@ -45,6 +45,8 @@ DEFAULTS = {"kind": "category", "oracle": "auto", "epsilon": "2", "categories": 
 #: distinct strings assumed when the form gives none
 DEFAULT_STRING_VALUES = 1000
 _INTEGERS = ("k", "h", "m")
+#: the settings that make a string metric Bloom RAPPOR (the others are FLH's and HCMS's)
+RAPPOR_FIELDS = frozenset({"k", "h", "m", "p", "q", "f"})
 _NUMBERS = ("epsilon", "p", "q", "f", "alpha", "low", "high")
 
 
@@ -88,6 +90,12 @@ def settings_of(form: Mapping[str, str]) -> tuple[dict[str, Any], int, int]:
             settings["oracle"] = given["oracle"]
     elif kind == "string":
         values = _count(given.get("values", str(DEFAULT_STRING_VALUES)), "values")
+        if RAPPOR_FIELDS & set(given):
+            # Bloom RAPPOR's own parameters: the form's default epsilon and oracle (the
+            # string oracles') are not its settings
+            settings.pop("epsilon", None)
+        elif "oracle" in given:
+            settings["oracle"] = given["oracle"]
     reports = _count(given.get("reports", DEFAULTS["reports"]), "reports")
     return settings, reports, values
 

@@ -210,6 +210,21 @@ def test_the_planner_uses_the_decoders_variances(client: Any) -> None:
     assert refused["tables"] == [] and "epsilon" in refused["notes"][0]
 
 
+def test_the_planner_plans_bloom_rappor_from_its_own_parameters(client: Any) -> None:
+    """A string metric given k, h, m, p, q and f is Bloom RAPPOR: the form's default epsilon
+    and oracle (the string oracles' settings) used to be passed along, and every such plan
+    was refused ("StringParams does not take 'epsilon'")."""
+    from veil.shared.kinds import StringParams
+
+    document = client.get("/planner?kind=string&k=128&h=2&m=64&p=0.5&q=0.75&f=0.5"
+                          "&values=1000&reports=1000000&format=json", headers=AUTH).json
+    assert document["tables"], document["notes"]
+    figures = {row["quantity"]: row["value"] for row in document["tables"][0]["rows"]}
+    params = StringParams(k=128, h=2, m=64, p=0.5, q=0.75, f=0.5)
+    assert figures["Mechanism"] == "string"
+    assert figures["ε one value (all its reports)"] == params.epsilon_inf
+
+
 MARGINALS_TOML = """\
 version = 1
 
