@@ -355,3 +355,11 @@ def test_a_negative_seed_is_a_usage_error(tmp_path: Path, command: list[str]) ->
     result = veil(*command, "--seed", "-1", cwd=tmp_path)
     assert result.returncode == 2 and "--seed" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_dashboard_refuses_a_token_no_header_can_carry(tmp_path: Path) -> None:
+    """veil serve refused --read-token 'has space' and veil dashboard took it (nobody could
+    then sign in with it): both read tokens through one check now."""
+    result = veil("dashboard", "--db", str(tmp_path / "veil.db"), "--read-token", "has space")
+    assert result.returncode == 2 and "--read-token" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

@@ -37,7 +37,8 @@ import sys
 from collections.abc import Iterator
 
 from veil.server.settings import ENVIRONMENT, env_value
-from veil.shared.errors import ParameterError
+from veil.server.tokens import checked_tokens
+from veil.shared.errors import ParameterError, VeilError
 
 __all__ = [
     "add_config_option",
@@ -120,7 +121,22 @@ def token_list(given: list[str] | None, variable: str, option: str) -> list[str]
             f"{where} holds an empty token (an unset shell variable?); give a non-empty token "
             f"(veil init generates some) or leave {option} out",
         )
-    return tokens
+    try:
+        return checked_tokens(tokens, where)
+    except VeilError as exc:  # a token no Authorization header can carry
+        raise ParameterError(field, str(exc)) from None
+
+
+def port_number(text: str) -> int:
+    """A ``--port``: 0 (any free port) to 65535, as argparse reads it (a server library
+    would take a larger one modulo 65536, or fail with a traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number; got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0 (any free port) to 65535; got {text}")
+    return value
 
 
 @contextlib.contextmanager

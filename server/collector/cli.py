@@ -29,6 +29,7 @@ from veil.server.cli.options import (
     add_config_option,
     add_db_option,
     add_range_options,
+    port_number,
     token_list,
 )
 from veil.server.collector.config import DEFAULTS
@@ -47,7 +48,7 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
                                     "missing), or postgresql://... (an existing database)")
     parser.add_argument("--host", default=DEFAULTS["HOST"],
                         help=f"address to listen on (default {DEFAULTS['HOST']})")
-    parser.add_argument("--port", type=int, default=DEFAULTS["PORT"],
+    parser.add_argument("--port", type=port_number, default=DEFAULTS["PORT"],
                         help=f"port (default {DEFAULTS['PORT']}; 0 picks a free one)")
     parser.add_argument("--threads", type=int, default=DEFAULTS["THREADS"],
                         help=f"threads serving requests per worker (default {DEFAULTS['THREADS']})")
@@ -172,10 +173,8 @@ MAX_THREADS = 1024
 
 def _check_serving_bounds(args: argparse.Namespace) -> None:
     """Refuse, before anything listens, what the workers would only refuse once started (or
-    never): a port outside 0-65535, more workers or threads than :data:`MAX_WORKERS` and
+    never): more workers or threads than :data:`MAX_WORKERS` and
     :data:`MAX_THREADS`, a rate that is not a finite number."""
-    if not 0 <= args.port <= 65535:
-        raise ParameterError("port", f"--port must be 0 (any free port) to 65535; got {args.port}")
     for name, most in (("workers", MAX_WORKERS), ("threads", MAX_THREADS)):
         if getattr(args, name) > most:
             raise ParameterError(name, f"--{name} must be at most {most}; got {getattr(args, name)}"
@@ -184,19 +183,6 @@ def _check_serving_bounds(args: argparse.Namespace) -> None:
         if not math.isfinite(getattr(args, name)):
             option = "--" + name.replace("_", "-")
             raise ParameterError(name, f"{option} must be a finite number; got {getattr(args, name)}")
-
-
-def _check_tokens(config: dict[str, Any]) -> None:
-    """The workers' token check, run before anything listens: a token no header can carry
-    is refused naming its option (documented as refused at start)."""
-    from veil.server.tokens import checked_tokens
-
-    for key, option in (("READ_TOKENS", "--read-token"), ("UPLOAD_TOKEN", "--upload-token"),
-                        ("METRICS_TOKENS", "--metrics-token")):
-        try:
-            checked_tokens(config[key], option)
-        except VeilError as exc:
-            raise ParameterError(option.lstrip("-").replace("-", "_"), str(exc)) from None
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -234,7 +220,6 @@ def run_serve(args: argparse.Namespace) -> int:
             raise ParameterError(name, f"{option} (default ${ENVIRONMENT[name]}) must be one of "
                             f"{', '.join(allowed)}; got {value!r}")
     config = serve_config(args)
-    _check_tokens(config)
     if config["DASHBOARD"] and not config["READ_TOKENS"]:
         raise ParameterError("read_token", "--dashboard shows data to read tokens only: give "
                              f"--read-token (or set ${ENVIRONMENT['read_token']})")

@@ -10,7 +10,7 @@ import argparse
 import signal
 from typing import Any
 
-from veil.server.cli.options import add_db_option, add_server_options, token_list
+from veil.server.cli.options import add_db_option, add_server_options, port_number, token_list
 from veil.server.settings import ENVIRONMENT
 from veil.shared.errors import ParameterError, VeilError
 
@@ -34,7 +34,7 @@ def configure_dashboard(parser: argparse.ArgumentParser) -> None:
                         "line, for string metrics")
     parser.add_argument("--host", default=DEFAULT_HOST,
                         help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                         help=f"threads serving requests (default {DEFAULT_THREADS})")
@@ -64,8 +64,6 @@ def run_dashboard(args: argparse.Namespace) -> int:
                         f"set ${ENVIRONMENT['db']} or ${ENVIRONMENT['server']}")
     if args.threads < 1:
         raise ParameterError("threads", f"--threads must be at least 1; got {args.threads}")
-    if not 0 <= args.port <= 65535:  # waitress would listen on the port modulo 65536
-        raise ParameterError("port", f"--port must be 0 (any free port) to 65535; got {args.port}")
     app = create_dashboard(dashboard_config(args))
     try:
         server = create_server(app, host=args.host, port=args.port, threads=args.threads,
