@@ -2,7 +2,8 @@
 
 Reports are appended with one statement per (metric, day) group: the ids (and
 byte payloads) travel as one concatenated blob cut with ``substr()``, the
-cohorts (and integer payloads, packed as ``cohort << 32 | payload``) as a JSON array
+cohorts (and integer payloads, packed as ``cohort << 32 | payload`` when both fit, as
+``[cohort, payload]`` pairs otherwise) as a JSON array
 walked by ``json_each``, so SQLite runs the loop in C. ``executemany`` instead re-acquires the GIL for every row,
 and while other request threads run Python that stalls the writer, which holds
 the lock every writer waits on. Float payloads keep ``executemany``, so that the
