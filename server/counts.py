@@ -273,25 +273,26 @@ def csv_records(lines: Iterable[str], name: str, what: str) -> Iterator[Numbered
         except StopIteration:
             return
         except csv.Error as exc:
-            raise ParameterError(what, _csv_problem(name, start, reader.line_num, exc)) from None
+            raise ParameterError(what, csv_problem(name, start, reader.line_num, exc)) from None
         yield start, row
         start = reader.line_num + 1
 
 
-def _csv_problem(name: str, start: int, line: int, exc: csv.Error) -> str:
+def csv_problem(name: str | Path, start: int, line: int, exc: csv.Error,
+                word: str = "line") -> str:
     """What a :class:`csv.Error` means, for a record that starts on line ``start`` and
-    failed on line ``line``."""
+    failed on line ``line`` (``word`` is how the file's lines are called: line or row)."""
     text = str(exc)
     if text == "unexpected end of data":
-        return (f"{name} line {start}: a quote is never closed (the field it opens there "
-                f"runs to the end of the file)")
+        return (f"{name} {word} {start}: a quote is never closed (the field it opens runs to "
+                "the end of the file): close it or remove it")
     if text.startswith("field larger than field limit"):
-        return (f"{name} line {start}: a field is longer than {csv.field_size_limit()} "
-                f"characters; is a quote never closed?")
+        return (f"{name} {word} {start}: a field is longer than {csv.field_size_limit():,} "
+                "characters; is a quote never closed?")
     if "expected after" in text:
-        return (f"{name} line {line}: a closing quote must be followed by a comma or the end "
-                f"of the line (write a quote inside a quoted field as \"\")")
-    return f"{name} line {line}: not valid CSV: {text}"
+        return (f"{name} {word} {line}: a closing quote must be followed by a comma or the "
+                'end of the line (write a quote inside a quoted field as "")')
+    return f"{name} {word} {line}: not valid CSV: {text}"
 
 
 def _rows(source: PathOrFile, what: str) -> tuple[str, list[NumberedRow]]:

@@ -37,7 +37,7 @@ import numpy as np
 
 from veil.server.analysis.assoc_em import GroupedLikelihoods
 from veil.server.analysis.candidate_map import read_map
-from veil.server.counts import read_params
+from veil.server.counts import csv_problem, read_params
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import StringParams
 
@@ -81,22 +81,6 @@ def _shown(text: str, limit: int = 60) -> str:
     return f"{text[:limit]!r}... ({len(text):,} characters)"
 
 
-def _csv_problem(name: str | Path, start: int, line: int, exc: csv.Error, word: str) -> str:
-    """What a :class:`csv.Error` means, for a record that starts on line ``start`` and
-    failed on line ``line`` (``word`` is how the file's lines are called: line or row)."""
-    text = str(exc)
-    if text == "unexpected end of data":
-        return (f"{name} {word} {start}: a quote is never closed (the field it opens runs to "
-                "the end of the file): close it or remove it")
-    if text.startswith("field larger than field limit"):
-        return (f"{name} {word} {start}: a field is longer than {csv.field_size_limit():,} "
-                "characters; is a quote never closed?")
-    if "expected after" in text:
-        return (f"{name} {word} {line}: a closing quote must be followed by a comma or the "
-                'end of the line (write a quote inside a quoted field as "")')
-    return f"{name} {word} {line}: not valid CSV: {text}"
-
-
 def _schema_rows(path: str | Path) -> list[tuple[int, dict[str, str]]]:
     """The schema's rows, each with its line, fields trimmed; the header checked."""
     try:
@@ -133,7 +117,7 @@ def _schema_rows(path: str | Path) -> list[tuple[int, dict[str, str]]]:
             else:
                 rows.append((line, dict(zip(header, fields, strict=True))))
     except csv.Error as exc:
-        raise ParameterError("schema", _csv_problem(path, last + 1, reader.line_num, exc,
+        raise ParameterError("schema", csv_problem(path, last + 1, reader.line_num, exc,
                                                     "line")) from None
     if header is None:
         raise ParameterError("schema", f"{path}: {needs}")
@@ -276,7 +260,7 @@ def _report_records(handle: Iterator[str], path: str | Path, names: tuple[str, s
         if lines:
             yield np.array(lines, dtype=np.int64), *columns
     except csv.Error as exc:
-        raise ParameterError("reports", _csv_problem(path, last + 1, reader.line_num, exc,
+        raise ParameterError("reports", csv_problem(path, last + 1, reader.line_num, exc,
                                                      "row")) from None
 
 
