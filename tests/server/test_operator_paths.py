@@ -3,6 +3,7 @@ naming the directory and what to do, from the storage and from every command."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 
@@ -62,3 +63,69 @@ def test_a_backup_into_a_missing_directory_is_named(tmp_path, wire):
             pytest.raises(StorageError, match=r"cannot create the backup .* the directory "
                                               r".*backups does not exist; create it first"):
         storage.backup(tmp_path / "backups" / "copy.db")
+
+
+def _foreign(path):
+    """Another program's SQLite file (rollback journal, one table)."""
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    return path
+
+
+def _left_alone(path, before: bytes) -> None:
+    """The file's bytes are as they were, and nothing was created beside it."""
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+@pytest.mark.parametrize("command", [
+    ["check"], ["stats"], ["migrate", "--dry-run"], ["migrate"], ["backup", "--out", "copy.db"],
+    ["export", "--metric", "homepage", "--out", "exports"], ["rebuild-aggregates"],
+    ["decode", "--metric", "homepage", "--out", "results"],
+])
+@pytest.mark.parametrize("kind", ["empty", "foreign"])
+def test_commands_that_read_leave_an_empty_or_foreign_file_as_it_was(tmp_path, capsys,
+                                                                    monkeypatch, command, kind):
+    """A mistyped --db must not turn a file into a Veil database (or its journal to WAL)."""
+    home = tmp_path / "files"
+    home.mkdir()
+    db = home / "some.db"
+    if kind == "empty":
+        db.touch()
+    else:
+        _foreign(db)
+    before = db.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert main([command[0], "--db", str(db), *command[1:]]) == 1
+    error = capsys.readouterr().err
+    expected = ("the file is empty; start the collector with this --db first" if kind == "empty"
+                else "is an SQLite file but not a Veil database")
+    assert expected in error
+    _left_alone(db, before)
+
+
+def test_serve_leaves_a_foreign_file_as_it_was(tmp_path, wire):
+    registry = tmp_path / "metrics.toml"
+    registry.write_text(wire.registry.to_toml(), encoding="utf-8")
+    home = tmp_path / "files"
+    home.mkdir()
+    db = _foreign(home / "their.db")
+    before = db.read_bytes()
+    served = subprocess.run([sys.executable, "-m", "veil.server.cli", "serve", "--config",
+                             str(registry), "--db", str(db), "--port", "0"],
+                            capture_output=True, text=True, timeout=60)
+    assert served.returncode == 1
+    assert "is an SQLite file but not a Veil database" in served.stderr
+    _left_alone(db, before)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+
+
+def test_serve_makes_an_empty_file_a_database(tmp_path, wire):
+    db = tmp_path / "made.db"
+    db.touch()
+    with open_storage(db, wire.registry, create=True) as storage:
+        assert storage.schema_version > 0

@@ -40,7 +40,10 @@ from veil.server.storage.sqlite.files import (
     BUSY_TIMEOUT_MS,
     MIN_FREE_BYTES,
     is_damage,
+    not_veil_problem,
+    not_veil_sentence,
     path_problem,
+    read_schema,
 )
 from veil.server.storage.sqlite.schema import (
     CREATE,
@@ -110,19 +113,10 @@ class SQLiteStorage(SQLiteWrites):
         """The steps from the file's ``PRAGMA user_version`` to :data:`SCHEMA_VERSION`, read
         without writing (the file is opened read-only)."""
         path = cls._existing_file(url)
-        try:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
-                                   timeout=BUSY_TIMEOUT_MS / 1000)
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot open {path}: {exc}") from None
-        try:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            tables = int(conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0])
-        except sqlite3.Error as exc:
-            detail = "it is not a usable SQLite database: " if is_damage(exc) else ""
-            raise StorageError(f"cannot read the schema of {path}: {detail}{exc}") from None
-        finally:
-            conn.close()
+        problem = not_veil_problem(path)
+        if problem is not None:
+            raise StorageError(problem)
+        version, tables = read_schema(path)
         return cls._steps(path, version, tables)
 
     @staticmethod
@@ -136,7 +130,7 @@ class SQLiteStorage(SQLiteWrites):
             )
         if version == 0:
             if tables:
-                raise StorageError(f"{path} is an SQLite file but not a Veil database")
+                raise StorageError(not_veil_sentence(path, tables))
             return []
         return migration_steps(version)
 
@@ -312,6 +306,9 @@ class SQLiteStorage(SQLiteWrites):
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if 0 < version < SCHEMA_VERSION:
             raise SchemaOutdatedError(str(path), version, SCHEMA_VERSION)
+        if version == 0:
+            tables = int(conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0])
+            raise StorageError(not_veil_sentence(path, tables))
         if version != SCHEMA_VERSION:
             raise StorageError(
                 f"{path} has schema version {version} and this Veil checks version "

@@ -116,6 +116,49 @@ def orphan_wal_problem(path: Path) -> str | None:
             "(docs/operations.md, Recovery)")
 
 
+def read_schema(path: Path) -> tuple[int, int]:
+    """``(PRAGMA user_version, number of schema objects)`` of the SQLite file at ``path``, read
+    through a read-only connection (nothing in the file changes, its journal mode included);
+    :class:`StorageError` if it cannot be read."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                               timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot open {path}: {exc}") from None
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        tables = int(conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0])
+    except sqlite3.Error as exc:
+        detail = "it is not a usable SQLite database: " if is_damage(exc) else ""
+        raise StorageError(f"cannot read the schema of {path}: {detail}{exc}") from None
+    finally:
+        conn.close()
+    return version, tables
+
+
+def not_veil_problem(path: Path, create: bool = False) -> str | None:
+    """Why the existing file at ``path`` must not be opened as a Veil database: it is another
+    program's SQLite file, or it is empty and the caller would not ``create`` a database in
+    it. Checked before the first connection that may write, so such a file is left exactly as
+    it was (its journal mode included). ``None`` if it looks like a Veil database, or cannot
+    be read (opening then says why, with the recovery)."""
+    try:
+        version, tables = read_schema(path)
+    except StorageError:
+        return None
+    if version != 0 or (create and not tables):
+        return None
+    return not_veil_sentence(path, tables)
+
+
+def not_veil_sentence(path: Path, tables: int) -> str:
+    """What to say of a file at schema version 0 holding ``tables`` schema objects."""
+    if tables:
+        return f"{path} is an SQLite file but not a Veil database"
+    return (f"no Veil database at {path}: the file is empty; start the collector with this "
+            "--db first")
+
+
 def is_damage(exc: BaseException) -> bool:
     """Whether SQLite says the file is damaged (rather than busy, full or unreachable)."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -141,6 +184,8 @@ class SQLiteFile(Storage):
             raise StorageError(
                 f"no Veil database at {self.path}; start the collector with this --db first"
             )
+        if self.path.exists() and (problem := not_veil_problem(self.path, create)) is not None:
+            raise StorageError(problem)
         if create:
             # a new file is private whatever the umask: it holds everyone's reports (SQLite
             # gives the -wal and -shm files the database file's mode)
