@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 from typing import Any
 
 from veil.server.cli.options import add_db_option, add_server_options, port_number, token_list
@@ -58,6 +59,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     from waitress.server import create_server
 
     from veil.server.dashboard.app import create_dashboard
+    from veil.server.dashboard.views import EXTENSION
 
     if args.db is None and args.server is None:
         raise ParameterError("db", "give --db (a collector's store) or --server (a collector's URL), or "
@@ -65,6 +67,10 @@ def run_dashboard(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise ParameterError("threads", f"--threads must be at least 1; got {args.threads}")
     app = create_dashboard(dashboard_config(args))
+    problem = app.extensions[EXTENSION].decodes.source.check()
+    if problem is not None:
+        print(f"veil dashboard: warning: the pages say so until this is fixed: {problem}",
+              file=sys.stderr, flush=True)
     try:
         server = create_server(app, host=args.host, port=args.port, threads=args.threads,
                                ident="veil")

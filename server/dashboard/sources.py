@@ -69,6 +69,19 @@ class DashboardSource:
                 self.storage = open_storage(self.db)
             return self.storage
 
+    def check(self) -> str | None:
+        """Read the source once, as a dashboard starting up does: why it cannot be read now
+        (the collector does not answer, the store is unavailable), or ``None``.
+        :class:`~veil.server.storage.StorageError` if ``db`` names no Veil store at all (a
+        missing, empty or foreign file), which waiting will not fix."""
+        from veil.server.storage import StorageUnavailable
+
+        try:
+            self.registry()
+        except (SourceError, StorageUnavailable) as exc:
+            return str(exc)
+        return None
+
     def registry(self) -> Registry:
         """The metrics the store holds, or those the collector serves."""
         if self.server is not None:

@@ -10,6 +10,7 @@ scripts served here, never inline ones, and load nothing from any other host.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -33,8 +34,10 @@ from veil.server.dashboard import planner as planner_fields
 from veil.server.dashboard.decodes import Decodes
 from veil.server.dashboard.model import Page
 from veil.server.dashboard.state import QUICK_RANGES, REFRESH, PageState
+from veil.server.http import SourceError
+from veil.server.storage.base import StorageError
 from veil.server.tokens import bearer_token, matching_token
-from veil.shared.errors import ParameterError
+from veil.shared.errors import ParameterError, VeilError
 from veil.shared.privacy import format_epsilon
 
 EXTENSION = "veil_dashboard"
@@ -44,6 +47,8 @@ CSP = ("default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'n
 
 #: page kinds drawn by another kind's template (the wheel must not hold two equal files)
 SHARED_TEMPLATES = {"discovery": "metric"}
+
+logger = logging.getLogger("veil.server.dashboard")
 
 dashboard = Blueprint("dashboard", __name__, template_folder="templates",
                       static_folder="static", static_url_path="/static")
@@ -159,6 +164,22 @@ def page_error(error: PageError) -> Response | tuple[str, int]:
     return render_template("error.html", status=error.status, message=error.message,
                            title="Not found" if error.status == 404 else "Bad request",
                            state=None), error.status
+
+
+@dashboard.errorhandler(SourceError)
+@dashboard.errorhandler(StorageError)
+def source_error(error: VeilError) -> Response | tuple[str, int]:
+    """The source cannot be read (the collector is down or refuses the token, the store is
+    missing or unavailable): 503, as JSON (twins) or as a page saying why, never a trace."""
+    message = f"the dashboard cannot read its source: {error}"
+    logger.warning("%s", message)
+    if _wants_data():
+        answer = jsonify({"error": {"code": "source_unavailable", "field": None,
+                                    "message": message}})
+        answer.status_code = 503
+        return answer
+    return render_template("error.html", status=503, message=message[0].upper() + message[1:],
+                           title="Source unavailable", state=None), 503
 
 
 def _state() -> PageState:

@@ -371,3 +371,45 @@ def test_an_unreachable_collector_is_named_in_one_voice(offline_url: str) -> Non
     ready, why = DashboardSource(server=offline_url, token="a-token").readiness()
     assert not ready and why.startswith("cannot reach the collector: ")
     assert "HTTPConnectionPool" not in why and "Max retries" not in why
+
+
+@pytest.mark.parametrize(("kind", "message"), [
+    ("missing", "no Veil database at"),
+    ("empty", "the file is empty; start the collector with this --db first"),
+])
+def test_a_store_that_is_not_there_is_refused_before_the_dashboard_listens(
+        tmp_path: Path, kind: str, message: str) -> None:
+    """It used to listen, then answer every page with a bare 500."""
+    db = tmp_path / "veil.db"
+    if kind == "empty":
+        db.touch()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+    refused = subprocess.run([sys.executable, "-m", "veil.server.cli", "dashboard", "--db",
+                              str(db), "--port", "0", "--read-token", TOKEN],
+                             capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 1 and message in refused.stderr, refused.stderr
+    assert "listening" not in refused.stdout
+    assert "Traceback" not in refused.stderr
+
+
+def test_an_unreachable_collector_is_said_on_every_page_not_as_a_500(offline_url: str) -> None:
+    """The dashboard may start before its collector: it warns, and each page answers 503
+    with the reason (HTML and the JSON twin) until the collector answers."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+    process = DashboardProcess(["--server", offline_url, "--token", "a-token",
+                                "--read-token", TOKEN], env)
+    try:
+        assert process.process.stderr is not None
+        warning = process.process.stderr.readline()  # printed before 'listening on'
+        assert warning.startswith("veil dashboard: warning: ") and offline_url in warning
+        for path in ("/", "/metric/homepage", "/privacy"):
+            page = requests.get(process.url + path, cookies={"veil_dashboard_token": TOKEN},
+                                timeout=60)
+            assert page.status_code == 503, path
+            assert "cannot reach the collector at" in page.text and 'role="alert"' in page.text
+            twin = requests.get(process.url + path, params={"format": "json"}, headers=AUTH,
+                                timeout=60)
+            assert twin.status_code == 503, path
+            assert twin.json()["error"]["code"] == "source_unavailable"
+    finally:
+        assert process.stop() == 0
