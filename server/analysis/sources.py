@@ -48,13 +48,12 @@ def _open(path: str, metric: str) -> Storage:
     """The storage at ``path`` (a file path or a URL), which must hold ``metric``."""
     from veil.server.storage import open_storage
 
-    if "://" not in path and not Path(path).is_file():
-        raise ParameterError("db", f"no collector database at {path}")
     storage = open_storage(path)
-    if metric not in storage.registry:
+    try:
+        storage.metric(metric)
+    except BaseException:
         storage.close()
-        known = ", ".join(sorted(storage.registry)) or "none"
-        raise ParameterError("metric", f"{path} has no metric {metric!r}; it has: {known}")
+        raise
     return storage
 
 

@@ -329,12 +329,13 @@ def run_export(args: argparse.Namespace) -> int:
     """Write google/rappor params.csv and counts.csv for a metric from the database."""
     from veil.server.counts import rappor_params, write_counts_document, write_params
     from veil.server.storage import open_storage
+    from veil.server.storage.base import UnknownMetricError
     from veil.shared.registry import Registry
 
     with open_storage(args.db) as storage:
         registry = Registry.load(args.config) if args.config else storage.registry
         if args.metric not in registry:
-            raise ParameterError("metric", f"unknown metric {args.metric!r}; known: {', '.join(sorted(registry))}")
+            raise UnknownMetricError(args.config or storage.location, args.metric, registry)
         metric = registry[args.metric]
         params = rappor_params(metric.params)
         document = storage.counts(metric, args.start, args.end,

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name loads on firs
         DayCount,
         InsertResult,
         Migration,
+        NoStoreError,
         RegistryMismatchError,
         SchemaOutdatedError,
         Storage,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name loads on firs
         StorageUnavailable,
         StoredReports,
         TooFewReportsError,
+        UnknownMetricError,
     )
     from veil.server.storage.sqlite import MIN_FREE_BYTES, RECENT_IDS_LIMIT, SQLiteStorage
 
@@ -56,6 +58,7 @@ _EXPORTS = {
     "DayCount": "veil.server.storage.base",
     "InsertResult": "veil.server.storage.base",
     "Migration": "veil.server.storage.base",
+    "NoStoreError": "veil.server.storage.base",
     "RegistryMismatchError": "veil.server.storage.base",
     "SchemaOutdatedError": "veil.server.storage.base",
     "Storage": "veil.server.storage.base",
@@ -63,6 +66,7 @@ _EXPORTS = {
     "StorageUnavailable": "veil.server.storage.base",
     "StoredReports": "veil.server.storage.base",
     "TooFewReportsError": "veil.server.storage.base",
+    "UnknownMetricError": "veil.server.storage.base",
     "MIN_FREE_BYTES": "veil.server.storage.sqlite",
     "RECENT_IDS_LIMIT": "veil.server.storage.sqlite",
     "SQLiteStorage": "veil.server.storage.sqlite",
@@ -78,6 +82,7 @@ __all__ = [
     "DayCount",
     "InsertResult",
     "Migration",
+    "NoStoreError",
     "RegistryMismatchError",
     "SQLiteStorage",
     "SchemaOutdatedError",
@@ -86,6 +91,7 @@ __all__ = [
     "StorageUnavailable",
     "StoredReports",
     "TooFewReportsError",
+    "UnknownMetricError",
     "check_storage",
     "open_storage",
     "pending_migrations",

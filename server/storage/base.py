@@ -16,7 +16,7 @@ import dataclasses
 import datetime as dt
 import itertools
 import math
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,29 @@ class StorageError(VeilError):
 class DayError(StorageError, ParameterError):
     """A day is not written ``YYYY-MM-DD``, or a range ends before it starts: the caller's
     input (a usage error of a command, a 400 of the API), not the store's state."""
+
+
+class NoStoreError(StorageError, ParameterError):
+    """``--db`` names no Veil store (a missing, empty or foreign file, a database without
+    Veil's tables): the caller's input, a usage error of a command; nothing was done."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("db", message)
+
+
+class UnknownMetricError(StorageError, ParameterError):
+    """The store holds no metric of the name asked: a usage error of a command."""
+
+    def __init__(self, location: str, name: str, known: Iterable[str]) -> None:
+        names = sorted(known)
+        listed = ", ".join(names[:MAX_LISTED]) + (
+            f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
+        super().__init__("metric", f"{location} has no metric {name!r}; it has: "
+                                   f"{listed or 'none'}")
+
+
+#: metric names an :class:`UnknownMetricError` lists at most
+MAX_LISTED = 40
 
 
 class StorageUnavailable(StorageError):
@@ -497,9 +520,9 @@ class Storage(abc.ABC):
         self.close()
 
     def metric(self, name: str) -> Metric:
-        """The stored metric called ``name``; :class:`StorageError` if there is none."""
+        """The stored metric called ``name``; :class:`UnknownMetricError` if there is none."""
         if name not in self.registry:
-            raise StorageError(f"metric {name!r} is not in the registry stored in {self.location}")
+            raise UnknownMetricError(self.location, name, self.registry)
         return self.registry[name]
 
     def check_metric(self, metric: Metric) -> Statistic:

@@ -313,7 +313,7 @@ def test_decode_errors_from_a_collector(
     assert "has no metric 'nope'" in capsys.readouterr().err
     assert main(["decode", "--db", str(tmp_path / "missing.db"), "--metric", "homepage",
                  "--out", out]) == 2
-    assert "no collector database" in capsys.readouterr().err
+    assert "no Veil database at" in capsys.readouterr().err
 
 
 def test_a_source_on_the_command_line_wins_over_the_variables(

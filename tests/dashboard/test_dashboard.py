@@ -387,7 +387,7 @@ def test_a_store_that_is_not_there_is_refused_before_the_dashboard_listens(
     refused = subprocess.run([sys.executable, "-m", "veil.server.cli", "dashboard", "--db",
                               str(db), "--port", "0", "--read-token", TOKEN],
                              capture_output=True, text=True, env=env, timeout=60)
-    assert refused.returncode == 1 and message in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and message in refused.stderr, refused.stderr
     assert "listening" not in refused.stdout
     assert "Traceback" not in refused.stderr
 

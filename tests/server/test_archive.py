@@ -493,8 +493,8 @@ def test_cli_errors_name_the_problem(store, tmp_path, capsys):
     archive(store, root, progress=False)
     assert "no reports of metric 'nope'" in error("aggregate", "--archive", str(root), "--db",
                                                   db, "--metric", "nope")
-    assert "metric 'nope' is not in the registry" in error("archive", "--db", db, "--out",
-                                                           str(root), "--metric", "nope")
+    assert "has no metric 'nope'; it has: " in error("archive", "--db", db, "--out",
+                                                     str(root), "--metric", "nope", code=2)
     assert "--workers sizes a local cluster" in error(
         "aggregate", "--archive", str(root), "--db", db, "--scheduler", "tcp://127.0.0.1:1",
         "--workers", "2", code=2)

@@ -66,7 +66,7 @@ def test_export_of_a_category_metric_and_refusals(app, client, wire, tmp_path):
     boolean = veil("export", "--db", db, "--metric", "dark_mode", "--out", str(tmp_path / "b"))
     assert boolean.returncode == 2 and "exist only for metrics reported with RAPPOR bits" in boolean.stderr
     missing = veil("export", "--db", str(tmp_path / "none.db"), "--metric", "x", "--out", "o")
-    assert missing.returncode == 1 and "no Veil database" in missing.stderr
+    assert missing.returncode == 2 and "no Veil database" in missing.stderr
 
 
 def test_rebuild_aggregates_and_backup_commands(client, wire, tmp_path):

@@ -118,7 +118,7 @@ def test_dry_run_refuses_what_it_cannot_migrate(tmp_path, capsys):
     conn.close()
     with pytest.raises(StorageError, match="not a Veil database"):
         pending_migrations(foreign)
-    assert main(["migrate", "--db", str(tmp_path / "missing.db"), "--dry-run"]) == 1
+    assert main(["migrate", "--db", str(tmp_path / "missing.db"), "--dry-run"]) == 2
     assert "no Veil database at" in capsys.readouterr().err
 
 

@@ -41,7 +41,7 @@ def test_a_file_on_the_way_is_named(tmp_path, wire):
 ])
 def test_every_command_names_the_missing_directory(tmp_path, capsys, command):
     db = tmp_path / "missing" / "veil.db"
-    assert main([command[0], "--db", str(db), *command[1:]]) == 1
+    assert main([command[0], "--db", str(db), *command[1:]]) == 2  # a usage error
     error = capsys.readouterr().err
     assert f"the directory {tmp_path / 'missing'} does not exist" in error
     assert "unable to open database" not in error
@@ -98,7 +98,7 @@ def test_commands_that_read_leave_an_empty_or_foreign_file_as_it_was(tmp_path, c
         _foreign(db)
     before = db.read_bytes()
     monkeypatch.chdir(tmp_path)
-    assert main([command[0], "--db", str(db), *command[1:]]) == 1
+    assert main([command[0], "--db", str(db), *command[1:]]) == 2  # a usage error
     error = capsys.readouterr().err
     expected = ("the file is empty; start the collector with this --db first" if kind == "empty"
                 else "is an SQLite file but not a Veil database")
@@ -116,7 +116,7 @@ def test_serve_leaves_a_foreign_file_as_it_was(tmp_path, wire):
     served = subprocess.run([sys.executable, "-m", "veil.server.cli", "serve", "--config",
                              str(registry), "--db", str(db), "--port", "0"],
                             capture_output=True, text=True, timeout=60)
-    assert served.returncode == 1
+    assert served.returncode == 2
     assert "is an SQLite file but not a Veil database" in served.stderr
     _left_alone(db, before)
     with sqlite3.connect(db) as conn:

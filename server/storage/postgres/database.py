@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from veil.server.storage.base import (
     Migration,
+    NoStoreError,
     SchemaOutdatedError,
     Storage,
     StorageError,
@@ -181,7 +182,7 @@ class PostgresDatabase(Storage):
             version = self._version(conn, self._location)
             if version is None:
                 if not create:
-                    raise StorageError(f"no Veil store in {self._location}; start the collector "
+                    raise NoStoreError(f"no Veil store in {self._location}; start the collector "
                                        "with this --db first")
                 for statement in schema.CREATE:
                     conn.execute(statement)
@@ -217,7 +218,8 @@ class PostgresDatabase(Storage):
         with cls._connect(url) as conn:
             version = cls._version(conn, location)
         if version is None:
-            raise StorageError(f"no Veil store in {location}")
+            raise NoStoreError(f"no Veil store in {location}; start the collector with this "
+                               "--db first")
         cls._check_version(version, location)
         return schema.migration_steps(version)
 

@@ -27,6 +27,7 @@ from veil.server.storage.base import (
     CheckResult,
     DayCount,
     Migration,
+    NoStoreError,
     SchemaOutdatedError,
     StorageError,
     StorageUnavailable,
@@ -40,6 +41,7 @@ from veil.server.storage.sqlite.files import (
     BUSY_TIMEOUT_MS,
     MIN_FREE_BYTES,
     is_damage,
+    missing_store,
     not_veil_problem,
     not_veil_sentence,
     path_problem,
@@ -103,9 +105,9 @@ class SQLiteStorage(SQLiteWrites):
         path = Path(cls._path_of(url))
         problem = path_problem(path, create=False)
         if problem is not None:
-            raise StorageError(problem)
+            raise NoStoreError(problem)
         if not path.is_file():
-            raise StorageError(f"no Veil database at {path}")
+            raise NoStoreError(missing_store(path))
         return path
 
     @classmethod
@@ -115,7 +117,7 @@ class SQLiteStorage(SQLiteWrites):
         path = cls._existing_file(url)
         problem = not_veil_problem(path)
         if problem is not None:
-            raise StorageError(problem)
+            raise NoStoreError(problem)
         version, tables = read_schema(path)
         return cls._steps(path, version, tables)
 
@@ -130,7 +132,7 @@ class SQLiteStorage(SQLiteWrites):
             )
         if version == 0:
             if tables:
-                raise StorageError(not_veil_sentence(path, tables))
+                raise NoStoreError(not_veil_sentence(path, tables))
             return []
         return migration_steps(version)
 
@@ -139,7 +141,7 @@ class SQLiteStorage(SQLiteWrites):
         """The file a ``sqlite:///`` URL or a plain path names."""
         path = url.removeprefix("sqlite:///") if "://" in url else url
         if not path or "://" in path:
-            raise StorageError(f"{url!r} names no file; write sqlite:///veil.db or a plain path")
+            raise NoStoreError(f"{url!r} names no file; write sqlite:///veil.db or a plain path")
         return path
 
     @property
@@ -308,7 +310,7 @@ class SQLiteStorage(SQLiteWrites):
             raise SchemaOutdatedError(str(path), version, SCHEMA_VERSION)
         if version == 0:
             tables = int(conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0])
-            raise StorageError(not_veil_sentence(path, tables))
+            raise NoStoreError(not_veil_sentence(path, tables))
         if version != SCHEMA_VERSION:
             raise StorageError(
                 f"{path} has schema version {version} and this Veil checks version "

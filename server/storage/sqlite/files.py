@@ -43,7 +43,7 @@ try:
 except ImportError:  # not POSIX: processes serialize on SQLite's busy timeout alone
     fcntl = None  # type: ignore[assignment]
 
-from veil.server.storage.base import Storage, StorageError, StorageUnavailable
+from veil.server.storage.base import NoStoreError, Storage, StorageError, StorageUnavailable
 from veil.server.storage.sqlite import rows as sql
 from veil.server.storage.sqlite.commit import GroupCommit
 
@@ -151,6 +151,11 @@ def not_veil_problem(path: Path, create: bool = False) -> str | None:
     return not_veil_sentence(path, tables)
 
 
+def missing_store(path: Path) -> str:
+    """What to say of a path where no file is."""
+    return f"no Veil database at {path}; start the collector with this --db first"
+
+
 def not_veil_sentence(path: Path, tables: int) -> str:
     """What to say of a file at schema version 0 holding ``tables`` schema objects."""
     if tables:
@@ -177,15 +182,16 @@ class SQLiteFile(Storage):
 
     def __init__(self, path: str | Path, *, create: bool, min_free_bytes: int) -> None:
         self.path = Path(path)
-        problem = path_problem(self.path, create=create) or orphan_wal_problem(self.path)
+        problem = path_problem(self.path, create=create)
+        if problem is not None:
+            raise StorageError(problem) if create else NoStoreError(problem)
+        problem = orphan_wal_problem(self.path)
         if problem is not None:
             raise StorageError(problem)
         if not create and not self.path.exists():
-            raise StorageError(
-                f"no Veil database at {self.path}; start the collector with this --db first"
-            )
+            raise NoStoreError(missing_store(self.path))
         if self.path.exists() and (problem := not_veil_problem(self.path, create)) is not None:
-            raise StorageError(problem)
+            raise NoStoreError(problem)
         if create:
             # a new file is private whatever the umask: it holds everyone's reports (SQLite
             # gives the -wal and -shm files the database file's mode)
