@@ -329,7 +329,7 @@ def run_export(args: argparse.Namespace) -> int:
     """Write google/rappor params.csv and counts.csv for a metric from the database."""
     from veil.server.counts import rappor_params, write_counts_document, write_params
     from veil.server.storage import open_storage
-    from veil.server.storage.base import UnknownMetricError
+    from veil.server.storage.errors import UnknownMetricError
     from veil.shared.registry import Registry
 
     with open_storage(args.db) as storage:

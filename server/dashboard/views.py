@@ -35,7 +35,7 @@ from veil.server.dashboard.decodes import Decodes
 from veil.server.dashboard.model import Page
 from veil.server.dashboard.state import QUICK_RANGES, REFRESH, PageState
 from veil.server.http import SourceError
-from veil.server.storage.base import StorageError
+from veil.server.storage.errors import StorageError
 from veil.server.tokens import bearer_token, matching_token
 from veil.shared.errors import ParameterError, VeilError
 from veil.shared.privacy import format_epsilon

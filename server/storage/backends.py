@@ -6,7 +6,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from veil.server.storage.base import CheckResult, Migration, Storage, StorageError
+from veil.server.storage.base import CheckResult, Migration, Storage
+from veil.server.storage.errors import StorageError
 from veil.shared.registry import Registry
 
 #: each backend class (``module:Class``), the extra that installs its driver, and its URL
@@ -32,7 +33,7 @@ def open_storage(url: str | Path, registry: Registry | None = None, *, create: b
     metrics with reports); without, use the registry stored by the collector.
     ``create`` allows making a new store (the collector does; readers should not);
     a new store has the current schema. A store with an older schema raises
-    :class:`~veil.server.storage.base.SchemaOutdatedError` unless ``migrate``, which
+    :class:`~veil.server.storage.errors.SchemaOutdatedError` unless ``migrate``, which
     upgrades it (each step logged on the ``veil.server.storage`` logger; the steps
     applied are :attr:`Storage.migrated`). Other keyword ``options`` go to the backend
     (SQLite: ``recent_ids_limit``, ``min_free_bytes``; PostgreSQL: ``replay_window_days``,

@@ -16,14 +16,21 @@ import dataclasses
 import datetime as dt
 import itertools
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from veil.server.counts import build_document
-from veil.shared.errors import ParameterError, VeilError
+from veil.server.storage.errors import (
+    DayError,
+    RegistryMismatchError,
+    StorageError,
+    TooFewReportsError,
+    UnknownMetricError,
+)
+from veil.shared.errors import VeilError
 from veil.shared.registry import Metric, Registry
 from veil.shared.statistics import COLUMNS, State, Statistic, statistic_for
 from veil.shared.wire import Report
@@ -44,77 +51,6 @@ def sums_agree(stored: Any, recounted: Any, reports: int) -> bool:
         return False
     return math.isclose(stored, recounted, rel_tol=REAL_TOLERANCE,
                         abs_tol=REAL_TOLERANCE * max(reports, 1))
-
-
-class StorageError(VeilError):
-    """The store cannot be opened or used as asked (wrong file, newer schema, unknown metric)."""
-
-
-class DayError(StorageError, ParameterError):
-    """A day is not written ``YYYY-MM-DD``, or a range ends before it starts: the caller's
-    input (a usage error of a command, a 400 of the API), not the store's state."""
-
-
-class NoStoreError(StorageError, ParameterError):
-    """``--db`` names no Veil store (a missing, empty or foreign file, a database without
-    Veil's tables): the caller's input, a usage error of a command; nothing was done."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("db", message)
-
-
-class UnknownMetricError(StorageError, ParameterError):
-    """The store holds no metric of the name asked: a usage error of a command."""
-
-    def __init__(self, location: str, name: str, known: Iterable[str]) -> None:
-        names = sorted(known)
-        listed = ", ".join(names[:MAX_LISTED]) + (
-            f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
-        super().__init__("metric", f"{location} has no metric {name!r}; it has: "
-                                   f"{listed or 'none'}")
-
-
-#: metric names an :class:`UnknownMetricError` lists at most
-MAX_LISTED = 40
-
-
-class StorageUnavailable(StorageError):
-    """The store cannot take or answer a request now (I/O error, disk full, locked, closed):
-    nothing of the request was stored; retrying later may succeed. HTTP answers 503."""
-
-
-class SchemaOutdatedError(StorageError):
-    """The store has an older schema than this Veil's: it is migrated only when asked
-    (``veil migrate``, ``veil serve --migrate``), never silently on open."""
-
-    def __init__(self, location: str, version: int, current: int) -> None:
-        super().__init__(
-            f"{location} has schema version {version}, older than this Veil's ({current}). "
-            f"Back it up (veil backup), then migrate it: veil migrate --db {location} "
-            "(--dry-run lists the steps first), or start the collector with veil serve --migrate"
-        )
-
-
-class RegistryMismatchError(StorageError):
-    """A registry changes a metric's parameters although reports under the old ones are stored."""
-
-
-class TooFewReportsError(VeilError):
-    """Fewer reports than the metric's ``min_reports`` in the requested range.
-
-    Small batches of reports leak more about each person, so counts are
-    refused; an operator may override with ``min_reports=0`` (``--force``).
-    """
-
-    def __init__(self, metric: str, reports: int, min_reports: int) -> None:
-        self.metric = metric
-        self.reports = reports
-        self.min_reports = min_reports
-        super().__init__(
-            f"metric {metric!r} has {reports} reports in the requested range; at least "
-            f"{min_reports} (its min_reports) are needed before counts or reports are "
-            "released. Widen the date range or wait for more reports."
-        )
 
 
 @dataclasses.dataclass(frozen=True)

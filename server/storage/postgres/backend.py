@@ -24,11 +24,11 @@ from veil.server.storage.base import (
     LAST_DAY,
     CheckResult,
     DayCount,
-    StorageError,
     StoredReports,
     parse_day,
     sum_aggregate_rows,
 )
+from veil.server.storage.errors import StorageError
 from veil.server.storage.postgres import schema
 from veil.server.storage.postgres.database import safe_location
 from veil.server.storage.postgres.rows import (

@@ -6,7 +6,7 @@ registry in it, readiness, and failures as :class:`StorageUnavailable`.
 of psycopg 3 connections (each with its staging tables), the store created or migrated
 under an advisory lock (one creator at a time), and the registry recorded. Any failure
 of the server or the connection at run time raises
-:class:`~veil.server.storage.base.StorageUnavailable` (HTTP 503, retry later).
+:class:`~veil.server.storage.errors.StorageUnavailable` (HTTP 503, retry later).
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from veil.server.storage.base import (
-    Migration,
+from veil.server.storage.base import Migration, Storage, registry_to_record
+from veil.server.storage.errors import (
     NoStoreError,
     SchemaOutdatedError,
-    Storage,
     StorageError,
     StorageUnavailable,
-    registry_to_record,
 )
 from veil.server.storage.postgres import schema
 from veil.server.storage.postgres.outage import OUTAGE_LOG, libpq_reason

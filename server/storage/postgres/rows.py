@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from veil.server.storage.base import StorageError, aggregate_columns, payload_array, sums_agree
+from veil.server.storage.base import aggregate_columns, payload_array, sums_agree
+from veil.server.storage.errors import StorageError
 from veil.shared.statistics import State, Statistic
 
 _EPOCH = dt.date(1970, 1, 1)

@@ -30,14 +30,8 @@ import psycopg
 from psycopg import sql as psql
 from psycopg_pool import PoolTimeout
 
-from veil.server.storage.base import (
-    DailyCap,
-    DailyCapReached,
-    InsertResult,
-    StorageError,
-    StorageUnavailable,
-    parse_day,
-)
+from veil.server.storage.base import DailyCap, DailyCapReached, InsertResult, parse_day
+from veil.server.storage.errors import StorageError, StorageUnavailable
 from veil.server.storage.postgres import schema
 from veil.server.storage.postgres.database import POOL_SIZE, REPLAY_WINDOW_DAYS, PostgresDatabase
 from veil.server.storage.postgres.rows import (

@@ -27,14 +27,16 @@ from veil.server.storage.base import (
     CheckResult,
     DayCount,
     Migration,
-    NoStoreError,
-    SchemaOutdatedError,
-    StorageError,
-    StorageUnavailable,
     StoredReports,
     parse_day,
     payload_array,
     registry_to_record,
+)
+from veil.server.storage.errors import (
+    NoStoreError,
+    SchemaOutdatedError,
+    StorageError,
+    StorageUnavailable,
 )
 from veil.server.storage.sqlite import rows as sql
 from veil.server.storage.sqlite.files import (

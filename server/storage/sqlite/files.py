@@ -9,7 +9,7 @@ writers take an exclusive ``flock`` on ``<db>.lock`` and then ``BEGIN IMMEDIATE`
 busy timeout), so they queue instead of failing. Reads use pooled connections.
 
 Damage: opening runs ``PRAGMA quick_check`` and refuses a damaged file with a
-:class:`~veil.server.storage.base.StorageError` that names the recovery; a damaged
+:class:`~veil.server.storage.errors.StorageError` that names the recovery; a damaged
 page met later fails that call (``StorageUnavailable``) and every readiness
 probe after it; a row SQLite reads but Veil never writes fails the calls that
 read it.
@@ -43,7 +43,8 @@ try:
 except ImportError:  # not POSIX: processes serialize on SQLite's busy timeout alone
     fcntl = None  # type: ignore[assignment]
 
-from veil.server.storage.base import NoStoreError, Storage, StorageError, StorageUnavailable
+from veil.server.storage.base import Storage
+from veil.server.storage.errors import NoStoreError, StorageError, StorageUnavailable
 from veil.server.storage.sqlite import rows as sql
 from veil.server.storage.sqlite.commit import GroupCommit
 

@@ -19,12 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from veil.server.storage.base import (
-    StorageError,
-    aggregate_columns,
-    sum_aggregate_rows,
-    sums_agree,
-)
+from veil.server.storage.base import aggregate_columns, sum_aggregate_rows, sums_agree
+from veil.server.storage.errors import StorageError
 from veil.server.storage.sqlite.commit import Statement
 from veil.shared.registry import Metric
 from veil.shared.statistics import COLUMN_TYPES, COLUMNS, State, Statistic

@@ -6,7 +6,7 @@ lock, then commits them together with every insert queued behind the lock
 :mod:`~veil.server.storage.sqlite.ids`, and a call with a :class:`DailyCap` is counted
 under it in the same transaction. It returns once the transaction is committed
 (fsynced); any SQLite failure raises
-:class:`~veil.server.storage.base.StorageUnavailable`.
+:class:`~veil.server.storage.errors.StorageUnavailable`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from veil.server.storage.base import (
     DailyCap,
     DailyCapReached,
     InsertResult,
-    StorageError,
     parse_day,
     seconds_left_in_day,
     today,
 )
+from veil.server.storage.errors import StorageError
 from veil.server.storage.sqlite import rows as sql
 from veil.server.storage.sqlite.commit import Pending, Statement
 from veil.server.storage.sqlite.files import SQLiteFile
