@@ -162,15 +162,20 @@ def configure_demo(parser: argparse.ArgumentParser) -> None:
 def run_demo_command(args: argparse.Namespace) -> int:
     """Run the end-to-end demo."""
     from veil.simulations.demo import run_demo
-    from veil.simulations.demo_config import DemoConfig
+    from veil.simulations.demo_config import MAX_INSTALLATIONS, DemoConfig
 
-    for name in ("installations", "workers"):
-        if getattr(args, name) < 1:
-            raise ParameterError(name, f"--{name} must be >= 1; got {getattr(args, name)}")
+    if args.workers < 1:
+        raise ParameterError("workers", f"--workers must be >= 1; got {args.workers}")
     config = DemoConfig(installations=args.installations, workers=args.workers, k=args.k, m=args.m,
                         p=args.p, q=args.q, f=args.f, seed=args.seed, out=args.out,
                         temp_root=args.temp_root)
     config.registry()  # validate the parameters before starting anything
+    fewest = config.minimum_installations()
+    if not fewest <= args.installations <= MAX_INSTALLATIONS:
+        raise ParameterError(
+            "installations", f"--installations must be from {fewest} (the fewest whose reports "
+            f"every metric may release) to {MAX_INSTALLATIONS:,} (each is a real client: use "
+            f"veil populate against a collector for more); got {args.installations}")
     run_demo(config)
     return 0
 

@@ -8,6 +8,9 @@ from pathlib import Path
 from veil.shared.kinds import BooleanParams, JointParams, NumberParams, StringParams
 from veil.shared.registry import Metric, Registry
 
+#: the most installations a demo runs: each is a real client with its own state directory
+#: (a few hundred a second); ``veil populate`` fills a collector with more
+MAX_INSTALLATIONS = 100_000
 #: the session lengths (minutes) the joint metric ``dark_by_session`` buckets
 SESSION_BUCKETS = (0.0, 15.0, 30.0, 60.0, 120.0)
 
@@ -28,6 +31,14 @@ class DemoConfig:
     seed: int = 2026
     out: Path = Path("veil-demo")
     temp_root: Path | None = None
+
+    def minimum_installations(self) -> int:
+        """The fewest installations whose reports reach every metric's ``min_reports`` (the
+        string metric gets :attr:`sites_per_installation` reports an installation, the
+        others one)."""
+        return max(-(-metric.min_reports // (self.sites_per_installation
+                                             if metric.name == "homepage" else 1))
+                   for metric in self.registry().values())
 
     def registry(self) -> Registry:
         """The metrics the simulated installations report."""

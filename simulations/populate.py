@@ -202,6 +202,13 @@ def populate(server: str, installations: int, *, token: str | None = None,
     if unknown:
         raise ParameterError("metric", f"the collector serves no metric {unknown[0]!r}; "
                              f"it serves {', '.join(registry)}")
+    if candidates_out is not None:
+        # written before any upload, so a path that cannot be written fails the run before
+        # it has sent anything
+        candidates_out.parent.mkdir(parents=True, exist_ok=True)
+        candidates_out.write_text("".join(f"{s}\n" for s in (*SITES, *DECOYS)), encoding="utf-8")
+        say(f"candidates: {candidates_out} ({len(SITES)} sites that will be reported and "
+            f"{len(DECOYS)} that will not)")
     if seed is None:
         seed = secrets.randbelow(2**32)
         say(f"population seed {seed} (--seed {seed} draws the same installations again)")
@@ -227,9 +234,4 @@ def populate(server: str, installations: int, *, token: str | None = None,
                 ]
                 accepted[name] += _upload(session, server, token, reports)
             say(f"{name}: {accepted[name]:,} reports accepted; truth: {truth[name]}")
-    if candidates_out is not None:
-        candidates_out.parent.mkdir(parents=True, exist_ok=True)
-        candidates_out.write_text("".join(f"{s}\n" for s in (*SITES, *DECOYS)), encoding="utf-8")
-        say(f"candidates: {candidates_out} ({len(SITES)} sites that were reported and "
-            f"{len(DECOYS)} that were not)")
     return Populated(accepted, truth)

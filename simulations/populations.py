@@ -15,7 +15,6 @@ reproducible and is NOT suitable for producing real reports.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 import math
@@ -91,25 +90,35 @@ class Population:
 
     @classmethod
     def from_csv(cls, path: str | Path) -> Population:
-        """Read ``value,count`` rows (an optional ``value,count`` header is skipped)."""
+        """Read ``value,count`` rows of a UTF-8 CSV file (an optional ``value,count`` header
+        is skipped); :class:`ParameterError` of field ``population`` naming the line."""
+        from veil.server.counts import csv_records
+
         rows: list[tuple[str, int]] = []
-        with open(path, newline="", encoding="utf-8") as handle:
-            for line_no, row in enumerate(csv.reader(handle), start=1):
-                if not row or (line_no == 1 and [c.strip().lower() for c in row] == ["value", "count"]):
-                    continue
-                if len(row) != 2:
-                    raise ParameterError(
-                        "population", f"{path}:{line_no}: expected 'value,count', got {len(row)} columns"
-                    )
-                try:
-                    count = int(row[1])
-                except ValueError:
-                    raise ParameterError(
-                        "population", f"{path}:{line_no}: count {row[1]!r} is not an integer"
-                    ) from None
-                if count < 0:
-                    raise ParameterError("population", f"{path}:{line_no}: count must be >= 0")
-                rows.append((row[0], count))
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as handle:
+                records = list(csv_records(handle, str(path), "population"))
+        except OSError as exc:
+            raise ParameterError("population", f"cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ParameterError("population", f"{path}: not UTF-8 text (byte {exc.start}); "
+                                               "save it as UTF-8") from None
+        for line_no, row in records:
+            if not row or (line_no == 1 and [c.strip().lower() for c in row] == ["value", "count"]):
+                continue
+            if len(row) != 2:
+                raise ParameterError(
+                    "population", f"{path}:{line_no}: expected 'value,count', got {len(row)} columns"
+                )
+            try:
+                count = int(row[1])
+            except ValueError:
+                raise ParameterError(
+                    "population", f"{path}:{line_no}: count {row[1]!r} is not an integer"
+                ) from None
+            if count < 0:
+                raise ParameterError("population", f"{path}:{line_no}: count must be >= 0")
+            rows.append((row[0], count))
         return cls.from_counts(rows)
 
     def __len__(self) -> int:

@@ -184,13 +184,17 @@ class PrefixSearch:
 
     def fit(self, levels: Iterable[tuple[np.ndarray, np.ndarray]]) -> PrefixSearch:
         """Search over ``(rows, buckets)`` of each level in order (:func:`payload_rows`)."""
-        if not (isinstance(self.false_prefixes, int | float) and self.false_prefixes > 0):
-            raise ParameterError("false_prefixes", f"must be a number above 0; got "
-                                                   f"{self.false_prefixes!r}")
         if isinstance(self.max_prefixes, bool) or not isinstance(self.max_prefixes, int) \
                 or self.max_prefixes < 1:
             raise ParameterError("max_prefixes", f"must be an integer >= 1; got "
                                                  f"{self.max_prefixes!r}")
+        # more false prefixes a level than a level keeps would fill it with noise (and past
+        # twice the extensions examined, the per-extension rate is no probability)
+        if isinstance(self.false_prefixes, bool) or not isinstance(self.false_prefixes, int | float) \
+                or not 0 < self.false_prefixes <= self.max_prefixes:
+            raise ParameterError("false_prefixes", "must be a number above 0 and at most the "
+                                 f"{self.max_prefixes} prefixes a level keeps; got "
+                                 f"{self.false_prefixes!r}")
         params = self.params
         started = time.perf_counter()
         self.levels_: list[Level] = []

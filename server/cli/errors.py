@@ -71,6 +71,10 @@ def run_command(command: str, run: Callable[[argparse.Namespace], int],
         return _fail(command, str(exc), EXIT_USAGE)
     except VeilError as exc:
         return _fail(command, str(exc), EXIT_FAILED)
+    except MemoryError:
+        return _fail(command, "not enough memory for what was asked; ask for less (fewer "
+                     "reports, installations, candidates or days) or run it on a machine with "
+                     "more memory", EXIT_FAILED)
     except ModuleNotFoundError as exc:
         return _fail(command, missing_dependency(exc.name or str(exc)), EXIT_FAILED)
     except OSError as exc:

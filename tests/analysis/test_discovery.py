@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -167,6 +168,12 @@ def test_search_arguments_are_checked() -> None:
     with pytest.raises(ParameterError) as info:
         PrefixSearch(SMALL, max_prefixes=0).fit([])
     assert info.value.field == "max_prefixes"
+    # more false prefixes a level than a level keeps made the per-extension rate no
+    # probability (its threshold NaN: nothing found, silently)
+    for absurd in (101, 1e300, math.inf, math.nan, True):
+        with pytest.raises(ParameterError, match="at most the 100 prefixes a level keeps"):
+            PrefixSearch(SMALL, false_prefixes=absurd).fit([])
+    PrefixSearch(SMALL, false_prefixes=100).fit([])
 
 
 def test_reports_by_level_groups_chunks_by_cohort() -> None:

@@ -117,3 +117,21 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path) -> None:
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
     assert result.returncode == 0
+
+
+def test_a_size_beyond_memory_is_one_line_not_a_trace(tmp_path) -> None:
+    """Asked for 10^12 reports, the discovery experiment's first array (210 GiB) cannot be
+    had: one line saying to ask for less, exit 1. The address space is capped so that the
+    allocation fails whatever the machine's overcommit policy."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    result = subprocess.run([sys.executable, "-m", "veil.server.cli", "experiment", "discovery",
+                             "--reports", str(10**12), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=300, preexec_fn=cap)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.startswith("veil experiment: error: not enough memory for what was "
+                                    "asked; ask for less")
+    assert "Traceback" not in result.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from veil.server.cli import main
 from veil.simulations.demo import SITES
 
@@ -36,3 +38,16 @@ def test_demo_detects_the_top_strings_and_cleans_up(tmp_path, capsys) -> None:
     # the tidy table, with google/rappor's columns for its tools
     assert header[:4] == ["metric", "kind", "value", "string"]
     assert {"estimate", "std_error", "proportion", "prop_low_95", "prop_high_95"} <= set(header)
+
+
+@pytest.mark.parametrize("installations", ["99", "100001", "100000000000"])
+def test_demo_refuses_a_size_it_cannot_run_before_starting_anything(tmp_path, capsys,
+                                                                   installations) -> None:
+    """99 used to run every client and then fail on a metric's min_reports (100 dark_mode
+    reports); 10^11 ran for ever."""
+    temp_root = tmp_path / "tmp"
+    temp_root.mkdir()
+    assert main(["demo", "--installations", installations, "--out", str(tmp_path / "out"),
+                 "--temp-root", str(temp_root)]) == 2
+    assert "--installations must be from 100 (the fewest" in capsys.readouterr().err
+    assert list(temp_root.iterdir()) == [] and not (tmp_path / "out").exists()

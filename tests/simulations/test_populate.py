@@ -12,6 +12,7 @@ import pytest
 from tests.test_common_checks import EXAMPLES, IDS
 from veil.client import make_encoder
 from veil.server.cli import main
+from veil.server.storage import open_storage
 from veil.shared.kinds.joint import JointParams
 from veil.shared.registry import Metric, Registry
 from veil.simulations.demo import DECOYS, SITES, YES_SHARE
@@ -104,6 +105,18 @@ def test_populate_without_the_upload_token_says_how_to_give_it(collector_factory
     monkeypatch.delenv("VEIL_UPLOAD_TOKEN", raising=False)
     assert main(["populate", "--server", collector.url, "--installations", "10"]) == 1
     assert "--upload-token" in capsys.readouterr().err
+
+
+def test_populate_writes_the_candidates_before_it_uploads(collector, tmp_path, capsys) -> None:
+    """A --candidates-out that cannot be written fails the run before any report is sent
+    (it used to be written after every upload)."""
+    blocked = tmp_path / "file"
+    blocked.write_text("", encoding="utf-8")
+    assert main(["populate", "--server", collector.url, "--installations", "50",
+                 "--candidates-out", str(blocked / "homepage.txt")]) == 1
+    assert str(blocked) in capsys.readouterr().err
+    with open_storage(collector.db_path) as storage:
+        assert sum(row["reports"] for row in storage.stats()["metrics"]) == 0
 
 
 def test_populate_says_when_no_collector_answers(offline_url, capsys) -> None:

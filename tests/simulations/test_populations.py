@@ -49,6 +49,27 @@ def test_population_from_csv(tmp_path) -> None:
         Population.from_csv(path)
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    (b"caf\xe9,3\n", r"not UTF-8 text \(byte 3\); save it as UTF-8"),
+    (b'"home,3\nnews,1\n', "line 1: a quote is never closed"),
+    (b"home,3,4\n", "expected 'value,count', got 3 columns"),
+])
+def test_a_population_file_veil_cannot_read_is_named(tmp_path, content, message) -> None:
+    path = tmp_path / "pop.csv"
+    path.write_bytes(content)
+    with pytest.raises(ParameterError, match=message) as refused:
+        Population.from_csv(path)
+    assert refused.value.field == "population"
+    with pytest.raises(ParameterError, match="cannot read"):
+        Population.from_csv(tmp_path / "missing.csv")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_value(tmp_path) -> None:
+    path = tmp_path / "pop.csv"
+    path.write_bytes("\ufeffvalue,count\nhome,3\n".encode())
+    assert Population.from_csv(path).values == ("home",)
+
+
 def test_sampling_is_seeded_and_multinomial() -> None:
     """Counts of value v1 are Binomial(n, p1): within 4.5 sds sqrt(n p1 (1 - p1))."""
     population = Population.named("zipf1", 50)
