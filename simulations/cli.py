@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from veil.server.cli.options import worker_count
 from veil.shared.errors import ParameterError
 from veil.shared.hashing import HASHINGS
 
@@ -145,7 +146,7 @@ def configure_demo(parser: argparse.ArgumentParser) -> None:
                         help=f"where to write the plot and decoded table (default ./{defaults.out})")
     parser.add_argument("--installations", type=int, default=defaults.installations,
                         help=f"simulated installations (default {defaults.installations})")
-    parser.add_argument("--workers", type=int, default=defaults.workers,
+    parser.add_argument("--workers", type=worker_count, default=defaults.workers,
                         help=f"installations running at once (default {defaults.workers})")
     for name in ("k", "m"):
         parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name),
@@ -164,8 +165,6 @@ def run_demo_command(args: argparse.Namespace) -> int:
     from veil.simulations.demo import run_demo
     from veil.simulations.demo_config import MAX_INSTALLATIONS, DemoConfig
 
-    if args.workers < 1:
-        raise ParameterError("workers", f"--workers must be >= 1; got {args.workers}")
     config = DemoConfig(installations=args.installations, workers=args.workers, k=args.k, m=args.m,
                         p=args.p, q=args.q, f=args.f, seed=args.seed, out=args.out,
                         temp_root=args.temp_root)

@@ -14,6 +14,7 @@ from veil.server.cli.options import (
     add_db_option,
     add_range_options,
     print_log,
+    worker_count,
 )
 
 
@@ -67,7 +68,7 @@ def configure_aggregate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler", default="local", metavar="ADDRESS",
                         help="a Dask scheduler address (tcp://host:8786), or 'local' (the "
                              "default) for worker processes on this machine")
-    parser.add_argument("--workers", type=_positive, metavar="N",
+    parser.add_argument("--workers", type=worker_count, metavar="N",
                         help="worker processes of the local cluster (default: one per core)")
     add_range_options(parser)
 

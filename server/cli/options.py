@@ -139,6 +139,22 @@ def port_number(text: str) -> int:
     return value
 
 
+#: the most worker processes or threads a command starts on this machine
+MAX_WORKERS = 256
+
+
+def worker_count(text: str) -> int:
+    """A ``--workers`` of processes or threads on this machine: 1 to :data:`MAX_WORKERS`, as
+    argparse reads it (a larger one would start that many before anything failed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number; got {text!r}") from None
+    if not 1 <= value <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_WORKERS}; got {text}")
+    return value
+
+
 @contextlib.contextmanager
 def print_log(name: str, prefix: str) -> Iterator[None]:
     """Print the records of logger ``name`` from INFO up to stdout while the block runs."""

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from veil.server.cli.options import (
+    MAX_WORKERS,
     add_config_option,
     add_db_option,
     add_range_options,
@@ -165,9 +166,9 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-#: the most server processes and threads per process ``veil serve`` starts: each worker is
-#: a process of its own, so a mistyped count would fork until the machine gives out
-MAX_WORKERS = 256
+#: the most threads per process ``veil serve`` starts (and at most MAX_WORKERS processes:
+#: each worker is a process of its own, so a mistyped count would fork until the machine
+#: gives out)
 MAX_THREADS = 1024
 
 

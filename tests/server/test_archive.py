@@ -495,6 +495,10 @@ def test_cli_errors_name_the_problem(store, tmp_path, capsys):
                                                   db, "--metric", "nope")
     assert "has no metric 'nope'; it has: " in error("archive", "--db", db, "--out",
                                                      str(root), "--metric", "nope", code=2)
+    with pytest.raises(SystemExit) as stopped:  # argparse's usage error, before any cluster
+        main(["aggregate", "--archive", str(root), "--db", db, "--workers", "100000"])
+    assert stopped.value.code == 2
+    assert "--workers: must be from 1 to 256; got 100000" in capsys.readouterr().err
     assert "--workers sizes a local cluster" in error(
         "aggregate", "--archive", str(root), "--db", db, "--scheduler", "tcp://127.0.0.1:1",
         "--workers", "2", code=2)

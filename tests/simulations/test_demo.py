@@ -51,3 +51,10 @@ def test_demo_refuses_a_size_it_cannot_run_before_starting_anything(tmp_path, ca
                  "--temp-root", str(temp_root)]) == 2
     assert "--installations must be from 100 (the fewest" in capsys.readouterr().err
     assert list(temp_root.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+def test_demo_refuses_more_workers_than_a_machine_runs(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["demo", "--workers", "1000000", "--out", str(tmp_path / "out")])
+    assert stopped.value.code == 2
+    assert "--workers: must be from 1 to 256; got 1000000" in capsys.readouterr().err
