@@ -218,7 +218,7 @@ def _calendar_days(start: str | None, end: str | None) -> list[str]:
     if not 1 <= count <= MAX_DAYS:
         raise ParameterError("end", f"give an end on or after start, at most {MAX_DAYS} days "
                                     f"later; got {start} to {end}")
-    return [(first + dt.timedelta(days=offset)).strftime(DAY_FORMAT) for offset in range(count)]
+    return [(first + dt.timedelta(days=offset)).isoformat() for offset in range(count)]
 
 
 @dataclasses.dataclass(frozen=True)

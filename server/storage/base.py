@@ -258,10 +258,10 @@ def parse_day(value: dt.date | str | None, field: str) -> str | None:
     if isinstance(value, dt.datetime):
         value = value.date()
     if isinstance(value, dt.date):
-        return value.strftime(DAY_FORMAT)
+        return value.isoformat()  # strftime's %Y drops the zeros of years before 1000
     if isinstance(value, str):
         try:
-            return dt.datetime.strptime(value, DAY_FORMAT).date().strftime(DAY_FORMAT)
+            return dt.datetime.strptime(value, DAY_FORMAT).date().isoformat()
         except ValueError:
             pass
     raise DayError(field, f"{field} must be a day written YYYY-MM-DD; got {value!r}")
@@ -278,12 +278,12 @@ def day_range(start: dt.date | str | None, end: dt.date | str | None,
 
 def today() -> str:
     """Today's UTC day, the day under which new reports are filed."""
-    return dt.datetime.now(dt.UTC).strftime(DAY_FORMAT)
+    return dt.datetime.now(dt.UTC).date().isoformat()
 
 
 def yesterday() -> str:
     """Yesterday's UTC day: the last day that is over."""
-    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).strftime(DAY_FORMAT)
+    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
 
 
 def merge_registry(stored: Registry | None, given: Registry, with_data: Collection[str],

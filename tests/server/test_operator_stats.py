@@ -134,6 +134,15 @@ def test_veil_stats_needs_exactly_one_source(db, capsys, monkeypatch):
     assert "YYYY-MM-DD" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("day", ["0001-01-01", "0999-12-31"])
+def test_a_day_before_the_year_1000_is_a_day(db, capsys, day):
+    """strftime wrote 0999-12-31 back as 999-12-31, which the same check then refused."""
+    assert main(["stats", "--db", str(db), "--start", day, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["start"] == day
+    assert main(["stats", "--db", str(db), "--end", day, "--format", "json"]) == 0
+    assert sum(m["reports"] for m in json.loads(capsys.readouterr().out)["metrics"]) == 0
+
+
 def test_veil_stats_asks_a_running_collector(collector, wire, capsys):
     reports = wire.reports("homepage", ["a.example"] * 4) + wire.reports("battery", [50.0])
     answer = requests.post(collector.url + "/v1/reports", json=wire.batch(reports), timeout=10)
