@@ -28,6 +28,7 @@ every bit of every example is checked); a share of reports of stated probability
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -379,6 +380,11 @@ def check_decoder_recovers_a_known_population(
         states[cohort] = state
     # candidates matter to strings only; the other decoders ignore them
     result = decode_counts(document(params, sizes, states), [*truth, "never.example"])
+    # a test level is refused for every kind alike, whether its decoder reads it or not
+    for option, value in (("alpha", 0.0), ("alpha", math.nan), ("confidence", 1.0)):
+        with pytest.raises(ParameterError) as refused:
+            decode_counts(document(params, sizes, states), [*truth], **{option: value})
+        assert refused.value.field == option
     # one tidy table for every kind: a statistic drawn on its metric's range (a number's
     # mean) is estimated in the metric's unit, the others as shares
     estimate, std_error = (("estimate", "std_error") if result.chart == "range"

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from veil.server.analysis.results import DecodeResult
+from veil.server.analysis.stats import check_correction, check_level
 from veil.server.counts import CountsArrays, counts_arrays
 from veil.shared.errors import ParameterError
 from veil.shared.faces import FaceRegistry
@@ -54,6 +55,11 @@ class DecodeOptions:
     all_candidates: bool = False
 
     def __post_init__(self) -> None:
+        # checked for every kind, whether or not its decoder reads them: an alpha of -1
+        # must not pass for a boolean and fail for a string
+        check_level(self.alpha, "alpha")
+        check_level(self.confidence, "confidence")
+        check_correction(self.correction)
         if self.estimator not in ESTIMATORS:
             raise ParameterError(
                 "estimator", f"The 'estimator' parameter must be one of {', '.join(ESTIMATORS)}. "
