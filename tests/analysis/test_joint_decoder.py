@@ -177,3 +177,6 @@ def test_side_tables_name_their_intervals_for_the_confidence(tmp_path) -> None:
         with open(tmp_path / name, newline="") as handle:
             header = next(csv.reader(handle))
         assert expected in header and not any("95" in column for column in header), header
+    # and summary.json's marginals, which kept prop_low_95 at any confidence
+    summary = (tmp_path / "summary.json").read_text()
+    assert '"prop_low_90"' in summary and "_95" not in summary
