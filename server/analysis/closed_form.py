@@ -4,7 +4,7 @@ Each takes the validated counts (:class:`~veil.server.counts.CountsArrays`)
 and returns a :class:`~veil.server.analysis.results.DecodeResult`. Standard
 errors are for the population share (or mean): they treat reports as independent
 draws from the population, one per installation, the same model as the string
-decoder and the frequency oracles (docs/analysis.md, "What an interval covers").
+decoder and the frequency oracles (docs/analysis.md, "What the error bars mean").
 
 * Categories (basic RAPPOR, one bit per category): the share with category
   ``i`` is ``(c_i / N - p*) / (q* - p*)``, variance ``rho (1 - rho) / (N (q* - p*)^2)``

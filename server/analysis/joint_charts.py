@@ -190,10 +190,9 @@ def draw_pair_heatmaps(result: MarginalsResult, ax: Axes | None = None) -> Axes:
                            color="white" if share > 0.6 * top else "black")
     if image is not None:
         figure.colorbar(image, ax=panels, format="{x:.0%}", shrink=0.6)
-    confidence = float(result.summary.get("confidence", 0.95))
     figure.suptitle(f"{_title(result)}\nevery pair of {len(variables)} variables (colour: "
-                    f"consistent shares; text: share \u00b1 half-width of its {confidence:.0%} "
-                    "interval)", fontsize=8)
+                    f"consistent shares; text: share \u00b1 half-width of its "
+                    f"{_level(result.summary)} interval)", fontsize=8)
     axes: Axes = panels[0][0]
     return axes
 

@@ -5,8 +5,8 @@ reports are consistent with it, :mod:`veil.shared.kinds.oracles.base`) and then
 the same estimator. A report of category ``x`` supports ``x`` with probability
 ``p`` and any other category with probability ``q`` (``params.support_probs``).
 
-The estimand is the population share ``s_x`` (docs/analysis.md, "What an interval
-covers"): each installation's value is a draw from the population, its permanent
+The estimand is the population share ``s_x`` (docs/analysis.md, "What the error
+bars mean"): each installation's value is a draw from the population, its permanent
 response a randomization of that value and its one report a fresh randomization of
 the permanent response, independently across installations. So each report supports
 ``x`` with probability ``rho_x = s_x p + (1 - s_x) q``, independently of the others,

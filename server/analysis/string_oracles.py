@@ -29,7 +29,7 @@ Cauchy-Schwarz), by conjugate gradients: each product costs one scatter and one 
 over (candidates x functions), never a report. Values missing from the list still add
 noise of mean 0 and variance ``sum_missing s_y^2 / (B x functions)`` per candidate.
 
-The estimand is the population share (docs/analysis.md, "What an interval covers"):
+The estimand is the population share (docs/analysis.md, "What the error bars mean"):
 reports are independent given their cohorts' sizes, so ``Var(sum_r X_r) = sum_j N_j
 Var_j(X)``, estimated per cohort with the unbiased sample variance from ``sum X`` (the
 cell count) and ``sum X^2`` (FLH: from ``T[j, h_j(x)]``; HCMS: ``N_j / (2P - 1)^2``).

@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from veil.server.analysis.cost import privacy_cost
 from veil.server.analysis.selection import LeastSquares, WhitenedSystem
 from veil.server.analysis.stats import chi2_sf, detection_z, z_quantile
+from veil.server.analysis.tables import confidence_label
 from veil.shared.kinds import StringParams
 
 #: power at which the summary states the smallest detectable share
@@ -291,7 +292,7 @@ def description(summary: dict[str, Any]) -> str:
     low, high = summary["missing_proportion_low"], summary["missing_proportion_high"]
     text += (
         f"; not in the table: {summary['missing_proportion']:.1%} "
-        f"({summary['confidence']:.0%} interval {low:.1%} to {high:.1%})"
+        f"({confidence_label(summary['confidence'])}% interval {low:.1%} to {high:.1%})"
     )
     if high - low > 0.5:
         text += ": too few reports to say how much of the population the table leaves out"

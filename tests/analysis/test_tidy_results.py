@@ -170,6 +170,16 @@ def test_the_charts_say_what_they_show(tmp_path: Path) -> None:
         plt.close(ax.figure)
 
 
+def test_the_headline_names_a_fractional_confidence_as_the_columns_do(tmp_path: Path) -> None:
+    """At 0.999 the headline said '100% interval' (a percentage rounded to a whole one)."""
+    tmp_path.mkdir(exist_ok=True)
+    db = write_database(tmp_path / "veil.db", StringParams(k=32, h=2, m=8),
+                        population({"a.example": 0.5, "b.example": 0.5}, 300, seed=5), seed=6)
+    result = decode_metric(db=db, metric=METRIC, candidates=["a.example", "never.example"],
+                           force=True, confidence=0.999)
+    assert "(99.9% interval " in result.headline and "100% interval" not in result.headline
+
+
 def test_the_privacy_cost_per_installation_follows_the_ledger(tmp_path: Path) -> None:
     """Each distinct value (grid point) costs epsilon_inf; a number has resolution + 1."""
     params = NumberParams(low=0.0, high=10.0, mechanism="laplace", epsilon=2.0, resolution=16)
