@@ -165,6 +165,67 @@ def not_veil_sentence(path: Path, tables: int) -> str:
             "--db first")
 
 
+class HeldFiles:
+    """One set of descriptors per database file for the whole process, shared by every
+    storage open on it.
+
+    A storage holds a descriptor of its file to learn what became of it (``os.fstat``,
+    :meth:`SQLiteFile._open_file_problem`). Closing *any* descriptor of a file drops every
+    POSIX lock the process holds on it, SQLite's included: a second storage on the same
+    file in one process (the dashboard's discovery beside its own storage, two API calls)
+    closing its own descriptor took the first one's locks away, and another process then
+    took itself for the file's last user, checkpointed and deleted the ``-wal`` the first
+    was still committing to (acknowledged reports lost at the next crash). So a file's
+    descriptors are closed only when the last storage on it closes, after its connections.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: (st_dev, st_ino) -> (descriptors of that file, storages using them)
+        self._held: dict[tuple[int, int], tuple[list[int], int]] = {}
+
+    def acquire(self, path: Path) -> int:
+        """A descriptor of the file at ``path`` (opened, or shared with a storage already
+        holding it); :class:`OSError` if it cannot be opened."""
+        with self._lock:
+            try:
+                named = os.stat(path)
+                key: tuple[int, int] | None = (named.st_dev, named.st_ino)
+            except OSError:
+                key = None
+            if key in self._held:
+                fds, users = self._held[key]
+                self._held[key] = (fds, users + 1)
+                return fds[0]
+            fd = os.open(path, os.O_RDONLY)
+            opened = os.fstat(fd)
+            key = (opened.st_dev, opened.st_ino)
+            # the path may name a file already held if it changed since the stat: keep the
+            # new descriptor with the others (closing it now would drop their locks)
+            fds, users = self._held.get(key, ([], 0))
+            self._held[key] = ([*fds, fd], users + 1)
+            return fd
+
+    def release(self, fd: int) -> None:
+        """A storage holding ``fd`` is done with it (its connections closed): the file's
+        descriptors close with the last one."""
+        with self._lock:
+            for key, (fds, users) in list(self._held.items()):
+                if fd in fds:
+                    if users > 1:
+                        self._held[key] = (fds, users - 1)
+                        return
+                    del self._held[key]
+                    for each in fds:
+                        os.close(each)
+                    return
+            os.close(fd)
+
+
+#: the process's :class:`HeldFiles`
+HELD_FILES = HeldFiles()
+
+
 def is_damage(exc: BaseException) -> bool:
     """Whether SQLite says the file is damaged (rather than busy, full or unreachable)."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -330,8 +391,8 @@ class SQLiteFile(Storage):
             for conn in self._idle_readers:
                 conn.close()
             self._idle_readers.clear()
-        if self._file_fd is not None:  # after the connections: see _hold_file
-            os.close(self._file_fd)
+        if self._file_fd is not None:  # after the connections: see HeldFiles
+            HELD_FILES.release(self._file_fd)
 
     def ping(self) -> None:
         """Readiness: the file answers a query, is still the one at :attr:`path`, a write
@@ -358,12 +419,13 @@ class SQLiteFile(Storage):
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
     def _hold_file(self) -> None:
-        """Open a descriptor of the database file, so that ``os.fstat`` tells what became of
-        the file SQLite has open (:meth:`_open_file_problem`). It stays open until
-        :meth:`close` closes it after every connection: closing a descriptor of a file drops
-        the POSIX locks this process holds on it, SQLite's included."""
+        """Hold a descriptor of the database file, so that ``os.fstat`` tells what became of
+        the file SQLite has open (:meth:`_open_file_problem`). It is released by
+        :meth:`close` after every connection, and closed with the last storage of the
+        process on the file (:class:`HeldFiles`): closing a descriptor of a file drops the
+        POSIX locks this process holds on it, SQLite's included."""
         try:
-            self._file_fd = os.open(self.path, os.O_RDONLY)
+            self._file_fd = HELD_FILES.acquire(self.path)
             #: the largest size the open file has had: Veil never shrinks it
             self._largest = os.fstat(self._file_fd).st_size
         except OSError as exc:
