@@ -39,9 +39,9 @@ from veil.server.storage.errors import (
     StorageUnavailable,
 )
 from veil.server.storage.sqlite import rows as sql
-from veil.server.storage.sqlite.files import (
+from veil.server.storage.sqlite.files import MIN_FREE_BYTES
+from veil.server.storage.sqlite.paths import (
     BUSY_TIMEOUT_MS,
-    MIN_FREE_BYTES,
     is_damage,
     missing_store,
     not_veil_problem,
