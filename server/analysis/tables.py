@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import html
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -156,10 +157,38 @@ def number_row(
     }
 
 
+#: first characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: text that is a plain number: a spreadsheet reads it as that number, never as a formula
+_PLAIN_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A CSV cell that a spreadsheet shows but never runs: text that begins with ``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return gets a leading apostrophe (OWASP's
+    advice against CSV injection), unless it is a plain number; other values as they are.
+
+    Strings come from clients (candidates that were reported, strings that discovery
+    rebuilt from reports), so a CSV written for analysts must not carry a formula such as
+    ``=HYPERLINK(...)``. The JSON twins and the Python API keep every string unchanged."""
+    if isinstance(value, str) and value[:1] in FORMULA_STARTS \
+            and not _PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def analyst_csv(handle: Any) -> Any:
+    """A CSV writer for tables people open in spreadsheets: RFC 4180 line ends (``\r\n``),
+    so that a value holding a carriage return or a line feed is quoted and cannot end its
+    row; write its cells through :func:`spreadsheet_safe`."""
+    return csv.writer(handle, lineterminator="\r\n")
+
+
 def write_rows(path: str | Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
-    """Rows as CSV with a header row of ``columns`` (floats at full precision, None empty)."""
+    """Rows as CSV with a header row of ``columns`` (floats at full precision, None empty,
+    text :func:`spreadsheet_safe`)."""
     with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
+        writer = analyst_csv(handle)
         writer.writerow(columns)
         for row in rows:
             writer.writerow([_csv_value(row[name]) for name in columns])
@@ -224,4 +253,4 @@ def _csv_value(value: Any) -> Any:
         return ""
     if isinstance(value, float):
         return repr(value)
-    return value
+    return spreadsheet_safe(value)

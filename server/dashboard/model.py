@@ -6,7 +6,6 @@ table and the columns it draws, and its points are that table's rows.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import io
 import math
@@ -33,13 +32,16 @@ class Table:
                          for row in self.rows]}
 
     def to_csv(self) -> str:
-        """The table as CSV with a header of its column keys."""
+        """The table as CSV with a header of its column keys, its text cells safe to open in
+        a spreadsheet (:func:`~veil.server.analysis.tables.spreadsheet_safe`)."""
+        from veil.server.analysis.tables import analyst_csv, spreadsheet_safe
+
         out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
+        writer = analyst_csv(out)
         writer.writerow(list(self.columns))
         for row in self.rows:
-            writer.writerow(["" if _finite(row.get(key)) is None else row.get(key)
-                             for key in self.columns])
+            writer.writerow(["" if _finite(row.get(key)) is None else
+                             spreadsheet_safe(row.get(key)) for key in self.columns])
         return out.getvalue()
 
 
