@@ -178,7 +178,7 @@ def spreadsheet_safe(value: Any) -> Any:
 
 
 def analyst_csv(handle: Any) -> Any:
-    """A CSV writer for tables people open in spreadsheets: RFC 4180 line ends (``\r\n``),
+    """A CSV writer for tables people open in spreadsheets: RFC 4180 line ends (CR LF),
     so that a value holding a carriage return or a line feed is quoted and cannot end its
     row; write its cells through :func:`spreadsheet_safe`."""
     return csv.writer(handle, lineterminator="\r\n")
