@@ -95,6 +95,10 @@ def add_range_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     parser.add_argument("--end", help=end_help)
 
 
+#: tokens shorter than this are warned about (``veil init`` writes 32 hex digits, 128 bits)
+MIN_TOKEN_CHARACTERS = 16
+
+
 def token_list(given: list[str] | None, variable: str, option: str) -> list[str]:
     """Tokens from repeated ``option`` flags, else from ``variable`` (comma-separated).
 
@@ -125,6 +129,17 @@ def token_list(given: list[str] | None, variable: str, option: str) -> list[str]
         return checked_tokens(tokens, where)
     except VeilError as exc:  # a token no Authorization header can carry
         raise ParameterError(field, str(exc)) from None
+
+
+def short_token_warning(tokens: list[str], option: str) -> str | None:
+    """What to say when ``option`` gave a token shorter than :data:`MIN_TOKEN_CHARACTERS`:
+    neither the API nor the dashboard's sign-in slows down wrong guesses, so a short token
+    is a guessable one. ``None`` if every token is long enough."""
+    short = [token for token in tokens if len(token) < MIN_TOKEN_CHARACTERS]
+    if not short:
+        return None
+    return (f"{option} holds a {len(short[0])}-character token, which can be guessed; use at "
+            f"least {MIN_TOKEN_CHARACTERS} random characters (veil init writes 32 hex digits)")
 
 
 def port_number(text: str) -> int:

@@ -31,6 +31,7 @@ from veil.server.cli.options import (
     add_db_option,
     add_range_options,
     port_number,
+    short_token_warning,
     token_list,
 )
 from veil.server.collector.config import DEFAULTS
@@ -277,6 +278,10 @@ def _log_summary(config: dict[str, Any], metrics: int, location: str, url: str) 
     if not reads:
         logger.warning("no read token set (--read-token or %s): counts cannot be read over "
                        "HTTP", ENVIRONMENT["read_token"])
+    for tokens, option in ((uploads, "--upload-token"), (reads, "--read-token"),
+                           (scrapes, "--metrics-token")):
+        if (warning := short_token_warning(list(tokens), option)) is not None:
+            logger.warning("%s", warning)
     if config["PROXY_HOPS"] and not config["TRUSTED_PROXIES"] and not _loopback(config["HOST"]):
         logger.warning("--proxy-hops %d trusts the forwarded headers of any peer, and %s is "
                        "reachable from other machines: name the proxies with --trusted-proxy, "

@@ -11,7 +11,13 @@ import signal
 import sys
 from typing import Any
 
-from veil.server.cli.options import add_db_option, add_server_options, port_number, token_list
+from veil.server.cli.options import (
+    add_db_option,
+    add_server_options,
+    port_number,
+    short_token_warning,
+    token_list,
+)
 from veil.server.settings import ENVIRONMENT
 from veil.shared.errors import ParameterError, VeilError
 
@@ -66,7 +72,12 @@ def run_dashboard(args: argparse.Namespace) -> int:
                         f"set ${ENVIRONMENT['db']} or ${ENVIRONMENT['server']}")
     if args.threads < 1:
         raise ParameterError("threads", f"--threads must be at least 1; got {args.threads}")
-    app = create_dashboard(dashboard_config(args))
+    config = dashboard_config(args)
+    for tokens, option in ((config["READ_TOKENS"], "--read-token"),
+                           ([config["SERVER_TOKEN"]] if config["SERVER_TOKEN"] else [], "--token")):
+        if (warning := short_token_warning(tokens, option)) is not None:
+            print(f"veil dashboard: warning: {warning}", file=sys.stderr, flush=True)
+    app = create_dashboard(config)
     problem = app.extensions[EXTENSION].decodes.source.check()
     if problem is not None:
         print(f"veil dashboard: warning: the pages say so until this is fixed: {problem}",

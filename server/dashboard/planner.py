@@ -20,6 +20,7 @@ from typing import Any
 
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import MechanismParams, parse_params
+from veil.shared.kinds.oracles.base import MAX_ORACLE_CATEGORIES
 
 #: the form's fields: name -> (label, help); every one is optional but ``kind``
 FIELDS = {
@@ -60,11 +61,16 @@ def _number(value: str, field: str) -> float:
     return number
 
 
-def _count(value: str, field: str, least: int = 1) -> int:
-    if not value.strip().isdigit() or int(value) < least:
-        raise ParameterError(field, f"{field} must be a whole number of at least {least}; "
-                                    f"got {value!r}")
-    return int(value)
+def _count(value: str, field: str, least: int = 1, most: int = 10**15) -> int:
+    """A whole number written in ASCII digits, from ``least`` to ``most`` (other digits,
+    such as superscripts, pass ``isdigit`` but not ``int``; checked before any list of that
+    many values is built)."""
+    text = value.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 16) \
+            or not least <= int(text) <= most:
+        raise ParameterError(field, f"{field} must be a whole number from {least} to {most:,}; "
+                                    f"got {value[:40]!r}")
+    return int(text)
 
 
 def settings_of(form: Mapping[str, str]) -> tuple[dict[str, Any], int, int]:
@@ -84,7 +90,8 @@ def settings_of(form: Mapping[str, str]) -> tuple[dict[str, Any], int, int]:
         settings["mechanism"] = given["mechanism"]
     values = 2
     if kind == "category":
-        values = _count(given.get("categories", DEFAULTS["categories"]), "categories", 2)
+        values = _count(given.get("categories", DEFAULTS["categories"]), "categories", 2,
+                        MAX_ORACLE_CATEGORIES)
         settings["categories"] = [f"value {i + 1}" for i in range(values)]
         if "oracle" in given:
             settings["oracle"] = given["oracle"]

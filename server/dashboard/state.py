@@ -74,8 +74,10 @@ class PageState:
                                          f"({range_from}) to ({range_to}) covers "
                                          f"{(last - first).days + 1}")
         k_text = args.get("k") or str(DEFAULT_K)
-        if not k_text.isdigit() or not 1 <= int(k_text) <= MAX_K:
-            raise ParameterError("k", f"k must be a whole number from 1 to {MAX_K}; got {k_text!r}")
+        if not (k_text.isascii() and k_text.isdigit() and len(k_text) <= 6) \
+                or not 1 <= int(k_text) <= MAX_K:
+            raise ParameterError("k", f"k must be a whole number from 1 to {MAX_K}; "
+                                      f"got {k_text[:40]!r}")
         refresh = args.get("refresh") or ""
         if refresh not in REFRESH:
             raise ParameterError("refresh", f"refresh must be one of "

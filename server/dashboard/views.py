@@ -312,6 +312,7 @@ def _safe_next(target: str | None) -> str:
     if not target:
         return home
     parts = urlsplit(target)
-    if parts.scheme or parts.netloc or not target.startswith(home) or target.startswith("//"):
-        return home
+    if parts.scheme or parts.netloc or not target.startswith(home) or target.startswith("//") \
+            or not target.isprintable():
+        return home  # a line end would make the Location header a second header
     return target

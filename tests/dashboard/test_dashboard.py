@@ -178,12 +178,34 @@ def test_csv_twin_holds_the_json_twin_rows(client: Any) -> None:
     ("k=0", "k"), ("k=abc", "k"), ("from=yesterday", "from"), ("from=now&to=now-3d", "from"),
     ("refresh=1s", "refresh"), ("format=xml", "format"), ("format=csv&table=nope", "table"),
     ("from=0001-01-01", "from"),  # longer than a day-by-day decode reads (MAX_DAYS)
+    # digits int() cannot read (a superscript two, a circled one) and 5,000 digits were 500s
+    ("k=%C2%B2", "k"), ("k=%E2%91%A0", "k"), ("k=" + "9" * 5000, "k"),
 ])
 def test_a_bad_state_is_refused_by_name(client: Any, query: str, field: str) -> None:
     twin = "" if "format=" in query else "&format=json"
     answer = client.get(f"/metric/browser?{query}{twin}", headers=AUTH)
     assert answer.status_code == 400
     assert answer.json["error"]["field"] == field
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ("kind=category&categories=20000000", "categories"),  # built 2.2 GB before refusing
+    ("kind=category&categories=%C2%B2", "categories"), ("kind=string&values=" + "9" * 5000,
+                                                        "values"),
+])
+def test_the_planner_refuses_a_count_before_building_it(client: Any, query: str,
+                                                        field: str) -> None:
+    page = client.get(f"/planner?{query}&format=json", headers=AUTH)
+    assert page.status_code == 200 and page.json["facts"]["error_field"] == field
+
+
+def test_a_next_holding_a_line_end_signs_in_to_the_overview(client: Any) -> None:
+    """Werkzeug refused the Location header it made (a 500); now the target is dropped."""
+    answer = client.post("/signin?next=/%0D%0ALocation:%20https://evil.test/",
+                         data={"token": TOKEN})
+    assert answer.status_code == 302 and answer.headers["Location"] == "/"
+    answer = client.post("/signin", data={"token": TOKEN, "next": "/\r\nX: y"})
+    assert answer.status_code == 302 and answer.headers["Location"] == "/"
 
 
 def test_unknown_metric_is_404(client: Any) -> None:
@@ -392,11 +414,23 @@ def test_a_store_that_is_not_there_is_refused_before_the_dashboard_listens(
     assert "Traceback" not in refused.stderr
 
 
+def test_a_short_read_token_is_warned_about(tmp_path: Path) -> None:
+    """Neither the sign-in page nor the API slows down wrong guesses (one connection made
+    1,200 a second): a short token is a guessable one."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
+    run = subprocess.run([sys.executable, "-m", "veil.server.cli", "dashboard", "--db",
+                          str(tmp_path / "missing.db"), "--port", "0", "--read-token", "abc"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert "veil dashboard: warning: --read-token holds a 3-character token, which can be " \
+        "guessed" in run.stderr
+    assert run.returncode == 2  # and the missing store is still refused
+
+
 def test_an_unreachable_collector_is_said_on_every_page_not_as_a_500(offline_url: str) -> None:
     """The dashboard may start before its collector: it warns, and each page answers 503
     with the reason (HTML and the JSON twin) until the collector answers."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("VEIL_")}
-    process = DashboardProcess(["--server", offline_url, "--token", "a-token",
+    process = DashboardProcess(["--server", offline_url, "--token", "a-collector-read-token",
                                 "--read-token", TOKEN], env)
     try:
         assert process.process.stderr is not None
