@@ -40,7 +40,7 @@ class DecodeOptions:
     ``correction``, ``alpha``, ``background``, ``progress`` apply to strings;
     ``confidence`` to every kind; ``estimator`` (one of :data:`ESTIMATORS`) to the
     frequency decoders, which refuse an estimator they lack (IBU is the category oracles'
-    and Bloom-filter strings'); ``all_candidates`` to Bloom-filter strings: the table lists
+    and Bloom-filter strings'); ``all_candidates`` to string metrics: the table lists
     every candidate, ranked, not only the detected ones.
     """
 
@@ -126,10 +126,10 @@ def decode_counts(
 
     String metrics need ``candidates`` (and optionally their ``candidate_map``,
     e.g. from a google/rappor ``map.csv``); the other kinds ignore them.
-    ``correction`` and ``alpha`` apply to strings only, ``background`` and
-    ``all_candidates`` to Bloom-filter strings only (the FLH and HCMS decoders always
-    estimate the unlisted share and list the detected strings); ``estimator``
-    (:data:`ESTIMATORS`) to categories and Bloom-filter strings.
+    ``correction``, ``alpha`` and ``all_candidates`` apply to strings only,
+    ``background`` to Bloom-filter strings only (the FLH and HCMS decoders always estimate
+    the unlisted share); ``estimator`` (:data:`ESTIMATORS`) to categories and Bloom-filter
+    strings.
     """
     counts = document if isinstance(document, CountsArrays) else counts_arrays(document, source)
     decoder = DECODERS.lookup(counts.params.mechanism_name, "params.kind")

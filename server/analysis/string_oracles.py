@@ -71,7 +71,7 @@ from veil.server.analysis.string_summary import (
     detection_fields,
     missing_fields,
 )
-from veil.server.analysis.tables import STRING_COLUMNS, frequency_rows
+from veil.server.analysis.tables import RANKED_COLUMNS, STRING_COLUMNS, frequency_rows
 from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
 from veil.shared.faces import FaceRegistry
@@ -421,16 +421,20 @@ class StringOracleDecoder:
     ``proportions_`` (unbiased shares, collisions removed), ``uncorrected_`` (before the
     collision solve), ``std_errors_`` (shares), ``p_values_``, ``adjusted_p_values_`` and
     ``detected_``; ``solved_`` (the candidates solved jointly) and ``solve_iterations_``.
+    ``all_candidates`` makes the table list every candidate, ranked by its z (estimate
+    over standard error), with ``rank`` and ``detected`` (as the Bloom decoder's ``--all``).
     """
 
     def __init__(self, params: StringOracleParams, *,
                  correction: str = DEFAULT_OPTIONS.correction,
                  alpha: float = DEFAULT_OPTIONS.alpha,
-                 confidence: float = DEFAULT_OPTIONS.confidence) -> None:
+                 confidence: float = DEFAULT_OPTIONS.confidence,
+                 all_candidates: bool = DEFAULT_OPTIONS.all_candidates) -> None:
         self.params = params
         self.correction = correction
         self.alpha = alpha
         self.confidence = confidence
+        self.all_candidates = all_candidates
 
     def fit(self, responses: Any, candidates: Sequence[str] | None, *,
             metric: str = "") -> StringOracleDecoder:
@@ -481,12 +485,21 @@ class StringOracleDecoder:
             "privacy": privacy_cost(params, *params.possible_values),
             "elapsed_seconds": time.perf_counter() - started,
         }
-        order = np.flatnonzero(detected)
-        order = order[np.argsort(-estimates[order], kind="stable")]
+        columns = RANKED_COLUMNS if self.all_candidates else STRING_COLUMNS
+        if self.all_candidates:  # every candidate, ranked by its evidence (z)
+            z = np.where(std_errors > 0, estimates / np.where(std_errors > 0, std_errors, 1.0),
+                         -np.inf)
+            order = np.argsort(-z, kind="stable")
+        else:
+            order = np.flatnonzero(detected)
+            order = order[np.argsort(-estimates[order], kind="stable")]
         rows = frequency_rows(metric, "string", [names[i] for i in order], estimates[order],
                               std_errors[order], int(total), z_quantile(confidence),
                               STRING_COLUMNS, p_values[order])
-        self.result_ = DecodeResult("string", STRING_COLUMNS, rows, self.summary_,
+        if self.all_candidates:
+            for rank, (row, index) in enumerate(zip(rows, order, strict=True), start=1):
+                row["rank"], row["detected"] = rank, int(detected[index])
+        self.result_ = DecodeResult("string", columns, rows, self.summary_,
                                     description(self.summary_))
         return self
 
@@ -547,7 +560,8 @@ def _decode(counts: CountsArrays, options: DecodeOptions) -> DecodeResult:
     if not isinstance(params, StringOracleParams):
         raise ParameterError("params", "the string oracle decoder needs FlhParams or HcmsParams")
     decoder = StringOracleDecoder(params, correction=options.correction, alpha=options.alpha,
-                                  confidence=options.confidence)
+                                  confidence=options.confidence,
+                                  all_candidates=options.all_candidates)
     decoder.fit(np.asarray(counts.fields["responses"]), options.candidates, metric=counts.metric)
     result = decoder.result_
     result.summary.update(sample_summary(counts))

@@ -67,7 +67,7 @@ from veil.server.analysis.stats import (
     z_quantile,
 )
 from veil.server.analysis.string_summary import Settings, StringFit, description, fit_summary
-from veil.server.analysis.tables import STRING_COLUMNS, frequency_rows
+from veil.server.analysis.tables import RANKED_COLUMNS, STRING_COLUMNS, frequency_rows
 from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import MechanismParams, StringParams
@@ -465,9 +465,6 @@ def decode_strings(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTION
 #: error is then about 1 / sqrt(2 * 100), 7%)
 STRING_REPLICATES = 100
 
-#: the columns of a table of every candidate (``all_candidates``): its rank by evidence
-#: and whether it was detected, beside :data:`STRING_COLUMNS`
-RANKED_COLUMNS = (*STRING_COLUMNS, "rank", "detected")
 
 
 def ranked_rows(decoder: StringDecoder, system: WhitenedSystem, solution: LeastSquares,

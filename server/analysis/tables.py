@@ -51,6 +51,9 @@ RAPPOR_COLUMNS = (
 )
 #: results.csv columns of string metrics: :data:`RESULT_COLUMNS` plus ``string`` (= ``value``)
 STRING_COLUMNS = (*RESULT_COLUMNS[:3], "string", *RESULT_COLUMNS[3:])
+#: the columns of a table of every string candidate (``all_candidates``): its rank by
+#: evidence and whether it was detected, beside :data:`STRING_COLUMNS`
+RANKED_COLUMNS = (*STRING_COLUMNS, "rank", "detected")
 #: the interval columns as the decoders write them, at the default confidence 0.95; a
 #: result decoded at another confidence names them for it (:func:`interval_column`)
 INTERVAL_COLUMNS = ("low_95", "high_95", "prop_low_95", "prop_high_95")

@@ -141,3 +141,24 @@ def test_a_small_list_solves_as_the_dense_collision_system() -> None:
     system = ((same * weights).sum(axis=2) - 1 / width) / (1 - 1 / width)
     want = np.linalg.solve(system, fitted.uncorrected_)
     assert np.abs(fitted.proportions_ - want).max() <= 10 * SOLVE_TOLERANCE * np.linalg.norm(want)
+
+
+@pytest.mark.parametrize("params", CASES, ids=lambda p: f"{p.oracle}-{p.epsilon:g}")
+def test_all_candidates_ranks_every_candidate_by_its_evidence(params: StringOracleParams,
+                                                              ) -> None:
+    """``--all`` was ignored for FLH and HCMS: the table listed the detected strings only."""
+    rng = np.random.default_rng(4)
+    names = [*HEAVY, *NULLS]
+    keys = candidate_keys(names)
+    counts = rng.multinomial(REPORTS, np.array([*HEAVY.values(), *[0.3 / 40] * 40]))
+    table = report_counts(params, keys, counts, rng)
+    detected = StringOracleDecoder(params).fit(table, names)
+    every = StringOracleDecoder(params, all_candidates=True).fit(table, names)
+    rows = every.result_.rows
+    assert sorted(row["value"] for row in rows) == sorted(names)
+    assert [row["rank"] for row in rows] == list(range(1, len(names) + 1))
+    z = [row["proportion"] / row["prop_std_error"] for row in rows]
+    assert z == sorted(z, reverse=True)
+    assert {row["value"] for row in rows if row["detected"]} == {
+        row["value"] for row in detected.result_.rows}
+    assert set(HEAVY) <= {row["value"] for row in rows[:3]}
