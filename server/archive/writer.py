@@ -57,6 +57,7 @@ from veil.server.storage.base import (
     StoredReports,
     day_range,
     merge_registry,
+    today,
     yesterday,
 )
 from veil.shared.errors import ParameterError
@@ -208,7 +209,7 @@ def archive(storage: Storage, out_dir: str | Path, *, metric: str | None = None,
     the Parquet archive at ``out_dir`` (created if need be), for one metric or all.
 
     ``end`` defaults to yesterday: only days that are over, whose reports no longer change
-    (a later day is written, with a warning, if asked). Without ``start``, the days already
+    (a later ``end`` is refused). Without ``start``, the days already
     in the archive from this ``source`` are left as they are, so a nightly run writes only
     the new ones; with ``start``, every day of the range is written again, its files
     replaced. ``buckets`` (1 to 256, default: the archive's, or 16 for a new one) must be
@@ -229,9 +230,12 @@ def archive(storage: Storage, out_dir: str | Path, *, metric: str | None = None,
                     "(--end chooses another last day)", end_text)
         start_text, end_text = day_range(start_text, end_text)
     elif end_text > yesterday():
-        logger.warning("the days from today (UTC) to %s are not over: reports the store files "
-                       "under them after this run are archived only when those days are "
-                       "archived again", end_text)
+        # a day archived before it is over is left as it is by the nightly run (its files
+        # exist), and veil aggregate would then set its counts short of the store's
+        raise ArchiveError(f"--end {end_text} is a UTC day that is not over (today is "
+                           f"{today()}): reports keep arriving under it. Archive the days "
+                           f"that are over (--end {yesterday()}, the default); the nightly "
+                           "run archives today once it is over")
     assert end_text is not None
     if isinstance(row_group_reports, bool) or not isinstance(row_group_reports, int) \
             or row_group_reports < 1:
@@ -308,8 +312,12 @@ def _open_manifest(out: Path, storage: Storage, buckets: int | None) -> Manifest
     if any(path.name != ".lock" for path in out.iterdir()):
         raise ArchiveError(f"{out} is not empty and has no {MANIFEST}: it is not a Veil "
                            "archive; choose an empty or new directory")
-    return Manifest(out, storage.registry,
-                    check_buckets(DEFAULT_BUCKETS if buckets is None else buckets), [])
+    manifest = Manifest(out, storage.registry,
+                        check_buckets(DEFAULT_BUCKETS if buckets is None else buckets), [])
+    # saved before any file is written: a first run stopped half-way (killed, a full disk)
+    # leaves an archive the next run continues, not a directory it refuses as foreign
+    manifest.save()
+    return manifest
 
 
 def _write(storage: Storage, manifest: Manifest, window: set[tuple[str, str]],

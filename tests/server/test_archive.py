@@ -268,15 +268,55 @@ def test_by_default_only_days_that_are_over_are_archived(store, wire, tmp_path, 
     assert {f.day for f in Manifest.load(tmp_path / "archive").files} == set(DAYS)
 
 
-def test_a_day_that_is_not_over_is_not_aggregated(store, wire, fresh, tmp_path):
+def test_a_day_that_is_not_over_is_neither_archived_nor_aggregated(store, wire, fresh,
+                                                                    tmp_path):
+    """Archived before it was over, a day was left as it was by the nightly run (its files
+    existed) and aggregated short of the store's counts: now refused when archiving, and
+    still refused when aggregating an archive an earlier Veil wrote so."""
     fill(store, wire, [today()])
     root = tmp_path / "archive"
-    archive(store, root, end=today(), progress=False)
+    with pytest.raises(ArchiveError, match=f"--end {today()} is a UTC day that is not over"):
+        archive(store, root, end=today(), progress=False)
+    archive(store, root, progress=False)
+    # as an earlier Veil recorded an open day: its file moved under today's name
+    document = json.loads((root / "manifest.json").read_text())
+    entry = document["files"][0]
+    moved = entry["path"].replace(f"day={entry['day']}", f"day={today()}")
+    (root / moved).parent.mkdir(parents=True)
+    (root / entry["path"]).rename(root / moved)
+    entry["day"], entry["path"] = today(), moved
+    (root / "manifest.json").write_text(json.dumps(document))
     with pytest.raises(ArchiveError, match=f"{today()}, a UTC day that is not over"):
         aggregate(root, fresh, workers=1, progress=False)
-    aggregate(root, fresh, workers=1, end=DAYS[-1], progress=False)
-    assert fresh.counts("homepage", min_reports=0, end=DAYS[-1]) == \
-        store.counts("homepage", min_reports=0, end=DAYS[-1])
+
+
+def test_a_run_stopped_half_way_is_continued_by_the_next(store, fresh, tmp_path):
+    """What a kill (or a full disk) leaves, finished files of some days, a temporary file and
+    the manifest saved so far, is continued by the next run and aggregates whole."""
+    root = tmp_path / "archive"
+    archive(store, root, buckets=BUCKETS, progress=False)
+    # the state a kill leaves: finished files of some days, a temporary one, and the
+    # manifest as saved when the run began
+    document = json.loads((root / "manifest.json").read_text())
+    document["files"] = [f for f in document["files"] if f["day"] == DAYS[0]]
+    (root / "manifest.json").write_text(json.dumps(document))
+    (root / next(iter(document["files"]))["path"]).with_name(".part.tmp").write_bytes(b"x")
+    summary = archive(store, root, progress=False)
+    assert {day for _, day in summary.days} == set(DAYS[1:])
+    assert not list(root.glob("**/.*.tmp"))
+    aggregate(root, fresh, workers=1, progress=False)
+    assert fresh.counts("homepage", min_reports=0) == store.counts("homepage", min_reports=0)
+
+
+def test_a_new_archive_has_its_manifest_before_any_file(store, tmp_path):
+    """A first run killed after some files left no manifest, and every later run refused
+    the directory as not a Veil archive: the manifest is now saved before the first file."""
+    from veil.server.archive.writer import _open_manifest
+
+    root = tmp_path / "new"
+    root.mkdir()
+    _open_manifest(root, store, None)
+    assert Manifest.load(root).files == []
 
 
 def test_one_metric_and_a_day_range(store, tmp_path):

@@ -280,10 +280,14 @@ class SQLiteFile(Storage):
                 if problem is not None:
                     raise StorageUnavailable(problem)
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # SQLite rolls back by itself on some errors (a full disk): a second
+                # ROLLBACK would fail and its error replace the one that says why
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
         finally:
             if self._lock_fd is not None:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
