@@ -236,7 +236,11 @@ class CheckResult:
     ``reports``: the raw reports recounted (``None`` if the recount could not run).
     ``location``: where the store is, for messages (as :attr:`Storage.location`).
     ``integrity``: what examined the store itself, for messages (``None``: the backend
-    leaves that to its database server).
+    leaves that to its database server). ``unverified``: (metric, day) pairs whose
+    aggregates have no raw report to be recounted from (set by ``veil aggregate``, or
+    their reports dropped), neither checked nor touched by a rebuild. ``missing_reports``:
+    report ids stored beyond the raw reports (reports deleted or lost: a rebuild counts
+    only those present).
     """
 
     location: str
@@ -244,6 +248,8 @@ class CheckResult:
     mismatches: tuple[str, ...] = ()
     reports: int | None = None
     integrity: str | None = "the integrity check passed"
+    unverified: int = 0
+    missing_reports: int = 0
 
     @property
     def sound(self) -> bool:

@@ -40,6 +40,13 @@ def run_check(args: argparse.Namespace) -> int:
 
     result = check_storage(args.db)
     db = result.location
+    if result.unverified:
+        print(f"veil check: {result.unverified:,} (metric, day) pair(s) hold aggregates "
+              "without raw reports (set by veil aggregate from an archive, or their reports "
+              "dropped): there is nothing to recount them from, and a rebuild keeps them")
+    if result.missing_reports:
+        print(f"veil check: {result.missing_reports:,} stored report id(s) have no raw report "
+              "(reports deleted by hand, or lost): a recount counts only the reports present")
     if result.sound:
         checked = f"{result.integrity} and " if result.integrity else ""
         print(f"veil check: {db} is sound: {checked}the aggregates "
@@ -65,8 +72,14 @@ Reports acknowledged after that backup are not in the copy.""")
         print(f"veil check: {db} is INCONSISTENT: {checked}"
               f"aggregates differ from a recount of its {result.reports:,} raw reports:")
         _list(result.mismatches)
-        print(f"""The raw reports are intact: rebuild the aggregates from them (safe while the
-collector runs), then check again:
+        if result.missing_reports:
+            print(f"""Raw reports are missing (above): a rebuild would set the aggregates to the
+reports present and lose the others' counts. Restore the file from a backup instead if
+those reports matter (docs/operations.md, Recovery); else rebuild:
+  veil rebuild-aggregates --db {db}""")
+        else:
+            print(f"""The raw reports pass the integrity check: rebuild the aggregates from them
+(safe while the collector runs), then check again:
   veil rebuild-aggregates --db {db}
   veil check --db {db}""")
     return 1

@@ -264,7 +264,8 @@ class SQLiteStorage(SQLiteWrites):
             conn.executemany(sql.UPSERT, rows)
 
     def rebuild_aggregates(self) -> int:
-        """Recompute every aggregate from the raw ``reports`` table in one transaction."""
+        """Recompute, in one transaction, the aggregates of every (metric, day) that has raw
+        reports; those of days without any (set from an archive) are kept."""
         with self._unavailable(f"rebuild the aggregates of {self.path}"), self._write() as conn:
             return self.rebuild_in(conn)
 
@@ -329,7 +330,10 @@ class SQLiteStorage(SQLiteWrites):
 
         conn.execute(RECOUNT)
         reports = sql.recount(conn, metric_of)
-        return CheckResult(str(path), mismatches=tuple(sql.differences(conn)), reports=reports)
+        return CheckResult(str(path), mismatches=tuple(sql.differences(conn)), reports=reports,
+                           unverified=int(conn.execute(sql.UNVERIFIED).fetchone()[0]),
+                           missing_reports=max(
+                               int(conn.execute(sql.MISSING_REPORTS).fetchone()[0]), 0))
 
     def total_reports(self, metric: str | None = None) -> int:
         with self._unavailable(f"count the reports in {self.path}"), self._reader() as conn:

@@ -150,10 +150,14 @@ def aggregate_groups(groups: dict[tuple[str, str], list[tuple[Any, ...]]], metri
 
 
 def recount(conn: sqlite3.Connection, metric_of: MetricOf) -> int:
-    """Empty the table ``aggregates`` and fill it again from ``reports``; return the number of
-    reports. The caller holds the transaction. :class:`DamagedRow` for a report that Veil
-    cannot have stored (unknown metric, payload out of shape)."""
-    conn.execute("DELETE FROM aggregates")
+    """Recount the table ``aggregates`` from ``reports``: the rows of every (metric, day)
+    that has raw reports are deleted and counted again; those of a (metric, day) without
+    any (set by ``veil aggregate`` from an archive, or whose reports were deleted) are
+    kept, having nothing to be recounted from. Return the number of reports. The caller
+    holds the transaction. :class:`DamagedRow` for a report that Veil cannot have stored
+    (unknown metric, payload out of shape)."""
+    conn.execute("DELETE FROM aggregates WHERE (metric, day) IN "
+                 "(SELECT DISTINCT metric, day FROM main.reports)")
     # no ORDER BY: upserts add up in any order, and arrival order already groups days,
     # where sorting a large table would need a temporary copy of it
     cursor = conn.execute("SELECT id, metric, day, cohort, payload FROM reports")
@@ -181,12 +185,24 @@ _DIFFERENCES = (
     f"SELECT s.metric, s.day, s.cohort, {_aggregate_columns('s')}, {_aggregate_columns('r')} "
     "FROM main.aggregates AS s LEFT JOIN temp.aggregates AS r "
     "ON r.metric = s.metric AND r.day = s.day AND r.cohort = s.cohort WHERE "
-    + " OR ".join(f"r.{column} IS NOT s.{column}" for column in ("reports", *COLUMNS))
+    "EXISTS (SELECT 1 FROM temp.aggregates AS t WHERE t.metric = s.metric AND t.day = s.day) "
+    "AND (" + " OR ".join(f"r.{column} IS NOT s.{column}" for column in ("reports", *COLUMNS))
+    + ")"
     + f" UNION ALL SELECT r.metric, r.day, r.cohort, {', '.join(['NULL'] * (1 + len(COLUMNS)))}, "
     f"{_aggregate_columns('r')} FROM temp.aggregates AS r WHERE NOT EXISTS (SELECT 1 FROM "
     "main.aggregates AS s WHERE s.metric = r.metric AND s.day = r.day AND s.cohort = r.cohort) "
     "ORDER BY 1, 2, 3"
 )
+
+
+#: (metric, day) pairs of ``main`` whose aggregates have no raw report behind them (no row
+#: of the recount in ``temp``): set from an archive, or their reports deleted
+UNVERIFIED = ("SELECT count(*) FROM (SELECT DISTINCT metric, day FROM main.aggregates AS s "
+              "WHERE NOT EXISTS (SELECT 1 FROM temp.aggregates AS t WHERE t.metric = s.metric "
+              "AND t.day = s.day))")
+#: report ids stored (merged or recent) beyond the raw reports: reports deleted or lost
+MISSING_REPORTS = ("SELECT (SELECT count(*) FROM main.report_ids) + (SELECT count(*) FROM "
+                   "main.recent_ids) - (SELECT count(*) FROM main.reports)")
 
 
 def differences(conn: sqlite3.Connection) -> list[str]:
