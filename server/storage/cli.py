@@ -201,11 +201,21 @@ def configure_backup(parser: argparse.ArgumentParser) -> None:
 
 def run_backup(args: argparse.Namespace) -> int:
     """Copy the database consistently while the collector runs."""
-    from veil.server.storage import open_storage
+    from veil.server.storage import SchemaOutdatedError, SQLiteStorage, open_storage
+    from veil.server.storage.backends import backend_for
 
-    with open_storage(args.db) as storage:
-        target = storage.backup(args.out)
-        where = storage.location
+    try:
+        with open_storage(args.db) as storage:
+            target = storage.backup(args.out)
+            where = storage.location
+    except SchemaOutdatedError:
+        if backend_for(args.db) is not SQLiteStorage:
+            raise
+        # the copy to keep before veil migrate: an older schema is copied as it is
+        target = SQLiteStorage.backup_as_it_is(args.db, args.out)
+        print(f"veil backup: wrote a copy of {args.db} to {target}, at its older schema as it "
+              f"is; migrate the original with: veil migrate --db {args.db}")
+        return 0
     print(f"veil backup: wrote a consistent copy of {where} to {target}")
     return 0
 

@@ -138,3 +138,17 @@ def test_serve_refuses_an_older_database_unless_told_to_migrate(old_db, wire, tm
     finally:
         migrating.stop()
     assert f"migrating {old_db}: schema 3 -> 4" in log.read_text()
+
+
+def test_an_older_database_can_be_backed_up_before_it_is_migrated(old_db, capsys):
+    """The refusal says 'Back it up (veil backup), then migrate it', and veil backup refused
+    the same file with the same message."""
+    before = digest(old_db)
+    copy = old_db.with_name("copy.db")
+    assert main(["backup", "--db", str(old_db), "--out", str(copy)]) == 0
+    assert "at its older schema as it is; migrate the original with: veil migrate" in \
+        capsys.readouterr().out
+    assert digest(old_db) == before and user_version(copy) == 3
+    assert main(["migrate", "--db", str(copy)]) == 0  # the copy is a whole database
+    with open_storage(copy) as migrated:
+        assert migrated.stats()["reports"] == 9

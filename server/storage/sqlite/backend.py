@@ -39,7 +39,7 @@ from veil.server.storage.errors import (
     StorageUnavailable,
 )
 from veil.server.storage.sqlite import rows as sql
-from veil.server.storage.sqlite.files import MIN_FREE_BYTES
+from veil.server.storage.sqlite.files import MIN_FREE_BYTES, vacuum_into
 from veil.server.storage.sqlite.paths import (
     BUSY_TIMEOUT_MS,
     is_damage,
@@ -279,6 +279,28 @@ class SQLiteStorage(SQLiteWrites):
         Safe while the collector runs: the copy is one read transaction's snapshot.
         """
         return self._vacuum_into(Path(target), self._reader())
+
+    @classmethod
+    def backup_as_it_is(cls, url: str, target: str | Path) -> Path:
+        """:meth:`backup` of a file at any schema version, without opening it as a store
+        (which an older schema refuses until it is migrated): the copy to keep before
+        ``veil migrate``. Through a read-only connection; the file is not changed."""
+        path = cls._existing_file(url)
+        problem = not_veil_problem(path)
+        if problem is not None:
+            raise NoStoreError(problem)
+        target = Path(target)
+        try:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                                   timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open {path}: {exc}") from None
+        try:
+            return vacuum_into(target, conn)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot write the backup {target}: {exc}") from None
+        finally:
+            conn.close()
 
     @classmethod
     def check(cls, url: str) -> CheckResult:

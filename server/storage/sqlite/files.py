@@ -498,23 +498,30 @@ class SQLiteFile(Storage):
     def _vacuum_into(self, target: Path,
                      connection: contextlib.AbstractContextManager[sqlite3.Connection]) -> Path:
         """:meth:`backup` through the connection ``connection`` gives."""
-        problem = path_problem(target, create=True, what="backup")
-        if problem is not None:
-            raise StorageError(problem)
-        try:  # created empty and private first (VACUUM INTO fills an empty file): it holds
-            # everyone's reports, whatever the umask
-            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        except FileExistsError:
-            raise StorageError(f"{target} exists; choose a new file for the backup") from None
-        except OSError as exc:
-            raise StorageError(f"cannot create the backup {target}: {exc.strerror}") from None
-        try:
-            with self._unavailable(f"write the backup to {target}"), connection as conn:
-                conn.execute("VACUUM INTO ?", (str(target),))
-        except BaseException:
-            target.unlink(missing_ok=True)
-            raise
-        return target
+        with self._unavailable(f"write the backup to {target}"), connection as conn:
+            return vacuum_into(target, conn)
+
+
+def vacuum_into(target: Path, conn: sqlite3.Connection) -> Path:
+    """A consistent, compacted copy of ``conn``'s database at ``target`` (``VACUUM INTO``),
+    a new private file; :class:`StorageError` if the target cannot be one, SQLite's error
+    if the copy fails (the partial file removed)."""
+    problem = path_problem(target, create=True, what="backup")
+    if problem is not None:
+        raise StorageError(problem)
+    try:  # created empty and private first (VACUUM INTO fills an empty file): it holds
+        # everyone's reports, whatever the umask
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        raise StorageError(f"{target} exists; choose a new file for the backup") from None
+    except OSError as exc:
+        raise StorageError(f"cannot create the backup {target}: {exc.strerror}") from None
+    try:
+        conn.execute("VACUUM INTO ?", (str(target),))
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    return target
 
 
 def store_file_bytes(location: str) -> int | None:
