@@ -65,6 +65,20 @@ def test_a_backup_into_a_missing_directory_is_named(tmp_path, wire):
         storage.backup(tmp_path / "backups" / "copy.db")
 
 
+@pytest.mark.parametrize("suffix", ["-journal", "-shm"])
+def test_a_backup_named_as_one_of_the_databases_own_files_is_refused(tmp_path, wire, capsys,
+                                                                      suffix):
+    """veil.db-journal was written, then taken for a hot journal by the next opener of
+    veil.db and deleted."""
+    db = tmp_path / "veil.db"
+    open_storage(db, wire.registry, create=True).close()
+    target = tmp_path / f"veil.db{suffix}"
+    target.unlink(missing_ok=True)
+    assert main(["backup", "--db", str(db), "--out", str(target)]) == 1
+    assert "a name SQLite or Veil gives the database's own files" in capsys.readouterr().err
+    assert not target.exists()
+
+
 def _foreign(path):
     """Another program's SQLite file (rollback journal, one table)."""
     conn = sqlite3.connect(path)

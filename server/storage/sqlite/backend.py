@@ -296,7 +296,7 @@ class SQLiteStorage(SQLiteWrites):
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open {path}: {exc}") from None
         try:
-            return vacuum_into(target, conn)
+            return vacuum_into(target, conn, path)
         except sqlite3.Error as exc:
             raise StorageError(f"cannot write the backup {target}: {exc}") from None
         finally:

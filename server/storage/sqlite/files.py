@@ -499,16 +499,27 @@ class SQLiteFile(Storage):
                      connection: contextlib.AbstractContextManager[sqlite3.Connection]) -> Path:
         """:meth:`backup` through the connection ``connection`` gives."""
         with self._unavailable(f"write the backup to {target}"), connection as conn:
-            return vacuum_into(target, conn)
+            return vacuum_into(target, conn, self.path)
 
 
-def vacuum_into(target: Path, conn: sqlite3.Connection) -> Path:
-    """A consistent, compacted copy of ``conn``'s database at ``target`` (``VACUUM INTO``),
-    a new private file; :class:`StorageError` if the target cannot be one, SQLite's error
-    if the copy fails (the partial file removed)."""
+#: the files SQLite and Veil keep beside a database, by suffix of its name
+COMPANION_SUFFIXES = ("-journal", "-wal", "-shm", ".lock")
+
+
+def vacuum_into(target: Path, conn: sqlite3.Connection, source: Path) -> Path:
+    """A consistent, compacted copy of ``conn``'s database (the file ``source``) at
+    ``target`` (``VACUUM INTO``), a new private file; :class:`StorageError` if the target
+    cannot be one, SQLite's error if the copy fails (the partial file removed)."""
     problem = path_problem(target, create=True, what="backup")
     if problem is not None:
         raise StorageError(problem)
+    own = {source.resolve()} | {source.resolve().with_name(source.resolve().name + suffix)
+                                for suffix in COMPANION_SUFFIXES}
+    if target.resolve() in own:
+        # a backup named veil.db-journal is taken for a hot journal and deleted (or
+        # applied) by the next opener of veil.db
+        raise StorageError(f"{target} is a name SQLite or Veil gives the database's own "
+                           "files; choose another name for the backup")
     try:  # created empty and private first (VACUUM INTO fills an empty file): it holds
         # everyone's reports, whatever the umask
         os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
