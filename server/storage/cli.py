@@ -36,9 +36,14 @@ def configure_check(parser: argparse.ArgumentParser) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     """Check integrity and recount the aggregates; 0 if the store is sound, 1 if not."""
-    from veil.server.storage import check_storage
+    from veil.server.storage import SchemaOutdatedError, check_storage
+    from veil.server.storage.errors import SchemaNewerError
 
-    result = check_storage(args.db)
+    try:
+        result = check_storage(args.db)
+    except (SchemaOutdatedError, SchemaNewerError) as exc:
+        # exit 2, "cannot check": 1 says damaged or inconsistent, which it is not known to be
+        raise ParameterError("db", str(exc)) from None
     db = result.location
     if result.unverified:
         print(f"veil check: {result.unverified:,} (metric, day) pair(s) hold aggregates "

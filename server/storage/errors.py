@@ -81,3 +81,8 @@ class TooFewReportsError(VeilError):
             f"{min_reports} (its min_reports) are needed before counts or reports are "
             "released. Widen the date range or wait for more reports."
         )
+
+
+class SchemaNewerError(StorageError):
+    """The store has a newer schema than this Veil's: open it with the Veil that wrote it,
+    or a newer one."""

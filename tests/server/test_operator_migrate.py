@@ -152,3 +152,17 @@ def test_an_older_database_can_be_backed_up_before_it_is_migrated(old_db, capsys
     assert main(["migrate", "--db", str(copy)]) == 0  # the copy is a whole database
     with open_storage(copy) as migrated:
         assert migrated.stats()["reports"] == 9
+
+
+def test_check_says_it_cannot_check_another_schema_with_exit_2(old_db, tmp_path, capsys):
+    """1 means damaged or inconsistent, which an older or newer file is not known to be:
+    monitoring read the older one as damaged."""
+    assert main(["check", "--db", str(old_db)]) == 2
+    assert "older than this Veil's" in capsys.readouterr().err
+    newer = tmp_path / "newer.db"
+    with sqlite3.connect(newer) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.close()
+    assert main(["check", "--db", str(newer)]) == 2
+    assert "and this Veil checks version" in capsys.readouterr().err

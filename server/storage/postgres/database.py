@@ -25,6 +25,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from veil.server.storage.base import Migration, Storage, registry_to_record
 from veil.server.storage.errors import (
     NoStoreError,
+    SchemaNewerError,
     SchemaOutdatedError,
     StorageError,
     StorageUnavailable,
@@ -163,7 +164,7 @@ class PostgresDatabase(Storage):
     @classmethod
     def _check_version(cls, version: int, location: str) -> None:
         if version > schema.SCHEMA_VERSION:
-            raise StorageError(
+            raise SchemaNewerError(
                 f"{location} has schema version {version}, newer than this Veil's "
                 f"({schema.SCHEMA_VERSION}): use the Veil that wrote it, or a newer one"
             )

@@ -34,6 +34,7 @@ from veil.server.storage.base import (
 )
 from veil.server.storage.errors import (
     NoStoreError,
+    SchemaNewerError,
     SchemaOutdatedError,
     StorageError,
     StorageUnavailable,
@@ -128,7 +129,7 @@ class SQLiteStorage(SQLiteWrites):
         """The migrations of a file at ``version`` holding ``tables`` tables; a new file (no
         tables) needs none, being created at the current version."""
         if version > SCHEMA_VERSION:
-            raise StorageError(
+            raise SchemaNewerError(
                 f"{path} has schema version {version}, newer than this Veil "
                 f"({SCHEMA_VERSION}); upgrade Veil to open it"
             )
@@ -337,7 +338,7 @@ class SQLiteStorage(SQLiteWrites):
             tables = int(conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0])
             raise NoStoreError(not_veil_sentence(path, tables))
         if version != SCHEMA_VERSION:
-            raise StorageError(
+            raise SchemaNewerError(
                 f"{path} has schema version {version} and this Veil checks version "
                 f"{SCHEMA_VERSION}: check it with the Veil that wrote it"
             )
