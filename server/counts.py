@@ -477,7 +477,8 @@ def rappor_params(params: MechanismParams) -> StringParams:
     if not isinstance(rappor, StringParams):
         raise ParameterError(
             "kind",
-            f"google/rappor files exist only for metrics reported with RAPPOR bits (strings, "
-            f"categories); this is a {params.kind} metric: use the JSON counts",
+            "google/rappor files exist only for metrics reported with RAPPOR bits (Bloom "
+            f"strings, rappor categories); this is a {params.mechanism_name} metric: read its "
+            "JSON counts instead (GET /v1/metrics/NAME/counts, or veil decode --db)",
         )
     return rappor

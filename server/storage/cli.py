@@ -193,7 +193,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
     with open_storage(args.db) as storage:
         total = storage.rebuild_aggregates()
         where = storage.location
-    print(f"veil rebuild-aggregates: rebuilt aggregates from {total} reports in {where}")
+    print(f"veil rebuild-aggregates: rebuilt aggregates from {total:,} reports in {where}")
     return 0
 
 
