@@ -143,3 +143,24 @@ def test_serve_makes_an_empty_file_a_database(tmp_path, wire):
     db.touch()
     with open_storage(db, wire.registry, create=True) as storage:
         assert storage.schema_version > 0
+
+
+def test_a_read_only_store_is_named_with_the_fix(tmp_path, wire) -> None:
+    """A backup kept read-only (mode 444) failed with SQLite's 'attempt to write a readonly
+    database'. Run without root's override of file modes (setpriv drops it when the tests
+    run as root)."""
+    import os
+    import shutil
+
+    db = tmp_path / "backup.db"
+    open_storage(db, wire.registry, create=True).close()
+    db.chmod(0o444)
+    command = [sys.executable, "-m", "veil.server.cli", "stats", "--db", str(db)]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: file modes do not apply")
+        command = [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--", *command]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "is read-only" in run.stderr and "copy it somewhere writable first" in run.stderr

@@ -215,7 +215,7 @@ class SQLiteFile(Storage):
             if is_damage(exc):
                 raise StorageUnavailable(self._damaged(
                     f"it is not a usable SQLite database: {exc}")) from None
-            raise StorageUnavailable(f"cannot open the database {self.path}: {exc}") from None
+            raise StorageUnavailable(self._open_failure(exc)) from None
         if mode.lower() != "wal":
             conn.close()
             raise StorageError(f"{self.path}: cannot switch to WAL journal mode (got {mode!r})")
@@ -477,7 +477,16 @@ class SQLiteFile(Storage):
         except (sqlite3.Error, sql.DamagedRow) as exc:
             if isinstance(exc, sql.DamagedRow) or is_damage(exc):
                 raise StorageError(self._explain(exc)) from None
-            raise StorageUnavailable(f"cannot open {self.path}: {exc}") from None
+            raise StorageUnavailable(self._open_failure(exc)) from None
+
+    def _open_failure(self, exc: sqlite3.Error) -> str:
+        """Why opening failed, with the fix for a read-only file."""
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_READONLY:
+            return (f"cannot open the database {self.path}: it (or its directory) is read-only, "
+                    "and Veil opens a store with its write-ahead log and write lock even to "
+                    f"read it; copy it somewhere writable first (cp {self.path} COPY.db) and "
+                    "read the copy")
+        return f"cannot open the database {self.path}: {exc}"
 
     def _verify(self) -> None:
         """Refuse a damaged file: ``PRAGMA quick_check`` of the whole file, or only of
