@@ -19,6 +19,7 @@ failed operations. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import sys
@@ -32,6 +33,14 @@ __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandParser", "run_command
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+#: what to do about an operating system error, by errno, where "check the path and its
+#: permissions" would send the reader the wrong way
+_OS_FIXES = {
+    errno.ENOSPC: "free some space on that filesystem, or write somewhere else",
+    errno.EDQUOT: "free some space within your disk quota, or write somewhere else",
+    errno.EROFS: "that filesystem is mounted read-only: write somewhere else",
+}
 
 #: what argparse says before the options it found missing
 _REQUIRED = "the following arguments are required: "
@@ -80,8 +89,8 @@ def run_command(command: str, run: Callable[[argparse.Namespace], int],
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         reason = exc.strerror or type(exc).__name__
-        return _fail(command, f"{where}{reason}; check the path and its permissions",
-                     EXIT_FAILED)
+        fix = _OS_FIXES.get(exc.errno or 0, "check the path and its permissions")
+        return _fail(command, f"{where}{reason}; {fix}", EXIT_FAILED)
     except KeyboardInterrupt:
         return 130
 

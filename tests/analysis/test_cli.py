@@ -138,6 +138,22 @@ def test_map_command_writes_google_format(tmp_path: Path, capsys: pytest.Capture
     assert capsys.readouterr().out == (tmp_path / "expected.csv").read_text()
 
 
+def test_a_full_disk_is_named_with_its_fix(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """/dev/full answers every write with ENOSPC; the message said 'check the path and its
+    permissions'."""
+    if not Path("/dev/full").exists():
+        pytest.skip("this system has no /dev/full")
+    params = StringParams(k=16, h=2, m=4)
+    write_params(params, tmp_path / "params.csv")
+    (tmp_path / "candidates.txt").write_text("apple\nbanana\n", encoding="utf-8")
+    assert main(["map", "--params", str(tmp_path / "params.csv"), "--candidates",
+                 str(tmp_path / "candidates.txt"), "--out", "/dev/full"]) == 1
+    error = capsys.readouterr().err
+    assert "No space left on device; free some space on that filesystem" in error
+    assert "permissions" not in error
+
+
 #: google/rappor's map.csv rows for k=16, h=2, m=4 (its bin/hash_candidates_test.py vectors;
 #: google/rappor ends lines with CRLF, gen_case.py and Veil with LF)
 GOOGLE_MAP = "apple,5,1,26,26,38,34,63,62\nbanana,12,14,28,24,37,34,62,49\ncarrot,4,12,25,21,48,38,61,54\n"
