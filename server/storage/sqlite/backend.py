@@ -48,6 +48,7 @@ from veil.server.storage.sqlite.paths import (
     not_veil_problem,
     not_veil_sentence,
     path_problem,
+    read_only,
     read_schema,
 )
 from veil.server.storage.sqlite.schema import (
@@ -291,11 +292,7 @@ class SQLiteStorage(SQLiteWrites):
         if problem is not None:
             raise NoStoreError(problem)
         target = Path(target)
-        try:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
-                                   timeout=BUSY_TIMEOUT_MS / 1000)
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot open {path}: {exc}") from None
+        conn = read_only(path)
         try:
             return vacuum_into(target, conn, path)
         except sqlite3.Error as exc:

@@ -55,15 +55,21 @@ def orphan_wal_problem(path: Path) -> str | None:
             "(docs/operations.md, Recovery)")
 
 
-def read_schema(path: Path) -> tuple[int, int]:
-    """``(PRAGMA user_version, number of schema objects)`` of the SQLite file at ``path``, read
-    through a read-only connection (nothing in the file changes, its journal mode included);
-    :class:`StorageError` if it cannot be read."""
+def read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the SQLite file at ``path``: nothing in the file changes,
+    its journal mode included. :class:`StorageError` if it cannot be opened."""
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
                                timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
         raise StorageError(f"cannot open {path}: {exc}") from None
+
+
+def read_schema(path: Path) -> tuple[int, int]:
+    """``(PRAGMA user_version, number of schema objects)`` of the SQLite file at ``path``,
+    read through a :func:`read_only` connection; :class:`StorageError` if it cannot be
+    read."""
+    conn = read_only(path)
     try:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         tables = int(conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0])
