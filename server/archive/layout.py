@@ -69,6 +69,14 @@ class ArchiveError(VeilError):
     a file that disagrees with the manifest, a metric the target store does not hold)."""
 
 
+class ArchiveUsageError(ArchiveError, ParameterError):
+    """The caller named what is no archive, or a metric it does not hold: a usage error of
+    a command (exit 2), nothing was done."""
+
+    def __init__(self, field: str, message: str) -> None:
+        ParameterError.__init__(self, field, message)
+
+
 @dataclasses.dataclass(frozen=True)
 class ArchiveFile:
     """One Parquet file of the archive, as the manifest lists it."""
@@ -232,8 +240,8 @@ class Manifest:
         another format version."""
         root = Path(root)
         if not root.is_dir():
-            raise ArchiveError(f"{root} is not a directory; give the --out directory of a "
-                               "veil archive run")
+            raise ArchiveUsageError("archive", f"{root} is not a directory; give the --out "
+                                               "directory of a veil archive run")
         path = root / MANIFEST
         try:
             document = json.loads(path.read_text(encoding="utf-8"))
@@ -305,8 +313,8 @@ class Manifest:
         ``start``..``end`` (either ``None``: open), for one metric or all; sorted."""
         if metric is not None and metric not in {entry.metric for entry in self.files}:
             known = ", ".join(sorted({entry.metric for entry in self.files})) or "none"
-            raise ArchiveError(f"the archive {self.root} has no reports of metric {metric!r} "
-                               f"(it has: {known})")
+            raise ArchiveUsageError("metric", f"the archive {self.root} has no reports of "
+                                              f"metric {metric!r} (it has: {known})")
         grouped: dict[tuple[str, str, int], list[ArchiveFile]] = {}
         for entry in self.files:
             if metric not in (None, entry.metric) or (start and entry.day < start) \

@@ -524,15 +524,16 @@ def test_cli_errors_name_the_problem(store, tmp_path, capsys):
         assert main(list(args)) == code
         return capsys.readouterr().err
 
+    # naming no archive, or a metric it lacks, is a usage error (2): nothing was done
     assert "is not a directory" in error("aggregate", "--archive", str(tmp_path / "nope"),
-                                         "--db", db)
+                                         "--db", db, code=2)
     (tmp_path / "empty").mkdir()
     assert "has no manifest.json" in error("aggregate", "--archive", str(tmp_path / "empty"),
                                            "--db", db)
     root = tmp_path / "archive"
     archive(store, root, progress=False)
     assert "no reports of metric 'nope'" in error("aggregate", "--archive", str(root), "--db",
-                                                  db, "--metric", "nope")
+                                                  db, "--metric", "nope", code=2)
     assert "has no metric 'nope'; it has: " in error("archive", "--db", db, "--out",
                                                      str(root), "--metric", "nope", code=2)
     with pytest.raises(SystemExit) as stopped:  # argparse's usage error, before any cluster
