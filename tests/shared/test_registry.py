@@ -41,6 +41,13 @@ delta = 1e-6
 """
 
 
+def refusal(text: str) -> ParameterError:
+    """The error a registry document is refused with (it must be refused)."""
+    with pytest.raises(ParameterError) as info:
+        Registry.from_toml(text)
+    return info.value
+
+
 def test_parse_and_round_trip():
     registry = Registry.from_toml(TOML)
     assert registry.version == 3
@@ -91,10 +98,9 @@ def test_load_names_the_file(tmp_path):
     ],
 )
 def test_errors_name_the_key(text, field, message):
-    with pytest.raises(ParameterError) as info:
-        Registry.from_toml(text)
-    assert info.value.field == field
-    assert message in str(info.value)
+    error = refusal(text)
+    assert error.field == field
+    assert message in str(error)
 
 
 def test_unknown_metric_lookup_lists_known_ones():
@@ -169,9 +175,8 @@ def test_a_metric_name_must_match_whole(name):
 
 
 def test_a_bad_name_is_shown_as_written_in_toml():
-    with pytest.raises(ParameterError) as info:
-        Registry.from_toml('[metrics."abc\\n"]\nkind = "boolean"')
-    assert info.value.field == 'metrics."abc\\u000a"'
+    error = refusal('[metrics."abc\\n"]\nkind = "boolean"')
+    assert error.field == 'metrics."abc\\u000a"'
 
 
 STRING_WITH_CHANNEL = "[metrics.s]\nkind = 'string'\n[metrics.s.discovery]\n"
@@ -195,11 +200,10 @@ STRING_WITH_CHANNEL = "[metrics.s]\nkind = 'string'\n[metrics.s.discovery]\n"
     ],
 )
 def test_every_error_starts_with_the_metric_and_field(text, field):
-    with pytest.raises(ParameterError) as info:
-        Registry.from_toml(text)
-    assert info.value.field == field
+    error = refusal(text)
+    assert error.field == field
     metric, _, key = field.partition(".")[2].rpartition(".")
-    message = str(info.value)
+    message = str(error)
     assert message.startswith(field) or (
         message.startswith(f"metrics.{metric}: ") and f" {key} " in message), message
 
@@ -235,10 +239,9 @@ kind = "string"
     ],
 )
 def test_a_joint_metric_s_references_are_judged_as_its_own(table, field, message):
-    with pytest.raises(ParameterError) as info:
-        Registry.from_toml(f'{JOINT_BASE}\n[metrics.j]\nkind = "joint"\n{table}\n')
-    assert info.value.field == field
-    assert str(info.value).startswith(message), str(info.value)
+    error = refusal(f'{JOINT_BASE}\n[metrics.j]\nkind = "joint"\n{table}\n')
+    assert error.field == field
+    assert str(error).startswith(message), str(error)
 
 
 def test_a_flat_channel_is_no_variable_and_lists_no_variables():
@@ -246,10 +249,9 @@ def test_a_flat_channel_is_no_variable_and_lists_no_variables():
                                                        'kind = "discovery"\nof = "s"')
     with pytest.raises(ParameterError, match="names a discovery channel, which cannot be"):
         Registry.from_toml(f'{flat}\n[metrics.j]\nkind = "joint"\nof = ["br", "s.discovery"]')
-    with pytest.raises(ParameterError) as info:
-        Registry.from_toml(flat.replace('of = "s"', 'of = ["s"]'))
-    assert info.value.field == "metrics.s.discovery.of"
-    assert str(info.value).startswith(
+    error = refusal(flat.replace('of = "s"', 'of = ["s"]'))
+    assert error.field == "metrics.s.discovery.of"
+    assert str(error).startswith(
         "metrics.s.discovery.of must be the name of the string metric this channel belongs to")
 
 
@@ -258,11 +260,10 @@ def test_a_channel_name_too_long_says_how_short_the_string_metric_s_must_be():
     assert f"{longest}.discovery" in Registry.from_toml(
         f"[metrics.{longest}]\nkind = 'string'\n[metrics.{longest}.discovery]\n")
     name = "s" * 60
-    with pytest.raises(ParameterError) as info:
-        Registry.from_toml(f"[metrics.{name}]\nkind = 'string'\n[metrics.{name}.discovery]\n")
-    assert info.value.field == f"metrics.{name}.discovery"
-    assert str(info.value).startswith(f"metrics.{name}: its discovery channel is the metric")
-    assert "shorten the string metric's name to 54 characters or fewer" in str(info.value)
+    error = refusal(f"[metrics.{name}]\nkind = 'string'\n[metrics.{name}.discovery]\n")
+    assert error.field == f"metrics.{name}.discovery"
+    assert str(error).startswith(f"metrics.{name}: its discovery channel is the metric")
+    assert "shorten the string metric's name to 54 characters or fewer" in str(error)
 
 
 @pytest.mark.parametrize(
@@ -283,10 +284,9 @@ def test_a_channel_name_too_long_says_how_short_the_string_metric_s_must_be():
 def test_a_statistic_of_too_many_counters_is_refused_naming_what_to_lower(table, field, product):
     """The collector builds a day's counters whole (a cohorts x length uint64 array) for
     every counts request: 65,536 x 65,536 of them would need 32 GiB."""
-    with pytest.raises(ParameterError) as info:
-        Registry.from_toml(f"[metrics.a]\n{table}\n")
-    assert info.value.field == field
-    message = str(info.value)
+    error = refusal(f"[metrics.a]\n{table}\n")
+    assert error.field == field
+    message = str(error)
     assert product in message and f"more than the {MAX_COUNTERS:,} a metric may keep" in message
     assert message.endswith(f"lower {' or '.join(field_names(field))}"), message
 
@@ -334,10 +334,9 @@ def test_every_documented_size_stays_well_inside_the_counter_limit():
     ],
 )
 def test_a_string_metric_s_privacy_targets_are_judged_by_name(table, field, message):
-    with pytest.raises(ParameterError) as info:
-        Registry.from_toml(f"[metrics.a]\nkind = 'string'\n{table}\n")
-    assert info.value.field == field
-    assert str(info.value).startswith("metrics.a: ") and message in str(info.value)
+    error = refusal(f"[metrics.a]\nkind = 'string'\n{table}\n")
+    assert error.field == field
+    assert str(error).startswith("metrics.a: ") and message in str(error)
 
 
 def test_targets_beyond_what_32_bits_realize_are_met_with_the_nearest_grid_point():
@@ -363,20 +362,18 @@ def test_targets_beyond_what_32_bits_realize_are_met_with_the_nearest_grid_point
     ],
 )
 def test_a_joint_metric_s_settings_are_judged_in_its_own_words(table, field, message):
-    with pytest.raises(ParameterError) as info:
-        Registry.from_toml("[metrics.a]\nkind = 'joint'\nof = ['x', 'y']\n"
-                           f"domains = ['boolean', 'boolean']\n{table}\n")
-    assert info.value.field == field
-    assert str(info.value).startswith("metrics.a: ") and message in str(info.value)
+    error = refusal("[metrics.a]\nkind = 'joint'\nof = ['x', 'y']\n"
+                    f"domains = ['boolean', 'boolean']\n{table}\n")
+    assert error.field == field
+    assert str(error).startswith("metrics.a: ") and message in str(error)
 
 
 def test_a_bucket_edge_beyond_the_float_range_is_no_finite_edge():
-    with pytest.raises(ParameterError) as info:
-        Registry.from_toml("[metrics.a]\nkind = 'joint'\nof = ['x', 'y']\n"
-                           f"domains = ['boolean', [0, {10**400}]]\n")
-    assert info.value.field == "metrics.a.domains[1]"
+    error = refusal("[metrics.a]\nkind = 'joint'\nof = ['x', 'y']\n"
+                    f"domains = ['boolean', [0, {10**400}]]\n")
+    assert error.field == "metrics.a.domains[1]"
     assert "the bucket edges of 'y' must be at least two finite, increasing numbers" in str(
-        info.value)
+        error)
 
 
 def test_an_integer_too_long_to_read_is_refused_by_name() -> None:
