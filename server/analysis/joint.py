@@ -104,13 +104,14 @@ def _cell_estimates(counts: CountsArrays, confidence: float) -> tuple[np.ndarray
 
 
 def _marginals(params: JointParams, metric: str, theta: np.ndarray, cov: CellCovariance,
-               z: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+               confidence: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each variable's marginal shares: rows for ``marginals.csv`` and the summary's."""
     index = np.indices(params.shape).reshape(len(params.shape), -1)
     estimates = [(np.bincount(index[axis], theta, minlength=len(variable.labels)),
                   np.sqrt(np.maximum(cov.group_variance(index[axis]), 0.0)))
                  for axis, variable in enumerate(params.variables)]
-    return one_way_rows(metric, [(v.name, v.labels) for v in params.variables], estimates, z)
+    return one_way_rows(metric, [(v.name, v.labels) for v in params.variables], estimates,
+                        confidence)
 
 
 def _conditional_rows(params: JointParams, metric: str, theta: np.ndarray,
@@ -170,7 +171,7 @@ def decode_joint(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIONS,
             row[name] = variable.labels[index]
         row["consistent"] = float(consistent[cell])
     columns = (*RESULT_COLUMNS[:2], *names, *RESULT_COLUMNS[2:], "consistent")
-    marginal_rows, marginals = _marginals(params, counts.metric, theta, cov, z)
+    marginal_rows, marginals = _marginals(params, counts.metric, theta, cov, confidence)
     condition_rows = _conditional_rows(params, counts.metric, theta, cov, z)
     test = independence_test(theta, cov, (params.cells // params.shape[-1], params.shape[-1]))
     summary = base_summary(counts, started, confidence)

@@ -252,10 +252,12 @@ def _pair_rows(params: JointParams, metric: str, built: Reconstruction, reports:
 
 
 def _one_way_rows(params: JointParams, metric: str, built: Reconstruction,
-                  reports: np.ndarray, z: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                  reports: np.ndarray, confidence: float,
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each variable's marginal shares (``marginals.csv``) and the summary's."""
     estimates = [built.cells((a,), reports)[:2] for a in range(len(params.variables))]
-    return one_way_rows(metric, [(v.name, v.labels) for v in params.variables], estimates, z)
+    return one_way_rows(metric, [(v.name, v.labels) for v in params.variables], estimates,
+                        confidence)
 
 
 def _disagreement(built: Reconstruction) -> float:
@@ -285,7 +287,7 @@ def decode_marginals(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTI
     built = reconstruct(params, estimates)
     rows = _pair_rows(params, counts.metric, built, estimates.reports, total, z)
     marginal_rows, marginal_summary = _one_way_rows(params, counts.metric, built,
-                                                    estimates.reports, z)
+                                                    estimates.reports, confidence)
     tests = []
     for a, b in itertools.combinations(range(len(params.of)), 2):
         test = pair_test(built.consistency, estimates, built.s, built.u, (a, b))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from veil.server.analysis.results import DecodeResult
+from veil.server.analysis.stats import z_quantile
 from veil.server.analysis.tables import interval_column, write_rows
 
 if TYPE_CHECKING:
@@ -105,11 +106,14 @@ def interval_row(metric: str, share: float, se: float, z: float) -> dict[str, An
 
 
 def one_way_rows(metric: str, variables: Sequence[tuple[str, Sequence[str]]],
-                 estimates: Iterable[tuple[np.ndarray, np.ndarray]], z: float,
+                 estimates: Iterable[tuple[np.ndarray, np.ndarray]], confidence: float,
                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each variable's shares as rows of ``marginals.csv`` and as the summary's
-    ``{variable: {value: {proportion, ...}}}``: ``variables`` the (name, values) pairs,
-    ``estimates`` each one's shares and standard errors, in the same order."""
+    ``{variable: {value: {proportion, ...}}}`` (interval keys named for ``confidence``, as
+    the tables' columns are): ``variables`` the (name, values) pairs, ``estimates`` each
+    one's shares and standard errors, in the same order."""
+    z = z_quantile(confidence)
+    keys = {key: interval_column(key, confidence) for key in MARGINAL_COLUMNS[3:]}
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     for (name, labels), (shares, errors) in zip(variables, estimates, strict=True):
@@ -118,5 +122,5 @@ def one_way_rows(metric: str, variables: Sequence[tuple[str, Sequence[str]]],
             row = {**interval_row(metric, float(share), float(se), z),
                    "variable": name, "value": label}
             rows.append(row)
-            summary[name][label] = {key: row[key] for key in MARGINAL_COLUMNS[3:]}
+            summary[name][label] = {named: row[key] for key, named in keys.items()}
     return rows, summary

@@ -46,7 +46,6 @@ class DecodeResult:
             self.columns = tuple(interval_column(name, confidence) for name in self.columns)
             self.rows = [{interval_column(name, confidence): value
                           for name, value in row.items()} for row in self.rows]
-            self.summary = _intervals_named(self.summary, confidence)
 
     @property
     def metric(self) -> str:
@@ -119,15 +118,4 @@ def _jsonable(value: Any) -> Any:
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    return value
-
-
-def _intervals_named(value: Any, confidence: float) -> Any:
-    """``value`` with the interval keys of every mapping in it (a joint decode's marginals
-    in ``summary.json``) named for ``confidence``, as the tables' columns are."""
-    if isinstance(value, dict):
-        return {interval_column(key, confidence) if isinstance(key, str) else key:
-                _intervals_named(item, confidence) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_intervals_named(item, confidence) for item in value]
     return value

@@ -180,3 +180,17 @@ def test_side_tables_name_their_intervals_for_the_confidence(tmp_path) -> None:
     # and summary.json's marginals, which kept prop_low_95 at any confidence
     summary = (tmp_path / "summary.json").read_text()
     assert '"prop_low_90"' in summary and "_95" not in summary
+
+
+def test_a_value_named_like_an_interval_key_keeps_its_name_at_any_confidence() -> None:
+    """The summary's interval keys were renamed wherever they stood, so a value labelled
+    'low_95' came out as 'low_90' at confidence 0.9."""
+    rng = np.random.default_rng(3)
+    params = JointParams(of=("x", "y"), domains=(("low_95", "high_95"), ("a", "b")),
+                         epsilon=4.0, report_epsilon=4.0)
+    result = decode_counts(joint_document(params, rng.multinomial(5000, [0.3, 0.2, 0.1, 0.4]),
+                                          rng), confidence=0.9)
+    marginal = result.summary["marginals"]["x"]
+    assert set(marginal) == {"low_95", "high_95"}  # the values, as declared
+    assert {"prop_low_90", "prop_high_90"} <= set(marginal["low_95"])
+    assert result.summary["variables"]["x"] == ["low_95", "high_95"]
