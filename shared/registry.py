@@ -55,6 +55,7 @@ from typing import Any
 
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import KINDS, DiscoveryParams, MechanismParams, parse_params
+from veil.shared.kinds.base import as_recorded
 from veil.shared.kinds.discovery import CHANNEL_SUFFIX
 from veil.shared.kinds.joint import declared_domains
 from veil.shared.privacy import parallel, sequential
@@ -240,6 +241,15 @@ class Registry(Mapping[str, Metric]):
             "version": self.version,
             "metrics": {name: metric.to_dict() for name, metric in self._metrics.items()},
         }
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> Registry:
+        """:meth:`from_dict` of a registry a store or an archive recorded: the size limit
+        (:data:`~veil.shared.kinds.base.MAX_COUNTERS`) bounds what is declared, not what an
+        earlier version let a store record, so such a record is still read
+        (:func:`~veil.shared.kinds.base.as_recorded`)."""
+        with as_recorded():
+            return cls.from_dict(data)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, lenient: bool = False) -> Registry:

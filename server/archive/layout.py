@@ -267,7 +267,7 @@ class Manifest:
                 f"{FORMAT_VERSION}. " + ("Upgrade Veil to read it." if newer else
                                          "Write the archive again with this Veil's veil archive."))
         try:
-            registry = Registry.from_dict(document["registry"])
+            registry = Registry.from_record(document["registry"])
             buckets = check_buckets(document["buckets"])
             files = [ArchiveFile(str(entry["path"]), str(entry["metric"]),
                                  str(parse_day(entry["day"], "day")), int(entry["bucket"]),

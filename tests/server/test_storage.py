@@ -699,7 +699,7 @@ def test_integer_payloads_are_stored_exactly_in_each_statement_shape(tmp_path, w
     assert stored == group
 
 
-def test_a_store_recorded_before_the_size_limit_still_opens(store_url):
+def test_a_store_recorded_before_the_size_limit_still_opens(store_url, tmp_path):
     """A registry may not declare a metric whose statistic holds more than MAX_COUNTERS
     counters, but a store that an earlier version let record one keeps its reports: it
     opens (without a registry, or with one that leaves the metric out) and counts them."""
@@ -729,3 +729,11 @@ def test_a_store_recorded_before_the_size_limit_still_opens(store_url):
             assert [entry["reports"] for entry in document["metrics"]] == [1], document
         finally:
             reopened.close()
+    # and its archive, whose manifest records the same registry, is read again: a second
+    # run and an aggregation read the manifest back (they refused it as malformed)
+    from veil.server.cli import main
+
+    root = tmp_path / "archive"
+    for _ in range(2):
+        assert main(["archive", "--db", store_url, "--out", str(root)]) == 0
+    assert main(["aggregate", "--archive", str(root), "--db", store_url, "--workers", "1"]) == 0

@@ -32,7 +32,6 @@ from veil.server.storage.errors import (
 )
 from veil.server.storage.postgres import schema
 from veil.server.storage.postgres.outage import OUTAGE_LOG, libpq_reason
-from veil.shared.kinds.base import as_recorded
 from veil.shared.registry import Registry
 
 #: days around a report's day on which a stored id makes it a duplicate (recorded in the store
@@ -256,8 +255,7 @@ class PostgresDatabase(Storage):
         if row is None:
             return None
         try:
-            with as_recorded():
-                return Registry.from_dict(json.loads(row[0]))
+            return Registry.from_record(json.loads(row[0]))
         except (TypeError, ValueError) as exc:
             raise StorageError(f"the registry stored in veil_meta cannot be read ({exc})") from None
 

@@ -59,7 +59,6 @@ from veil.server.storage.sqlite.schema import (
     migration_steps,
 )
 from veil.server.storage.sqlite.writes import RECENT_IDS_LIMIT, SQLiteWrites
-from veil.shared.kinds.base import as_recorded
 from veil.shared.registry import Metric, Registry
 from veil.shared.statistics import State, Statistic, statistic_for
 
@@ -189,8 +188,7 @@ class SQLiteStorage(SQLiteWrites):
         if row is None:
             return None
         try:
-            with as_recorded():
-                return Registry.from_dict(json.loads(bytes(row[0]).decode("utf-8")))
+            return Registry.from_record(json.loads(bytes(row[0]).decode("utf-8")))
         except (TypeError, ValueError) as exc:
             raise sql.DamagedRow(f"the registry stored in meta cannot be read ({exc})") from None
 
