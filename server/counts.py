@@ -418,6 +418,10 @@ def _count_table(name: str, numbered: list[NumberedRow]) -> np.ndarray:
                 raise ParameterError(
                     "counts", f"{_where(name, line, column)}: {shown} is not a whole number; "
                               f"every field is a count of reports") from None
+            if value < 0:
+                raise ParameterError(
+                    "counts", f"{_where(name, line, column)}: counts must not be negative; "
+                              f"got {value}")
             if value > MAX_COUNT:
                 raise ParameterError(
                     "counts", f"{_where(name, line, column)}: {value} is more than any count "

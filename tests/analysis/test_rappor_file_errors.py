@@ -69,6 +69,17 @@ def test_count_too_large_for_64_bits_names_line_and_column(tmp_path: Path) -> No
         read_counts(path, PARAMS)
 
 
+def test_a_negative_count_too_large_for_64_bits_is_named(tmp_path: Path) -> None:
+    """It slipped past the check for counts above the limit into an 'unreachable' assertion
+    (a traceback)."""
+    rows = good_rows()
+    rows[1][0] = -(10**20)
+    path = write_counts_text(tmp_path / "counts.csv", rows)
+    with pytest.raises(ParameterError, match=r"counts\.csv line 2, column 1 \(reports\): "
+                                             r"counts must not be negative"):
+        read_counts(path, PARAMS)
+
+
 def test_counts_adding_up_past_64_bits_are_refused(tmp_path: Path) -> None:
     """Each fits in 64 bits, their sum does not: refused where the sum passes the limit,
     not wrapped around into a negative total."""
