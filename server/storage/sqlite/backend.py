@@ -351,7 +351,7 @@ class SQLiteStorage(SQLiteWrites):
         return CheckResult(str(path), mismatches=tuple(sql.differences(conn)), reports=reports,
                            unverified=int(conn.execute(sql.UNVERIFIED).fetchone()[0]),
                            missing_reports=max(
-                               int(conn.execute(sql.MISSING_REPORTS).fetchone()[0]), 0))
+                               int(conn.execute(sql.STORED_IDS).fetchone()[0]) - reports, 0))
 
     def total_reports(self, metric: str | None = None) -> int:
         with self._unavailable(f"count the reports in {self.path}"), self._reader() as conn:

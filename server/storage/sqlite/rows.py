@@ -156,18 +156,22 @@ def recount(conn: sqlite3.Connection, metric_of: MetricOf) -> int:
     kept, having nothing to be recounted from. Return the number of reports. The caller
     holds the transaction. :class:`DamagedRow` for a report that Veil cannot have stored
     (unknown metric, payload out of shape)."""
-    conn.execute("DELETE FROM aggregates WHERE (metric, day) IN "
-                 "(SELECT DISTINCT metric, day FROM main.reports)")
     # no ORDER BY: upserts add up in any order, and arrival order already groups days,
     # where sorting a large table would need a temporary copy of it
     cursor = conn.execute("SELECT id, metric, day, cohort, payload FROM reports")
     total = 0
+    cleared: set[tuple[str, str]] = set()
     while True:
         chunk = cursor.fetchmany(50_000)
         if not chunk:
             break
+        groups = group_by_metric_day(chunk)
+        # a (metric, day)'s old rows go when its first report is met: one scan of the reports
+        new = [key for key in groups if key not in cleared]
+        conn.executemany("DELETE FROM aggregates WHERE metric = ? AND day = ?", new)
+        cleared.update(new)
         try:
-            rows = aggregate_groups(group_by_metric_day(chunk), metric_of)
+            rows = aggregate_groups(groups, metric_of)
         except (ValueError, TypeError, IndexError, StorageError) as exc:
             raise DamagedRow(f"a stored report cannot be counted ({exc})") from exc
         conn.executemany(UPSERT, rows)
@@ -200,9 +204,10 @@ _DIFFERENCES = (
 UNVERIFIED = ("SELECT count(*) FROM (SELECT DISTINCT metric, day FROM main.aggregates AS s "
               "WHERE NOT EXISTS (SELECT 1 FROM temp.aggregates AS t WHERE t.metric = s.metric "
               "AND t.day = s.day))")
-#: report ids stored (merged or recent) beyond the raw reports: reports deleted or lost
-MISSING_REPORTS = ("SELECT (SELECT count(*) FROM main.report_ids) + (SELECT count(*) FROM "
-                   "main.recent_ids) - (SELECT count(*) FROM main.reports)")
+#: report ids stored, merged or recent: more than the raw reports when reports were deleted
+#: or lost
+STORED_IDS = ("SELECT (SELECT count(*) FROM main.report_ids) + (SELECT count(*) FROM "
+              "main.recent_ids)")
 
 
 def differences(conn: sqlite3.Connection) -> list[str]:
