@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from veil.server.cli.options import worker_count
+from veil.server.cli.options import whole_number, worker_count
 from veil.shared.errors import ParameterError
 from veil.shared.hashing import HASHINGS
 
@@ -19,16 +19,8 @@ EXPERIMENT_NAMES = ("regression", "detection", "rr-vs-laplace", "laplace-mean", 
                     "marginals")
 
 
-def seed_number(text: str) -> int:
-    """A ``--seed``: a whole number from 0 to 2**64 - 1 (what NumPy's generators take), as
-    argparse reads it (a refusal is a usage error naming the option)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number; got {text!r}") from None
-    if not 0 <= value < 2**64:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 2**64 - 1; got {text}")
-    return value
+#: a ``--seed``: a whole number from 0 to 2**64 - 1 (what NumPy's generators take)
+seed_number = whole_number(0, 2**64 - 1, shown="from 0 to 2**64 - 1")
 
 
 def configure_experiment(parser: argparse.ArgumentParser) -> None:

@@ -14,19 +14,9 @@ from veil.server.cli.options import (
     add_db_option,
     add_range_options,
     print_log,
+    whole_number,
     worker_count,
 )
-
-
-def _positive(text: str) -> int:
-    """An argparse type: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1; got {value}")
-    return value
 
 
 def configure_archive(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +26,7 @@ def configure_archive(parser: argparse.ArgumentParser) -> None:
                         help="the archive directory (created if missing)")
     add_range_options(parser, end_help="last UTC day, YYYY-MM-DD (inclusive; default: "
                                        "yesterday, the last day that is over)")
-    parser.add_argument("--buckets", type=_positive, metavar="N",
+    parser.add_argument("--buckets", type=whole_number(1), metavar="N",
                         help="files per (metric, day), by report id, 1 to 256 (default: the "
                              "archive's, 16 for a new one)")
     parser.add_argument("--source", default="main", metavar="NAME",

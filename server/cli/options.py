@@ -34,7 +34,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from veil.server.settings import ENVIRONMENT, env_value
 from veil.server.tokens import checked_tokens
@@ -142,32 +142,33 @@ def short_token_warning(tokens: list[str], option: str) -> str | None:
             f"least {MIN_TOKEN_CHARACTERS} random characters (veil init writes 32 hex digits)")
 
 
-def port_number(text: str) -> int:
-    """A ``--port``: 0 (any free port) to 65535, as argparse reads it (a server library
-    would take a larger one modulo 65536, or fail with a traceback)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number; got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0 (any free port) to 65535; got {text}")
-    return value
+def whole_number(least: int, most: int | None = None, *,
+                 shown: str | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``least`` to ``most`` (none: no upper bound),
+    whose refusal is a usage error naming the option; ``shown`` says the range in words."""
+    if shown is None:
+        shown = f"at least {least}" if most is None else f"from {least} to {most}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number; got {text[:40]!r}") from None
+        if value < least or (most is not None and value > most):
+            raise argparse.ArgumentTypeError(f"must be {shown}; got {text[:40]}")
+        return value
+
+    return parse
 
 
+#: a ``--port``: 0 (any free port) to 65535 (a server library would take a larger one
+#: modulo 65536, or fail with a traceback)
+port_number = whole_number(0, 65535, shown="0 (any free port) to 65535")
 #: the most worker processes or threads a command starts on this machine
 MAX_WORKERS = 256
-
-
-def worker_count(text: str) -> int:
-    """A ``--workers`` of processes or threads on this machine: 1 to :data:`MAX_WORKERS`, as
-    argparse reads it (a larger one would start that many before anything failed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number; got {text!r}") from None
-    if not 1 <= value <= MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_WORKERS}; got {text}")
-    return value
+#: a ``--workers`` of processes or threads on this machine: 1 to :data:`MAX_WORKERS` (a
+#: larger one would start that many before anything failed)
+worker_count = whole_number(1, MAX_WORKERS)
 
 
 @contextlib.contextmanager

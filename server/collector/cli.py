@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from veil.server.cli.options import (
-    MAX_WORKERS,
     add_config_option,
     add_db_option,
     add_range_options,
     port_number,
     short_token_warning,
     token_list,
+    whole_number,
+    worker_count,
 )
 from veil.server.collector.config import DEFAULTS
 from veil.server.collector.logs import FORMATS, LEVELS, configure_logging
@@ -52,9 +53,9 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
                         help=f"address to listen on (default {DEFAULTS['HOST']})")
     parser.add_argument("--port", type=port_number, default=DEFAULTS["PORT"],
                         help=f"port (default {DEFAULTS['PORT']}; 0 picks a free one)")
-    parser.add_argument("--threads", type=int, default=DEFAULTS["THREADS"],
+    parser.add_argument("--threads", type=whole_number(1, MAX_THREADS), default=DEFAULTS["THREADS"],
                         help=f"threads serving requests per worker (default {DEFAULTS['THREADS']})")
-    parser.add_argument("--workers", type=int, default=DEFAULTS["WORKERS"],
+    parser.add_argument("--workers", type=worker_count, default=DEFAULTS["WORKERS"],
                         help=f"server processes sharing the port (default {DEFAULTS['WORKERS']}; "
                         "more use more cores)")
     parser.add_argument("--connection-limit", type=int, default=DEFAULTS["CONNECTION_LIMIT"],
@@ -175,12 +176,8 @@ MAX_THREADS = 1024
 
 def _check_serving_bounds(args: argparse.Namespace) -> None:
     """Refuse, before anything listens, what the workers would only refuse once started (or
-    never): more workers or threads than :data:`MAX_WORKERS` and
-    :data:`MAX_THREADS`, a rate that is not a finite number."""
-    for name, most in (("workers", MAX_WORKERS), ("threads", MAX_THREADS)):
-        if getattr(args, name) > most:
-            raise ParameterError(name, f"--{name} must be at most {most}; got {getattr(args, name)}"
-                                 " (each worker is a process; one per core is plenty)")
+    never): a rate that is not a finite number (worker and thread counts are bounded by
+    their option types)."""
     for name in ("network_rate", "token_rate", "burst_seconds"):
         if not math.isfinite(getattr(args, name)):
             option = "--" + name.replace("_", "-")
@@ -193,8 +190,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from veil.server.storage import open_storage
     from veil.shared.registry import Registry
 
-    for name in ("threads", "workers", "connection_limit", "channel_timeout", "receive_timeout",
-                 "max_reports"):
+    for name in ("connection_limit", "channel_timeout", "receive_timeout", "max_reports"):
         if getattr(args, name) < 1:
             option = "--" + name.replace("_", "-")
             raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
