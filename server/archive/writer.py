@@ -41,6 +41,7 @@ from veil.server.archive.layout import (
     PRIVATE_FILE,
     ArchiveError,
     ArchiveFile,
+    ArchiveUsageError,
     Manifest,
     bucket_dir,
     bucket_of,
@@ -232,10 +233,10 @@ def archive(storage: Storage, out_dir: str | Path, *, metric: str | None = None,
     elif end_text > yesterday():
         # a day archived before it is over is left as it is by the nightly run (its files
         # exist), and veil aggregate would then set its counts short of the store's
-        raise ArchiveError(f"--end {end_text} is a UTC day that is not over (today is "
-                           f"{today()}): reports keep arriving under it. Archive the days "
-                           f"that are over (--end {yesterday()}, the default); the nightly "
-                           "run archives today once it is over")
+        raise ArchiveUsageError(
+            "end", f"--end {end_text} is a UTC day that is not over (today is {today()}): "
+                   f"reports keep arriving under it. Archive the days that are over (--end "
+                   f"{yesterday()}, the default); the nightly run archives today once it is over")
     assert end_text is not None
     if isinstance(row_group_reports, bool) or not isinstance(row_group_reports, int) \
             or row_group_reports < 1:

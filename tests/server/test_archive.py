@@ -277,6 +277,10 @@ def test_a_day_that_is_not_over_is_neither_archived_nor_aggregated(store, wire, 
     root = tmp_path / "archive"
     with pytest.raises(ArchiveError, match=f"--end {today()} is a UTC day that is not over"):
         archive(store, root, end=today(), progress=False)
+    # the caller's input: a usage error of the command (exit 2), nothing written
+    assert main(["archive", "--db", str(store.location), "--out", str(root), "--end",
+                 today()]) == 2
+    assert not root.exists()
     archive(store, root, progress=False)
     # as an earlier Veil recorded an open day: its file moved under today's name
     document = json.loads((root / "manifest.json").read_text())

@@ -118,10 +118,9 @@ class SQLiteStorage(SQLiteWrites):
         """The steps from the file's ``PRAGMA user_version`` to :data:`SCHEMA_VERSION`, read
         without writing (the file is opened read-only)."""
         path = cls._existing_file(url)
-        problem = not_veil_problem(path)
-        if problem is not None:
-            raise NoStoreError(problem)
         version, tables = read_schema(path)
+        if version == 0:  # empty, or another program's: nothing to migrate
+            raise NoStoreError(not_veil_sentence(path, tables))
         return cls._steps(path, version, tables)
 
     @staticmethod
