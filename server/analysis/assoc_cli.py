@@ -61,18 +61,18 @@ def run_assoc(args: argparse.Namespace) -> int:
 def write_assoc_results(inputs: AssocInputs, fit: JointEM, path: Path) -> None:
     """One row per cell: the two values, the proportion, its standard error and 95% interval
     (clipped to [0, 1])."""
-    from veil.server.analysis.tables import analyst_csv, spreadsheet_safe
+    from veil.server.analysis.tables import AnalystCsv
 
     first, second = inputs.first, inputs.second
     with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = analyst_csv(handle)
+        writer = AnalystCsv(handle)
         writer.writerow([first.name, second.name, "proportion", "prop_std_error",
                          "prop_low_95", "prop_high_95"])
         for i, x in enumerate(first.values):
             for j, y in enumerate(second.values):
                 share, se = float(fit.table_[i, j]), float(fit.std_errors_[i, j])
-                writer.writerow([spreadsheet_safe(x), spreadsheet_safe(y), repr(share), repr(se), repr(max(share - Z_95 * se, 0.0)),
-                                 repr(min(share + Z_95 * se, 1.0))])
+                writer.writerow([x, y, share, se, max(share - Z_95 * se, 0.0),
+                                 min(share + Z_95 * se, 1.0)])
 
 
 def assoc_metrics(inputs: AssocInputs, fit: JointEM, seconds: float) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import csv
 import html
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,18 +180,24 @@ def spreadsheet_safe(value: Any) -> Any:
     return value
 
 
-def analyst_csv(handle: Any) -> Any:
-    """A CSV writer for tables people open in spreadsheets: RFC 4180 line ends (CR LF),
-    so that a value holding a carriage return or a line feed is quoted and cannot end its
-    row; write its cells through :func:`spreadsheet_safe`."""
-    return csv.writer(handle, lineterminator="\r\n")
+class AnalystCsv:
+    """A CSV writer for tables people open in spreadsheets: every cell through
+    :func:`spreadsheet_safe`, and RFC 4180 line ends (CR LF), so that a value holding a
+    carriage return or a line feed is quoted and cannot end its row."""
+
+    def __init__(self, handle: Any) -> None:
+        self._writer = csv.writer(handle, lineterminator="\r\n")
+
+    def writerow(self, row: Iterable[Any]) -> None:
+        """Write one row."""
+        self._writer.writerow([spreadsheet_safe(cell) for cell in row])
 
 
 def write_rows(path: str | Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
-    """Rows as CSV with a header row of ``columns`` (floats at full precision, None empty,
-    text :func:`spreadsheet_safe`)."""
+    """Rows as CSV with a header row of ``columns`` (floats at full precision, None empty;
+    an :class:`AnalystCsv`)."""
     with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = analyst_csv(handle)
+        writer = AnalystCsv(handle)
         writer.writerow(columns)
         for row in rows:
             writer.writerow([_csv_value(row[name]) for name in columns])
@@ -252,8 +258,6 @@ def html_table(title: str, headline: str, summary: dict[str, Any],
 
 
 def _csv_value(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return repr(value)
-    return spreadsheet_safe(value)
+    # a float stays a number (the csv module writes its repr: full precision), so that
+    # AnalystCsv never takes "-inf" for text
+    return "" if value is None else value

@@ -34,14 +34,14 @@ class Table:
     def to_csv(self) -> str:
         """The table as CSV with a header of its column keys, its text cells safe to open in
         a spreadsheet (:func:`~veil.server.analysis.tables.spreadsheet_safe`)."""
-        from veil.server.analysis.tables import analyst_csv, spreadsheet_safe
+        from veil.server.analysis.tables import AnalystCsv
 
         out = io.StringIO()
-        writer = analyst_csv(out)
+        writer = AnalystCsv(out)
         writer.writerow(list(self.columns))
         for row in self.rows:
-            writer.writerow(["" if _finite(row.get(key)) is None else
-                             spreadsheet_safe(row.get(key)) for key in self.columns])
+            writer.writerow(["" if _finite(row.get(key)) is None else row.get(key)
+                             for key in self.columns])
         return out.getvalue()
 
 

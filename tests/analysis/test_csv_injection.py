@@ -60,3 +60,14 @@ def test_the_dashboards_csv_twin_neither_runs_nor_breaks(tmp_path) -> None:
     assert [row["value"] for row in rows] == [spreadsheet_safe(value) for value in HOSTILE]
     assert [float(row["proportion"]) for row in rows] == [-0.01 * i for i in range(len(HOSTILE))]
     assert table.to_json()["rows"][0]["value"] == HOSTILE[0]  # the JSON twin: as reported
+
+
+def test_numbers_are_written_as_numbers_whatever_their_sign(tmp_path) -> None:
+    """Floats reach the writer as numbers: '-inf' or '-1.5e-05' are never taken for text."""
+    from veil.server.analysis.tables import write_rows
+
+    write_rows(tmp_path / "t.csv", ("value", "log10_p_value", "estimate"),
+               [{"value": "-x", "log10_p_value": float("-inf"), "estimate": -1.5e-05}])
+    with open(tmp_path / "t.csv", newline="", encoding="utf-8") as handle:
+        assert list(csv.DictReader(handle)) == [
+            {"value": "'-x", "log10_p_value": "-inf", "estimate": "-1.5e-05"}]
