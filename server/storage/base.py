@@ -357,7 +357,8 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def check(cls, url: str) -> CheckResult:
         """Examine the store named by ``url`` whole, without changing it: its integrity, and
-        every aggregate against a recount of the raw reports (``veil check``). Works on a
+        the aggregates of every (metric, day) that has raw reports against a recount of
+        them (``veil check``; :attr:`CheckResult.unverified` counts the others). Works on a
         store that :meth:`open` refuses as damaged; :class:`StorageError` if it cannot run."""
 
     _registry: Registry
@@ -419,7 +420,9 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def rebuild_aggregates(self) -> int:
-        """Recompute every aggregate from the raw reports; return the number of reports."""
+        """Recompute the aggregates of every (metric, day) that has raw reports from them
+        (those of days without any, set from an archive, are kept); return the number of
+        reports."""
 
     @abc.abstractmethod
     def backup(self, target: str | Path) -> Path:
