@@ -71,7 +71,12 @@ from veil.server.analysis.string_summary import (
     detection_fields,
     missing_fields,
 )
-from veil.server.analysis.tables import RANKED_COLUMNS, STRING_COLUMNS, frequency_rows
+from veil.server.analysis.tables import (
+    RANKED_COLUMNS,
+    STRING_COLUMNS,
+    frequency_rows,
+    ranked_table,
+)
 from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
 from veil.shared.faces import FaceRegistry
@@ -485,20 +490,19 @@ class StringOracleDecoder:
             "privacy": privacy_cost(params, *params.possible_values),
             "elapsed_seconds": time.perf_counter() - started,
         }
-        columns = RANKED_COLUMNS if self.all_candidates else STRING_COLUMNS
         if self.all_candidates:  # every candidate, ranked by its evidence (z)
+            columns: tuple[str, ...] = RANKED_COLUMNS
             z = np.where(std_errors > 0, estimates / np.where(std_errors > 0, std_errors, 1.0),
                          -np.inf)
-            order = np.argsort(-z, kind="stable")
+            rows = ranked_table(metric, names, estimates, std_errors, z, p_values, detected,
+                               int(total), confidence)
         else:
+            columns = STRING_COLUMNS
             order = np.flatnonzero(detected)
             order = order[np.argsort(-estimates[order], kind="stable")]
-        rows = frequency_rows(metric, "string", [names[i] for i in order], estimates[order],
-                              std_errors[order], int(total), z_quantile(confidence),
-                              STRING_COLUMNS, p_values[order])
-        if self.all_candidates:
-            for rank, (row, index) in enumerate(zip(rows, order, strict=True), start=1):
-                row["rank"], row["detected"] = rank, int(detected[index])
+            rows = frequency_rows(metric, "string", [names[i] for i in order], estimates[order],
+                                  std_errors[order], int(total), z_quantile(confidence),
+                                  STRING_COLUMNS, p_values[order])
         self.result_ = DecodeResult("string", columns, rows, self.summary_,
                                     description(self.summary_))
         return self

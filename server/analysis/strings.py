@@ -67,7 +67,7 @@ from veil.server.analysis.stats import (
     z_quantile,
 )
 from veil.server.analysis.string_summary import Settings, StringFit, description, fit_summary
-from veil.server.analysis.tables import RANKED_COLUMNS, STRING_COLUMNS, frequency_rows
+from veil.server.analysis.tables import RANKED_COLUMNS, STRING_COLUMNS, frequency_rows, ranked_table
 from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import MechanismParams, StringParams
@@ -492,15 +492,9 @@ def ranked_rows(decoder: StringDecoder, system: WhitenedSystem, solution: LeastS
     se[fitted] = decoder.std_errors_[fitted] / total
     z[fitted] = np.where(se[fitted] > 0, shares[fitted] / np.where(se[fitted] > 0, se[fitted], 1),
                          -np.inf)
-    order = np.argsort(-z, kind="stable")
     p_values = np.where(np.isfinite(z), normal_sf(z), 1.0)
-    rows = frequency_rows(
-        metric, "string", [decoder.candidates_[s] for s in order], shares[order], se[order],
-        total, z_quantile(settings.confidence), STRING_COLUMNS, p_values[order])
-    for rank, (row, s) in enumerate(zip(rows, order, strict=True), start=1):
-        row["rank"] = rank
-        row["detected"] = int(decoder.detected_[s])
-    return rows
+    return ranked_table(metric, decoder.candidates_, shares, se, z, p_values, decoder.detected_,
+                      total, settings.confidence)
 
 
 def string_ibu(decoder: StringDecoder, reports: np.ndarray, ones: np.ndarray,

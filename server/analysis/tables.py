@@ -20,7 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from veil.server.analysis.stats import one_sided_log10_p_values, one_sided_p_values
+from veil.server.analysis.stats import (
+    one_sided_log10_p_values,
+    one_sided_p_values,
+    z_quantile,
+)
 from veil.shared.privacy import format_epsilon
 
 #: results.csv columns, the same for every kind (docs/analysis.md describes each)
@@ -158,6 +162,20 @@ def number_row(
         **dict.fromkeys(("proportion", "prop_std_error", "prop_low_95", "prop_high_95",
                          "p_value", "log10_p_value")),
     }
+
+
+def ranked_table(metric: str, names: Sequence[str], shares: np.ndarray, std_errors: np.ndarray,
+                z: np.ndarray, p_values: np.ndarray, detected: np.ndarray, total: int,
+                confidence: float) -> list[dict[str, Any]]:
+    """Rows of :data:`RANKED_COLUMNS`: every string candidate, ranked by its evidence ``z``
+    (highest first, ties in list order), with its ``rank`` and whether it was ``detected``."""
+    order = np.argsort(-z, kind="stable")
+    rows = frequency_rows(metric, "string", [names[i] for i in order], shares[order],
+                          std_errors[order], total, z_quantile(confidence), STRING_COLUMNS,
+                          p_values[order])
+    for rank, (row, index) in enumerate(zip(rows, order, strict=True), start=1):
+        row["rank"], row["detected"] = rank, int(detected[index])
+    return rows
 
 
 #: first characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection)
