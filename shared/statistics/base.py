@@ -24,7 +24,7 @@ import numpy as np
 
 from veil.shared.errors import ParameterError
 from veil.shared.faces import FaceRegistry
-from veil.shared.kinds.base import MechanismParams
+from veil.shared.kinds.base import COUNTS_LENGTHS, MechanismParams
 
 FieldType = Literal["counts", "count", "real"]
 #: what a backend stores per raw report: the payload's bytes, an integer, or a float
@@ -56,17 +56,23 @@ class Statistic:
     name: ClassVar[str] = ""
     fields: ClassVar[tuple[Field, ...]] = ()
     payload_type: ClassVar[PayloadType] = "bytes"
-    #: what the parameters call the counts vector's length, for error messages
-    length_name: ClassVar[str] = "length"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get("name"):
             STATISTICS.add(cls.name, cls())
 
+    @property
+    def length_name(self) -> str:
+        """What the parameters call the counts vector's length, for error messages (the
+        parameter :data:`~veil.shared.kinds.base.COUNTS_LENGTHS` names)."""
+        return COUNTS_LENGTHS.get(self.name, "length")
+
     def length(self, params: MechanismParams) -> int:
-        """Length of the ``counts`` field (0 when there is none)."""
-        return 0
+        """Length of the ``counts`` field (0 when there is none): the parameter
+        :data:`~veil.shared.kinds.base.COUNTS_LENGTHS` names, read by
+        :attr:`MechanismParams.counts_length`, which also bounds it."""
+        return params.counts_length
 
     def stored_payload(self, params: MechanismParams, payload: Any, value: Any) -> Any:
         """What a store keeps for one validated report (wire ``payload``, parsed ``value``)."""

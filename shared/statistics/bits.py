@@ -80,10 +80,6 @@ class BitCounts(Statistic):
     name: ClassVar[str] = "bits"
     fields = (Field("ones", "counts", "bit_counts"),)
     payload_type: ClassVar[PayloadType] = "bytes"
-    length_name: ClassVar[str] = "k"
-
-    def length(self, params: MechanismParams) -> int:
-        return int(params.k)  # type: ignore[attr-defined]
 
     def stored_payload(self, params: MechanismParams, payload: Any, value: Any) -> bytes:
         return bytes.fromhex(payload)

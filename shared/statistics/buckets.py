@@ -29,10 +29,6 @@ class BucketCounts(ResponseCounts):
     name: ClassVar[str] = "buckets"
     fields = (Field("counts", "counts", "bit_counts"),)
     payload_type: ClassVar[PayloadType] = "bytes"
-    length_name: ClassVar[str] = "buckets"
-
-    def length(self, params: MechanismParams) -> int:
-        return int(params.buckets)  # type: ignore[attr-defined]
 
     def stored_payload(self, params: MechanismParams, payload: Any, value: Any) -> bytes:
         return bytes(value)

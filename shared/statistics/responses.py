@@ -32,10 +32,6 @@ class ResponseCounts(Statistic):
     name: ClassVar[str] = "responses"
     fields = (Field("responses", "counts", "bit_counts"),)
     payload_type: ClassVar[PayloadType] = "int"
-    length_name: ClassVar[str] = "responses"
-
-    def length(self, params: MechanismParams) -> int:
-        return int(params.responses)  # type: ignore[attr-defined]
 
     def stored_payload(self, params: MechanismParams, payload: Any, value: Any) -> Any:
         return int(value)

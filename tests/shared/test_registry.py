@@ -4,13 +4,10 @@ import pytest
 
 from veil.shared import Metric, ParameterError, Registry, StringParams
 from veil.shared.kinds import (
-    CategoryParams,
     DiscoveryParams,
     FlhParams,
     HcmsParams,
     JointParams,
-    OlhParams,
-    OueParams,
     parse_params,
 )
 from veil.shared.kinds.base import MAX_COUNTERS
@@ -309,10 +306,18 @@ def test_every_documented_size_stays_well_inside_the_counter_limit():
     assert experiment.counters == 56 * 47**3 < MAX_COUNTERS / 2
     defaults = [HcmsParams(), FlhParams(), StringParams(), DiscoveryParams()]
     assert max(params.counters for params in defaults) == 4096 * 32
-    # counters x the statistic's own length per cohort, for every kind of statistic
-    for params in [*defaults, experiment, OueParams(categories=("a", "b", "c")),
-                   CategoryParams(categories=("a", "b")), OlhParams(categories=("a", "b"))]:
-        assert params.counters == params.cohorts * statistic_for(params).length(params)
+
+def test_every_statistic_with_a_counts_vector_has_its_length_in_the_table():
+    """COUNTS_LENGTHS is the one place a statistic's vector length (and so its counters,
+    which MAX_COUNTERS bounds) is read from: a statistic with a counts field missing from
+    it would keep a vector of length 0 and escape the limit."""
+    from tests.test_common_checks import EXAMPLES
+
+    for params, _, _ in EXAMPLES:
+        statistic = statistic_for(params)
+        has_vector = any(field.type == "counts" for field in statistic.fields)
+        assert (params.counts_length > 0) == has_vector, params
+        assert params.counters == params.cohorts * statistic.length(params)
 
 
 @pytest.mark.parametrize(
