@@ -31,7 +31,7 @@ from veil.client.errors import RegistryUnavailableError, shown_metric
 from veil.client.privacy_limits import PrivacyLimits
 from veil.client.state_dir import REGISTRY_CACHE_FILE
 from veil.client.transport import Transport
-from veil.shared.errors import ParameterError, VeilError, type_name
+from veil.shared.errors import ParameterError, VeilError
 from veil.shared.registry import Metric, Registry
 
 log = logging.getLogger("veil.client")
@@ -291,15 +291,11 @@ class RegistryLoader:
             self._report_waiting(ready)
 
     def _report_waiting(self, values: list[tuple[Any, Any]]) -> None:
-        """Report the values that waited for the registry, each on its own: one that fails
-        in a way ``submit`` did not handle is dropped (``invalid_value``) and logged, and the
-        others go on (this runs in the ``veil-registry`` thread, which nothing may kill)."""
+        """Report the values that waited for the registry, each on its own. ``submit``
+        (not strict) turns any failure into a counted, logged drop, so one value never
+        stops the others nor the ``veil-registry`` thread this runs in."""
         for metric, value in values:
-            try:
-                self._submit(metric, value)
-            except Exception as problem:
-                self._drop("invalid_value", f"dropped a report of {shown_metric(metric)} that "
-                           f"waited for the metric registry: {type_name(problem)} raised")
+            self._submit(metric, value)
 
     def _end_fetch(
         self, metrics: Metrics | None, problem: str | None
