@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from veil.server.dashboard.state import count
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import MechanismParams, parse_params
 from veil.shared.kinds.oracles.base import MAX_ORACLE_CATEGORIES
@@ -61,16 +62,6 @@ def _number(value: str, field: str) -> float:
     return number
 
 
-def _count(value: str, field: str, least: int = 1, most: int = 10**15) -> int:
-    """A whole number written in ASCII digits, from ``least`` to ``most`` (other digits,
-    such as superscripts, pass ``isdigit`` but not ``int``; checked before any list of that
-    many values is built)."""
-    text = value.strip()
-    if not (text.isascii() and text.isdigit() and len(text) <= 16) \
-            or not least <= int(text) <= most:
-        raise ParameterError(field, f"{field} must be a whole number from {least} to {most:,}; "
-                                    f"got {value[:40]!r}")
-    return int(text)
 
 
 def settings_of(form: Mapping[str, str]) -> tuple[dict[str, Any], int, int]:
@@ -82,7 +73,7 @@ def settings_of(form: Mapping[str, str]) -> tuple[dict[str, Any], int, int]:
     settings: dict[str, Any] = {"kind": kind}
     for key in _INTEGERS:
         if key in given:
-            settings[key] = _count(given[key], key)
+            settings[key] = count(given[key], key)
     for key in _NUMBERS:
         if key in given:
             settings[key] = _number(given[key], key)
@@ -90,20 +81,20 @@ def settings_of(form: Mapping[str, str]) -> tuple[dict[str, Any], int, int]:
         settings["mechanism"] = given["mechanism"]
     values = 2
     if kind == "category":
-        values = _count(given.get("categories", DEFAULTS["categories"]), "categories", 2,
+        values = count(given.get("categories", DEFAULTS["categories"]), "categories", 2,
                         MAX_ORACLE_CATEGORIES)
         settings["categories"] = [f"value {i + 1}" for i in range(values)]
         if "oracle" in given:
             settings["oracle"] = given["oracle"]
     elif kind == "string":
-        values = _count(given.get("values", str(DEFAULT_STRING_VALUES)), "values")
+        values = count(given.get("values", str(DEFAULT_STRING_VALUES)), "values")
         if RAPPOR_FIELDS & set(given):
             # Bloom RAPPOR's own parameters: the form's default epsilon and oracle (the
             # string oracles') are not its settings
             settings.pop("epsilon", None)
         elif "oracle" in given:
             settings["oracle"] = given["oracle"]
-    reports = _count(given.get("reports", DEFAULTS["reports"]), "reports")
+    reports = count(given.get("reports", DEFAULTS["reports"]), "reports")
     return settings, reports, values
 
 

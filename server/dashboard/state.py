@@ -45,6 +45,18 @@ def resolve_day(value: str, field: str, today: dt.date) -> dt.date:
                                 f"now-6d; got {value!r}")
 
 
+def count(value: str, field: str, least: int = 1, most: int = 10**15) -> int:
+    """A whole number a form or a URL gives, written in ASCII digits, from ``least`` to
+    ``most`` (other digits, such as superscripts, pass ``isdigit`` but not ``int``; checked
+    before anything of that size is built); :class:`ParameterError` naming ``field``."""
+    text = value.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 16) \
+            or not least <= int(text) <= most:
+        raise ParameterError(field, f"{field} must be a whole number from {least} to {most:,}; "
+                                    f"got {value[:40]!r}")
+    return int(text)
+
+
 @dataclasses.dataclass(frozen=True)
 class PageState:
     """What the URL says: ``start``/``end`` as written and as resolved days, ``k``,
@@ -73,11 +85,7 @@ class PageState:
             raise ParameterError("from", f"a range covers at most {MAX_DAYS} days; from "
                                          f"({range_from}) to ({range_to}) covers "
                                          f"{(last - first).days + 1}")
-        k_text = args.get("k") or str(DEFAULT_K)
-        if not (k_text.isascii() and k_text.isdigit() and len(k_text) <= 6) \
-                or not 1 <= int(k_text) <= MAX_K:
-            raise ParameterError("k", f"k must be a whole number from 1 to {MAX_K}; "
-                                      f"got {k_text[:40]!r}")
+        k = count(args.get("k") or str(DEFAULT_K), "k", 1, MAX_K)
         refresh = args.get("refresh") or ""
         if refresh not in REFRESH:
             raise ParameterError("refresh", f"refresh must be one of "
@@ -87,7 +95,7 @@ class PageState:
         if output not in FORMATS:
             raise ParameterError("format", f"format must be one of {', '.join(FORMATS)}; "
                                            f"got {output!r}")
-        return cls(range_from, range_to, first.isoformat(), last.isoformat(), int(k_text),
+        return cls(range_from, range_to, first.isoformat(), last.isoformat(), k,
                    refresh, output)
 
     @property
