@@ -172,7 +172,6 @@ def test_the_charts_say_what_they_show(tmp_path: Path) -> None:
 
 def test_the_headline_names_a_fractional_confidence_as_the_columns_do(tmp_path: Path) -> None:
     """At 0.999 the headline said '100% interval' (a percentage rounded to a whole one)."""
-    tmp_path.mkdir(exist_ok=True)
     db = write_database(tmp_path / "veil.db", StringParams(k=32, h=2, m=8),
                         population({"a.example": 0.5, "b.example": 0.5}, 300, seed=5), seed=6)
     result = decode_metric(db=db, metric=METRIC, candidates=["a.example", "never.example"],

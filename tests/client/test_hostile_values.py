@@ -159,7 +159,7 @@ def test_a_metric_name_that_breaks_is_dropped_or_named_by_its_type(tmp_path, off
     with Client(offline_url, tmp_path / "state", registry=REGISTRY) as client:
         client.report(HashBomb("homepage"), "example.com")
         client.report(BadRepr(), "example.com")
-        assert client.drops["invalid_value"] + client.drops["unknown_metric"] == 2
+        assert (client.drops["invalid_value"], client.drops["unknown_metric"]) == (1, 1)
     with Client(offline_url, tmp_path / "state", registry=REGISTRY, strict=True) as client:
         with pytest.raises(UnknownMetricError, match="BadRepr") as raised:
             client.report(BadRepr(), "example.com")

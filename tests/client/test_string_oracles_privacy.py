@@ -215,10 +215,16 @@ def test_flh_never_states_more_than_the_declared_epsilon(g: int, epsilon: float)
     positive epsilon (its numerator is at least 2^32 / g); below it the parameters are
     refused by name, as the category oracles' are, never accepted with a stated epsilon
     above the declared one (epsilon 1e-9 with g = 5 stated 1.17e-9)."""
+    from veil.shared.kinds.oracles.olh import bucket_prr_epsilon
+
+    # the least epsilon 32-bit probabilities realize over g buckets: numerator ceil(2^32 / g)
+    least = bucket_prr_epsilon(g, -(-(2**32) // g))
     try:
         params = FlhParams(epsilon=epsilon, g=g)
     except ParameterError as exc:
+        assert epsilon < least, (epsilon, least)  # refused only below what can be realized
         assert exc.field == "epsilon" and f"g={g}" in str(exc)
         return
+    assert epsilon >= least, (epsilon, least)
     assert params.epsilon_inf <= epsilon * (1 + 1e-9)
     assert params.epsilon_1 <= params.report_epsilon * (1 + 1e-9)

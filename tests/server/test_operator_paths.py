@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 
 from veil.server.cli import main
 from veil.server.storage import StorageError, open_storage
@@ -138,11 +139,17 @@ def test_serve_leaves_a_foreign_file_as_it_was(tmp_path, wire):
     conn.close()
 
 
-def test_serve_makes_an_empty_file_a_database(tmp_path, wire):
+def test_serve_makes_an_empty_file_a_database(tmp_path, wire, collector_factory):
+    """An empty file is refused by the commands that read, but veil serve, which creates its
+    store, makes one of it."""
     db = tmp_path / "made.db"
     db.touch()
-    with open_storage(db, wire.registry, create=True) as storage:
-        assert storage.schema_version > 0
+    collector = collector_factory(wire.registry, db=str(db))
+    answer = requests.post(collector.url + "/v1/reports", timeout=30,
+                           json=wire.batch(wire.reports("dark_mode", [True] * 3)))
+    assert answer.json()["accepted"] == 3
+    assert collector.stop() == 0
+    assert main(["check", "--db", str(db)]) == 0
 
 
 def test_a_read_only_store_is_named_with_the_fix(tmp_path, wire) -> None:
