@@ -1,8 +1,11 @@
 """Collector benchmarks: HTTP ingestion into ``veil serve`` and reading counts.
 
 1. Ingestion: a ``veil serve`` process on 127.0.0.1 with a string metric (k=128,
-   h=2, m=64), or with ``--metric`` a category metric over 1,024 categories by
-   oracle; request bodies of ``--batch`` reports each are built and
+   h=2, m=64), or with ``--metric`` a string metric of another oracle (FLH, HCMS at
+   epsilon 2) or a category metric over 1,024 categories by oracle; the reports of
+   a batch come from ``--installations`` installations (a cohort each; by default
+   every report from its own, as a relay forwards them), or one (as the SDK
+   uploads); request bodies of ``--batch`` reports each are built and
    serialized before timing; ``--uploaders`` threads post them over keep-alive
    connections, optionally into a database already holding ``--prefill``
    reports. Prints sustained reports/s over the whole run and over its second
@@ -16,6 +19,7 @@ Run it alone on the machine (it measures the machine)::
 
     python benchmarks/bench_ingest.py [--batches 1000] [--workers 2] [--threads 4] [--uploaders 8]
     python benchmarks/bench_ingest.py --metric category_olh --skip-counts   # d = 1024
+    python benchmarks/bench_ingest.py --metric homepage_hcms --installations 200 --skip-counts
     python benchmarks/bench_ingest.py --db postgresql://postgres@127.0.0.1/veil_bench
         # PostgreSQL: an empty database, emptied again (its veil_ tables dropped) before each part
 """
@@ -52,6 +56,12 @@ k = 128
 h = 2
 m = 64
 """ + "".join(f"""
+[metrics.homepage_{oracle}]
+kind = "string"
+oracle = "{oracle}"
+epsilon = 2.0
+min_reports = 1
+""" for oracle in ("flh", "hcms")) + "".join(f"""
 [metrics.category_{oracle}]
 kind = "category"
 oracle = "{oracle}"
@@ -62,22 +72,29 @@ categories = [{CATEGORIES}]
 K_BYTES = 16
 
 
-def random_payload(params: Any, i: int) -> tuple[int | None, Any]:
-    """A cohort and a uniformly random payload of the metric (what IRR output looks like)."""
-    if params.kind == "string":
-        return i % params.m, os.urandom(params.k // 8).hex()
+def random_int(below: int) -> int:
+    """A uniformly random integer in ``[0, below)`` from the OS (the bench needs no seed)."""
+    return int.from_bytes(os.urandom(8), "big") % below
+
+
+def random_payload(params: Any) -> Any:
+    """A uniformly random payload of the metric (what IRR output looks like)."""
     if params.statistic == "bits":
-        return None, os.urandom(params.d // 8).hex()
-    return None, int.from_bytes(os.urandom(4), "big") % params.responses
+        return os.urandom((params.k if params.kind == "string" else params.d) // 8).hex()
+    return random_int(params.responses)
 
 
-def random_reports(metric: str, n: int) -> list[dict]:
-    """``n`` wire reports of ``metric`` with random payloads."""
+def random_reports(metric: str, n: int, installations: int | None) -> list[dict]:
+    """``n`` wire reports of ``metric`` with random payloads, from ``installations``
+    installations of random cohorts in turn (``None``: a random cohort per report)."""
     params = REGISTRY[metric].params
+    cohorts = getattr(params, "cohorts", 0)
+    chosen = [random_int(cohorts) for _ in range(installations or 0)] if cohorts else []
     out = []
     for i in range(n):
-        cohort, payload = random_payload(params, i)
-        out.append(make_report(os.urandom(16).hex(), metric, cohort, payload, params.fingerprint))
+        cohort = (chosen[i % len(chosen)] if chosen else random_int(cohorts)) if cohorts else None
+        out.append(make_report(os.urandom(16).hex(), metric, cohort, random_payload(params),
+                               params.fingerprint))
     return out
 
 
@@ -113,11 +130,13 @@ def prefill(url: str | Path, stored: int, days: int = 30) -> float:
 
 
 def bench_ingest(metric: str, batches: int, batch_size: int, threads: int, workers: int,
-                 uploaders: int, stored_before: int, db: str | None) -> None:
+                 uploaders: int, stored_before: int, db: str | None,
+                 installations: int | None) -> None:
     """Sustained ingestion of ``metric`` through HTTP; every batch must be fully accepted."""
 
     def body() -> bytes:
-        batch = make_batch(os.urandom(16).hex(), random_reports(metric, batch_size))
+        batch = make_batch(os.urandom(16).hex(),
+                           random_reports(metric, batch_size, installations))
         return json.dumps(batch).encode()
 
     bodies = [body() for _ in range(batches)]
@@ -174,7 +193,8 @@ def bench_ingest(metric: str, batches: int, batch_size: int, threads: int, worke
     assert stored["reports"] == before + total + len(warmup) * batch_size, stored["reports"]
     lat = sorted(latencies)
     print(f"ingest: {total:,} reports of {metric} "
-          f"({REGISTRY[metric].params.mechanism_name}) in {batches} batches of {batch_size} into "
+          f"({REGISTRY[metric].params.mechanism_name}) in {batches} batches of {batch_size} "
+          f"from {installations or batch_size} installation(s) each into "
           f"{'PostgreSQL' if db else 'SQLite'} already holding {stored_before:,}, server workers={workers} x "
           f"threads={threads}, uploader threads={uploaders}")
     print(f"  sustained: {total / wall:,.0f} reports/s ({batches / wall:.1f} batches/s, "
@@ -248,11 +268,15 @@ def main() -> None:
     parser.add_argument("--db", help="a PostgreSQL URL of an empty database to use instead of "
                         "a temporary SQLite file (its veil_ tables are dropped first)")
     parser.add_argument("--metric", default="homepage", choices=list(REGISTRY),
-                        help="metric to ingest: strings (k=128) or categories (d=1024) by oracle")
+                        help="metric to ingest: strings (Bloom k=128, FLH, HCMS) or categories "
+                             "(d=1024) by oracle")
+    parser.add_argument("--installations", type=int,
+                        help="installations whose reports make up a batch (default: one per "
+                             "report)")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     bench_ingest(args.metric, args.batches, args.batch, args.threads, args.workers,
-                 args.uploaders, args.prefill, args.db)
+                 args.uploaders, args.prefill, args.db, args.installations)
     if not args.skip_counts:
         bench_counts(args.stored, args.repeats, args.db)
 

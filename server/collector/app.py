@@ -51,6 +51,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         raise VeilError(f"MAX_REPORTS_PER_BATCH must be a positive integer; got {max_reports!r}")
     options = {option: app.config[key] for key, option in (
         ("RECENT_IDS_LIMIT", "recent_ids_limit"), ("MIN_FREE_BYTES", "min_free_bytes"),
+        ("FOLD_LIMIT", "fold_limit"),
     ) if app.config[key] is not None}
     storage = open_storage(app.config["DATABASE"], registry, create=True, **options)
     app.extensions[EXTENSION] = Collector(

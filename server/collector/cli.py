@@ -98,6 +98,10 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
                         help="new report ids kept (in each worker's memory too) before a merge "
                         "into the id index (default: the storage's, see docs/operations.md; "
                         "larger: rarer, longer merge pauses)")
+    parser.add_argument("--fold-limit", type=int, default=DEFAULTS["FOLD_LIMIT"],
+                        help="new reports waiting before they are counted into the aggregates "
+                        "in bulk (default: the storage's, see docs/operations.md; larger: "
+                        "faster ingestion, slower counts)")
     parser.add_argument("--min-free-bytes", type=int, default=DEFAULTS["MIN_FREE_BYTES"],
                         help="/readyz answers 503 while the database's filesystem has less free "
                         "space (default: the storage's, 64 MiB)")
@@ -153,6 +157,7 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
         "MAX_CONTENT_LENGTH": args.max_body_bytes,
         "MAX_REPORTS_PER_BATCH": args.max_reports,
         "RECENT_IDS_LIMIT": args.recent_ids_limit,
+        "FOLD_LIMIT": args.fold_limit,
         "MIN_FREE_BYTES": args.min_free_bytes,
         "HOST": args.host,
         "PORT": args.port,
@@ -195,8 +200,10 @@ def run_serve(args: argparse.Namespace) -> int:
             option = "--" + name.replace("_", "-")
             raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
     _check_serving_bounds(args)
-    if args.recent_ids_limit is not None and args.recent_ids_limit < 1:
-        raise ParameterError("recent_ids_limit", f"--recent-ids-limit must be at least 1; got {args.recent_ids_limit}")
+    for name in ("recent_ids_limit", "fold_limit"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            option = "--" + name.replace("_", "-")
+            raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
     for name in ("network_rate", "token_rate", "token_daily_cap", "proxy_hops"):
         if getattr(args, name) < 0:
             option = "--" + name.replace("_", "-")

@@ -33,6 +33,9 @@ App settings (read by ``create_app``):
                           body may hold before it is parsed (400 ``too_many`` above)
 ``RECENT_IDS_LIMIT``      new report ids kept before a merge into the id index
                           (SQLite only; default ``None``: the backend's own, ``veil.server.storage.RECENT_IDS_LIMIT``)
+``FOLD_LIMIT``            new reports waiting before they are counted into the aggregates in bulk
+                          (SQLite only; default ``None``: the backend's own, 32,768,
+                          ``veil.server.storage.sqlite.tail.FOLD_LIMIT``)
 ``MIN_FREE_BYTES``        ``/readyz`` answers 503 while the database's filesystem has less free space
                           (SQLite only; default ``None``: the backend's own, 64 MiB,
                           ``veil.server.storage.MIN_FREE_BYTES``)
@@ -75,6 +78,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_CONTENT_LENGTH": 2 * 1024 * 1024,
     "MAX_REPORTS_PER_BATCH": 5000,
     "RECENT_IDS_LIMIT": None,
+    "FOLD_LIMIT": None,
     "MIN_FREE_BYTES": None,
     "HOST": "127.0.0.1",
     "PORT": 8080,

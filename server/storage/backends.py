@@ -36,7 +36,7 @@ def open_storage(url: str | Path, registry: Registry | None = None, *, create: b
     :class:`~veil.server.storage.errors.SchemaOutdatedError` unless ``migrate``, which
     upgrades it (each step logged on the ``veil.server.storage`` logger; the steps
     applied are :attr:`Storage.migrated`). Other keyword ``options`` go to the backend
-    (SQLite: ``recent_ids_limit``, ``min_free_bytes``; PostgreSQL: ``replay_window_days``,
+    (SQLite: ``recent_ids_limit``, ``min_free_bytes``, ``fold_limit``; PostgreSQL: ``replay_window_days``,
     ``pool_size``).
     """
     return backend_for(str(url)).open(str(url), registry, create=create, migrate=migrate,

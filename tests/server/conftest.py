@@ -22,6 +22,7 @@ signals, crashes, restarts and the SDK over HTTP::
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from veil.client.encoders import make_encoder
+from veil.server.storage import open_storage
 from veil.shared.registry import Registry
 from veil.shared.statistics import statistic_for
 from veil.shared.wire import make_batch, make_report, validate_batch
@@ -169,3 +171,15 @@ def children_of() -> Callable[[int], list[int]]:
 def wire(test_registry: Registry) -> Wire:
     """Report builder for the test registry."""
     return Wire(test_registry)
+
+
+def before_the_fold_mark(path: Path) -> None:
+    """Turn a closed SQLite store back into the layout of schema version 5, which had no
+    fold mark and counted every report into the aggregates as it was stored: the
+    aggregates are recounted, and the mark is removed."""
+    with open_storage(path) as storage:
+        storage.rebuild_aggregates()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM meta WHERE key = 'folded_rowid'")
+        conn.execute("PRAGMA user_version = 5")
+    conn.close()

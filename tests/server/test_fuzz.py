@@ -45,10 +45,15 @@ batches = st.fixed_dictionaries(
 
 
 def totals(db_path) -> tuple[int, int]:
-    """Raw stored reports, and the reports the aggregates account for."""
+    """Raw stored reports, and the reports the aggregates account for with those past the
+    fold mark, which readers count on the spot."""
     with sqlite3.connect(db_path) as conn:
         raw = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
         aggregated = conn.execute("SELECT coalesce(sum(reports), 0) FROM aggregates").fetchone()[0]
+        aggregated += conn.execute(
+            "SELECT count(*) FROM reports WHERE rowid > (SELECT CAST(value AS INTEGER) FROM meta "
+            "WHERE key = 'folded_rowid')").fetchone()[0]
+    conn.close()
     return raw, aggregated
 
 

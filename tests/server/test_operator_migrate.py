@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CollectorHandle
+from tests.server.conftest import before_the_fold_mark
 from veil.server.cli import main
 from veil.server.storage import (
     SchemaOutdatedError,
@@ -32,6 +33,7 @@ def old_db(tmp_path, wire) -> Path:
         + wire.reports("dark_mode", [True, False, True])
     with open_storage(path, wire.registry, create=True) as storage:
         storage.insert(validate_batch(wire.batch(reports), wire.registry).reports, DAY)
+    before_the_fold_mark(path)
     with sqlite3.connect(path) as conn:
         conn.execute("INSERT INTO report_ids SELECT id FROM recent_ids")
         conn.execute("DROP TABLE recent_ids")

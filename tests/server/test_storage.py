@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.server.conftest import before_the_fold_mark
 from veil.server.storage import (
     BACKENDS,
     DailyCap,
@@ -520,6 +521,7 @@ def test_migrates_a_version_2_file(tmp_path, wire, sqlite_filled):
     before = {m: storage.counts(m) for m in ("homepage", "dark_mode", "load_time")}
     storage.close()
     path = tmp_path / "veil.db"
+    before_the_fold_mark(path)
     with sqlite3.connect(path) as conn:  # turn the file back into the version 2 layout
         conn.execute("CREATE TABLE reports_v2 (id BLOB PRIMARY KEY, metric TEXT NOT NULL, day TEXT "
                      "NOT NULL, cohort INTEGER NOT NULL, payload ANY) STRICT, WITHOUT ROWID")
@@ -550,6 +552,7 @@ def test_migrates_a_version_3_file(tmp_path, wire, sqlite_filled):
     storage, sent = sqlite_filled
     storage.close()
     path = tmp_path / "veil.db"
+    before_the_fold_mark(path)
     with sqlite3.connect(path) as conn:  # turn the file back into the version 3 layout
         conn.execute("INSERT INTO report_ids SELECT id FROM recent_ids")
         conn.execute("DROP TABLE recent_ids")
@@ -571,13 +574,14 @@ def test_migrates_a_version_4_file(tmp_path, wire, sqlite_filled):
     storage, sent = sqlite_filled
     storage.close()
     path = tmp_path / "veil.db"
+    before_the_fold_mark(path)
     with sqlite3.connect(path) as conn:  # turn the file back into the version 4 layout
         conn.execute("DROP TABLE cap_counts")
         conn.execute("PRAGMA user_version = 4")
     with pytest.raises(SchemaOutdatedError, match="veil migrate"):
         open_storage(path)
     with open_storage(path, migrate=True) as migrated:
-        assert [step.version for step in migrated.migrated] == [4]
+        assert [step.version for step in migrated.migrated] == [4, 5]
         cap = DailyCap(bytes(32), 2)
         assert migrated.insert(wire.validated(sent[DAYS[0]][:2]), DAYS[0], cap=cap).duplicates == 2
         assert migrated.insert(wire.validated(wire.reports("dark_mode", [True] * 2)), DAYS[0],

@@ -12,6 +12,7 @@ aggregates in :mod:`~veil.server.storage.sqlite.rows`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -40,6 +41,7 @@ from veil.server.storage.errors import (
     StorageUnavailable,
 )
 from veil.server.storage.sqlite import rows as sql
+from veil.server.storage.sqlite import tail
 from veil.server.storage.sqlite.files import MIN_FREE_BYTES, vacuum_into
 from veil.server.storage.sqlite.paths import (
     BUSY_TIMEOUT_MS,
@@ -80,9 +82,10 @@ class SQLiteStorage(SQLiteWrites):
 
     def __init__(self, path: str | Path, registry: Registry | None = None, *, create: bool = False,
                  migrate: bool = False, recent_ids_limit: int = RECENT_IDS_LIMIT,
-                 min_free_bytes: int = MIN_FREE_BYTES) -> None:
+                 min_free_bytes: int = MIN_FREE_BYTES, fold_limit: int = tail.FOLD_LIMIT,
+                 ) -> None:
         super().__init__(path, create=create, min_free_bytes=min_free_bytes,
-                         recent_ids_limit=recent_ids_limit)
+                         recent_ids_limit=recent_ids_limit, fold_limit=fold_limit)
         self._use_registry(Registry([], version=1))
         try:
             self._hold_file()
@@ -98,8 +101,8 @@ class SQLiteStorage(SQLiteWrites):
     def open(cls, url: str, registry: Registry | None = None, *, create: bool = False,
              migrate: bool = False, **options: Any) -> SQLiteStorage:
         """Open ``sqlite:///path`` (relative, or absolute with a fourth slash, as SQLAlchemy
-        writes them) or a plain path; the options are ``recent_ids_limit`` and
-        ``min_free_bytes``."""
+        writes them) or a plain path; the options are ``recent_ids_limit``,
+        ``min_free_bytes`` and ``fold_limit``."""
         return cls(cls._path_of(url), registry, create=create, migrate=migrate, **options)
 
     @classmethod
@@ -203,7 +206,7 @@ class SQLiteStorage(SQLiteWrites):
         with self._write() as conn:
             merged = registry_to_record(
                 self._stored_registry(conn), registry,
-                lambda: {row[0] for row in conn.execute("SELECT DISTINCT metric FROM aggregates")},
+                lambda: {row[0] for row in conn.execute(tail.COUNTED_METRICS, (tail.mark(conn),))},
                 str(self.path))
             if registry is not None:
                 conn.execute(
@@ -259,6 +262,7 @@ class SQLiteStorage(SQLiteWrites):
                 for c in range(stored.params.cohorts) if reports[c]]
         with self._unavailable(f"write the aggregates of {metric!r} on {day_text} to {self.path}"), \
                 self._write() as conn:
+            tail.fold(conn, self._metric)  # the day's waiting reports are replaced too
             conn.execute("DELETE FROM aggregates WHERE metric = ? AND day = ?", (metric, day_text))
             conn.executemany(sql.UPSERT, rows)
 
@@ -268,9 +272,16 @@ class SQLiteStorage(SQLiteWrites):
         with self._unavailable(f"rebuild the aggregates of {self.path}"), self._write() as conn:
             return self.rebuild_in(conn)
 
-    def rebuild_in(self, conn: sqlite3.Connection) -> int:
-        """:meth:`rebuild_aggregates` inside a transaction the caller holds (and migrations)."""
-        return sql.recount(conn, self._metric)
+    def rebuild_in(self, conn: sqlite3.Connection, *, move_mark: bool = True) -> int:
+        """:meth:`rebuild_aggregates` inside a transaction the caller holds: every report is
+        counted, so the fold mark moves past the last (migrations from before the mark
+        existed pass ``move_mark=False``)."""
+        if not move_mark:
+            return sql.recount(conn, self._metric)
+        through = tail.highest_rowid(conn)
+        total = sql.recount(conn, self._metric, through)
+        tail.set_mark(conn, through)
+        return total
 
     def backup(self, target: str | Path) -> Path:
         """Write a consistent, compacted copy of the database to ``target`` (``VACUUM INTO``).
@@ -346,7 +357,9 @@ class SQLiteStorage(SQLiteWrites):
             return metrics[name]
 
         conn.execute(RECOUNT)
-        reports = sql.recount(conn, metric_of)
+        # the aggregates count the reports up to the fold mark: those are recounted; the
+        # reports past it, which readers count on the spot, must be countable
+        reports = sql.recount(conn, metric_of, tail.mark(conn)) + tail.check_tail(conn, metric_of)
         return CheckResult(str(path), mismatches=tuple(sql.differences(conn)), reports=reports,
                            unverified=int(conn.execute(sql.UNVERIFIED).fetchone()[0]),
                            missing_reports=max(
@@ -361,19 +374,31 @@ class SQLiteStorage(SQLiteWrites):
 
     def daily_reports(self, metric: str | None, start: str | None, end: str | None,
                       ) -> list[DayCount]:
-        query = ("SELECT metric, day, sum(reports) FROM aggregates WHERE day BETWEEN ? AND ? "
-                 + ("AND metric = ? " if metric is not None else "")
-                 + "GROUP BY metric, day ORDER BY metric, day")
-        parameters = (start or "", end or LAST_DAY, *(() if metric is None else (metric,)))
+        query = tail.DAILY_REPORTS.format(metric="" if metric is None else "AND metric = ?4")
         with self._unavailable(f"count the reports per day in {self.path}"), \
-                self._reader() as conn:
+                self._reader() as conn, self._snapshot(conn):
+            parameters = (start or "", end or LAST_DAY, tail.mark(conn),
+                          *(() if metric is None else (metric,)))
             rows = conn.execute(query, parameters).fetchall()
         return [DayCount(name, day, int(reports)) for name, day, reports in rows]
 
     def read_aggregates(self, metric: Metric, start: str | None, end: str | None,
                         ) -> tuple[np.ndarray, list[State]]:
+        """The metric's aggregates over the days, and the reports past the fold mark
+        counted on the spot, in one read transaction."""
+        days = (start or "", end or LAST_DAY)
         with self._unavailable(f"read the counts in {self.path}"):
-            with self._reader() as conn:
-                rows = conn.execute(sql.SELECT_AGGREGATES,
-                                    (metric.name, start or "", end or LAST_DAY)).fetchall()
+            with self._reader() as conn, self._snapshot(conn):
+                rows = conn.execute(sql.SELECT_AGGREGATES, (metric.name, *days)).fetchall()
+                rows += tail.tail_rows(conn, self._metric, metric.name, *days)
             return sql.sum_aggregates(statistic_for(metric.params), metric, rows)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+        """One read transaction on ``conn``: its statements see one state of the file."""
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")

@@ -1,9 +1,9 @@
 """Group commit: inserts that queue while the write lock is held are committed together.
 
 Whichever thread gets the lock stores every insert queued meanwhile in one
-transaction. Rows that land on the same pages (the appended ids and reports,
-one aggregate row per cohort) are then written to the WAL once per group rather
-than once per call, and the commit's fsync is shared. The calls of a group
+transaction. Rows that land on the same pages (the appended ids and reports)
+are then written to the WAL once per group rather than once per call, and the
+commit's fsync is shared. The calls of a group
 succeed or fail together, and each returns only after the commit.
 """
 
@@ -27,8 +27,8 @@ class Pending:
 
     ``unique`` holds the call's ``(id, metric, day, cohort, payload)`` rows with
     distinct ids, ``id_list`` their ids and ``ids`` the ids joined; ``statements``
-    and ``aggregates`` store them all, prepared before the write lock for the
-    common case that every id is new. With a ``cap``, the group counts the call's new
+    store them all, prepared before the write lock for the common case that every
+    id is new. With a ``cap``, the group counts the call's new
     reports under it, or refuses the call alone (``refused``) when they would exceed it.
     """
 
@@ -36,7 +36,6 @@ class Pending:
     id_list: list[bytes]
     ids: bytes
     statements: list[Statement]
-    aggregates: list[tuple[Any, ...]]
     cap: DailyCap | None = None
     accepted: int = 0
     done: bool = False

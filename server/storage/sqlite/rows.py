@@ -149,16 +149,18 @@ def aggregate_groups(groups: dict[tuple[str, str], list[tuple[Any, ...]]], metri
     return out
 
 
-def recount(conn: sqlite3.Connection, metric_of: MetricOf) -> int:
-    """Recount the table ``aggregates`` from ``reports``: the rows of every (metric, day)
-    that has raw reports are deleted and counted again; those of a (metric, day) without
-    any (set by ``veil aggregate`` from an archive, or whose reports were deleted) are
-    kept, having nothing to be recounted from. Return the number of reports. The caller
-    holds the transaction. :class:`DamagedRow` for a report that Veil cannot have stored
-    (unknown metric, payload out of shape)."""
+def recount(conn: sqlite3.Connection, metric_of: MetricOf, through: int | None = None) -> int:
+    """Recount the table ``aggregates`` from ``reports`` (those at rowids up to ``through``
+    if given): the rows of every (metric, day) that has raw reports are deleted and
+    counted again; those of a (metric, day) without any (set by ``veil aggregate`` from an
+    archive, or whose reports were deleted) are kept, having nothing to be recounted from.
+    Return the number of reports. The caller holds the transaction. :class:`DamagedRow`
+    for a report that Veil cannot have stored (unknown metric, payload out of shape)."""
     # no ORDER BY: upserts add up in any order, and arrival order already groups days,
     # where sorting a large table would need a temporary copy of it
-    cursor = conn.execute("SELECT id, metric, day, cohort, payload FROM reports")
+    cursor = conn.execute("SELECT id, metric, day, cohort, payload FROM reports"
+                          + ("" if through is None else " WHERE rowid <= ?"),
+                          () if through is None else (through,))
     total = 0
     cleared: set[tuple[str, str]] = set()
     while True:

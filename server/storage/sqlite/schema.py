@@ -14,12 +14,13 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from veil.server.storage.base import Migration
+from veil.server.storage.sqlite.tail import CREATE_MARK, highest_rowid, set_mark
 
 if TYPE_CHECKING:
     from veil.server.storage.sqlite.backend import SQLiteStorage
 
 #: schema version written to ``PRAGMA user_version``; see :data:`MIGRATIONS`
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 META = """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"""
 
@@ -78,7 +79,8 @@ CAP_COUNTS = """CREATE TABLE IF NOT EXISTS cap_counts (
 ) STRICT, WITHOUT ROWID"""
 
 #: the statements that create a new file at :data:`SCHEMA_VERSION`
-CREATE = (META, REPORTS, REPORT_IDS, RECENT_IDS, IDS_GENERATION, AGGREGATES, CAP_COUNTS)
+CREATE = (META, REPORTS, REPORT_IDS, RECENT_IDS, IDS_GENERATION, AGGREGATES, CAP_COUNTS,
+          CREATE_MARK)
 
 
 def _migrate_1_to_2(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
@@ -87,7 +89,7 @@ def _migrate_1_to_2(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
     Reads every stored report once."""
     conn.execute(AGGREGATES)
     storage.adopt_stored_registry(conn)
-    storage.rebuild_in(conn)
+    storage.rebuild_in(conn, move_mark=False)
 
 
 def _migrate_2_to_3(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
@@ -123,8 +125,19 @@ def _migrate_4_to_5(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
     conn.execute(CAP_COUNTS)
 
 
+def _migrate_5_to_6(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
+    """Add the fold mark: new reports are counted into the aggregates in bulk (instant).
+
+    Version 5 counted each insert's reports into the aggregates in its transaction;
+    version 6 appends them only, and the aggregates count every report up to the fold
+    mark (veil.server.storage.sqlite.tail), which starts past every stored report."""
+    conn.execute(CREATE_MARK)
+    set_mark(conn, highest_rowid(conn))
+
+
 #: ``from_version -> step``: each step upgrades a file by one version inside one transaction
-MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4, 4: _migrate_4_to_5}
+MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4, 4: _migrate_4_to_5,
+              5: _migrate_5_to_6}
 
 
 def migration_steps(version: int) -> list[Migration]:

@@ -6,7 +6,8 @@ lock, then commits them together with every insert queued behind the lock
 :mod:`~veil.server.storage.sqlite.ids`, and a call with a :class:`DailyCap` is counted
 under it in the same transaction. It returns once the transaction is committed
 (fsynced); any SQLite failure raises
-:class:`~veil.server.storage.errors.StorageUnavailable`.
+:class:`~veil.server.storage.errors.StorageUnavailable`. The aggregates count the new
+reports when enough are waiting (:mod:`~veil.server.storage.sqlite.tail`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from veil.server.storage.base import (
 )
 from veil.server.storage.errors import StorageError
 from veil.server.storage.sqlite import rows as sql
+from veil.server.storage.sqlite import tail
 from veil.server.storage.sqlite.commit import Pending, Statement
 from veil.server.storage.sqlite.files import SQLiteFile
 from veil.server.storage.sqlite.ids import RecentIds
@@ -47,14 +49,17 @@ logger = logging.getLogger("veil.server.storage")
 class SQLiteWrites(SQLiteFile):
     """:class:`~.files.SQLiteFile` with the insert path: :meth:`insert` and the group
     commit it leads or joins. Each process keeps a copy of ``recent_ids``
-    (:class:`~.ids.RecentIds`) of at most ``recent_ids_limit`` ids."""
+    (:class:`~.ids.RecentIds`) of at most ``recent_ids_limit`` ids, and folds the reports
+    past the fold mark into the aggregates once ``fold_limit`` of them are waiting."""
 
     def __init__(self, path: str | Path, *, create: bool, min_free_bytes: int,
-                 recent_ids_limit: int) -> None:
-        if isinstance(recent_ids_limit, bool) or not isinstance(recent_ids_limit, int) \
-                or recent_ids_limit < 1:
-            raise StorageError(f"recent_ids_limit must be a positive integer; got {recent_ids_limit!r}")
+                 recent_ids_limit: int, fold_limit: int) -> None:
+        for name, limit in (("recent_ids_limit", recent_ids_limit), ("fold_limit", fold_limit)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise StorageError(f"{name} must be a positive integer; got {limit!r}")
         self._recent = RecentIds(recent_ids_limit)
+        self._fold_limit = fold_limit
+        self._fold_due = False  # whether this process's last commit calls for a fold
         super().__init__(path, create=create, min_free_bytes=min_free_bytes)
 
     def insert(self, reports: Sequence[Report], day: dt.date | str | None = None, *,
@@ -85,7 +90,7 @@ class SQLiteWrites(SQLiteFile):
         unique = list(first.values())
         groups = sql.group_by_metric_day(unique)
         pending = Pending(unique, list(first), b"".join(first), self._insert_statements(groups),
-                          self._aggregate_groups(groups), cap)
+                          cap)
         self._commit(pending)
         if pending.refused is not None:
             raise pending.refused
@@ -117,17 +122,21 @@ class SQLiteWrites(SQLiteFile):
                         other.done = True
                 if self._recent.full:
                     self._merge_recent_ids()
+                if self._fold_due:
+                    self._fold()
         if pending.error is not None:
             raise self._failure("commit the write transaction", pending.error) from pending.error
 
     def _store(self, conn: sqlite3.Connection, group: list[Pending]) -> tuple[list[bytes], int]:
-        """Insert the reports of ``group`` whose ids are new, and update the aggregates.
+        """Insert the reports of ``group`` whose ids are new (counted when folded).
 
         An id is new unless the file holds it already or it is earlier in the group
         (in a call the group stores: a call refused by its cap stores nothing).
         Returns the new ids and the last rowid of ``recent_ids`` once they are appended.
         """
         self._recent.sync(conn)
+        mark = tail.before_insert(conn)
+        waiting_since = tail.first_waiting_day(conn, mark)
         group_ids = [report_id for pending in group for report_id in pending.id_list]
         joined = b"".join(pending.ids for pending in group)
         known = self._recent.known(conn, group_ids, joined)
@@ -140,12 +149,10 @@ class SQLiteWrites(SQLiteFile):
                      else pending.unique)
             if pending.cap is not None and fresh and not self._charge_cap(conn, pending,
                                                                           len(fresh)):
-                pending.statements, pending.aggregates = [], []
+                pending.statements = []
                 continue
             if len(fresh) < len(pending.unique):
-                groups = sql.group_by_metric_day(fresh)
-                pending.statements = self._insert_statements(groups)
-                pending.aggregates = self._aggregate_groups(groups)
+                pending.statements = self._insert_statements(sql.group_by_metric_day(fresh))
             if repeats:
                 known.update(row[0] for row in fresh)
             new_ids.extend(row[0] for row in fresh)
@@ -159,7 +166,11 @@ class SQLiteWrites(SQLiteFile):
                     conn.executemany(statement, parameters)
                 else:
                     conn.execute(statement, parameters)
-        conn.executemany(sql.UPSERT, [row for pending in group for row in pending.aggregates])
+        # fold once enough reports wait, or as soon as a day that is over waits
+        days = [pending.unique[0][2] for pending in group if pending.accepted]
+        oldest = min([*days, *([waiting_since] if waiting_since else [])], default=None)
+        self._fold_due = tail.highest_rowid(conn) - mark >= self._fold_limit or (
+            oldest is not None and oldest < today())
         return new_ids, last_rowid
 
     @staticmethod
@@ -197,13 +208,24 @@ class SQLiteWrites(SQLiteFile):
         finally:
             self._recent.invalidate()
 
+    def _fold(self) -> None:
+        """Count the reports past the fold mark into the aggregates in one transaction
+        (:mod:`~veil.server.storage.sqlite.tail`); the caller holds the write lock.
+
+        The insert path calls it once enough reports wait, after their commit: a failed
+        fold is logged and tried again after a later commit, and loses nothing (readers
+        count the reports past the mark meanwhile).
+        """
+        try:
+            with self._transaction() as conn:
+                tail.fold(conn, self._metric)
+            self._fold_due = False
+        except (sqlite3.Error, sql.DamagedRow, StorageError) as exc:
+            logger.warning("folding new reports into the aggregates failed (will retry): %s",
+                           self._failure("fold reports into the aggregates", exc))
+
     def _insert_statements(self, groups: dict[tuple[str, str], list[tuple[Any, ...]]],
                            ) -> list[Statement]:
         """One statement per (metric, day) group that appends its rows to ``reports``."""
         return [sql.insert_statement(self._metric(name)[1], name, day, group)
                 for (name, day), group in groups.items()]
-
-    def _aggregate_groups(self, groups: dict[tuple[str, str], list[tuple[Any, ...]]],
-                          ) -> list[tuple[Any, ...]]:
-        """Upsert rows ``(metric, day, cohort, reports, *COLUMNS)`` of grouped report rows."""
-        return sql.aggregate_groups(groups, self._metric)

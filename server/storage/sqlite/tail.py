@@ -1,0 +1,169 @@
+"""Aggregates counted in bulk: the raw reports past the fold mark are counted when read.
+
+An insert appends its reports to ``reports`` and updates no aggregate. The aggregates
+count every report up to the rowid kept in ``meta`` as ``folded_rowid``, the *fold
+mark*; the reports past it are the *tail*. Once :data:`FOLD_LIMIT` reports are past the
+mark, or once a report of a day that is over (UTC) waits (at the first insert after
+midnight, or right after an insert under an earlier day), the writer that stored them
+folds the tail in, in a transaction of its own: it counts those reports into
+``aggregates`` (one upsert per (metric, day, cohort) they touch) and moves the mark
+past them. Readers add the tail to the
+aggregates they read, in one read transaction, so a count is always that of every
+stored report, folded or not.
+
+Updating the aggregates at every insert cost one upsert per cohort present in the batch,
+and each aggregate row it touched was written to the WAL whole at every commit: a
+batch spread over an oracle's 4,096 cohorts rewrote most of a day's aggregates. Folded
+in bulk, a row is written once per :data:`FOLD_LIMIT` reports (figures in
+docs/operations.md, Performance and scaling).
+
+The mark is a rowid. ``reports`` is append-only, so a new report's rowid is above every
+stored one, and SQLite keeps rowids when it copies the file (``VACUUM INTO``, and
+``VACUUM`` of a table without gaps). Should reports be deleted by hand so that rowids at
+or below the mark are free again, an insert first lowers the mark to the highest stored
+rowid, which every folded report is at or below, so that no new report is taken for a
+folded one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import numpy as np
+
+from veil.server.storage.base import payload_array
+from veil.server.storage.errors import StorageError
+from veil.server.storage.sqlite import rows as sql
+
+#: reports past the fold mark at which a writer folds them into the aggregates. A reader
+#: of counts reads at most about this many raw reports besides the aggregates; a larger
+#: limit writes each aggregate row less often, in longer folds
+FOLD_LIMIT = 32_768
+
+_MARK_KEY = "folded_rowid"
+#: the mark of a new file (every report past it); ``meta`` holds it from schema version 6
+CREATE_MARK = f"INSERT OR IGNORE INTO meta (key, value) VALUES ('{_MARK_KEY}', '0')"
+_SET_MARK = (f"INSERT INTO meta (key, value) VALUES ('{_MARK_KEY}', ?) "
+             "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+#: above every rowid SQLite gives
+LAST_ROWID = (1 << 63) - 1
+#: the (metric, day) pairs of the reports at rowids ``?1`` (excluded) to ``?2``
+_PAIRS = "SELECT DISTINCT metric, day FROM reports WHERE rowid > ? AND rowid <= ?"
+#: the days of one metric's reports past a mark (``?1``) of metric ``?2`` over days ``?3``..``?4``
+_DAYS_OF_METRIC = ("SELECT DISTINCT day FROM reports "
+                   "WHERE rowid > ?1 AND metric = ?2 AND day BETWEEN ?3 AND ?4")
+#: ``(cohort, payload)`` of the reports at rowids ``?1`` (excluded) to ``?2`` of metric ``?3``
+#: on day ``?4``
+_PAIR = ("SELECT cohort, payload FROM reports "
+         "WHERE rowid > ? AND rowid <= ? AND metric = ? AND day = ?")
+
+
+def mark(conn: sqlite3.Connection) -> int:
+    """The fold mark; :class:`~.rows.DamagedRow` if ``meta`` lacks it or holds no rowid."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (_MARK_KEY,)).fetchone()
+    try:
+        value = int(row[0]) if row is not None else -1
+    except (TypeError, ValueError):
+        value = -1
+    if value < 0:
+        raise sql.DamagedRow(f"the fold mark ({_MARK_KEY} in the table meta) is "
+                             f"{'missing' if row is None else repr(row[0])}, not a rowid")
+    return value
+
+
+def set_mark(conn: sqlite3.Connection, rowid: int) -> None:
+    """Move the fold mark to ``rowid`` (the caller holds the write transaction)."""
+    conn.execute(_SET_MARK, (str(rowid),))
+
+
+def highest_rowid(conn: sqlite3.Connection) -> int:
+    """The rowid of the last stored report (0 without any)."""
+    return int(conn.execute("SELECT coalesce(max(rowid), 0) FROM reports").fetchone()[0])
+
+
+def before_insert(conn: sqlite3.Connection) -> int:
+    """The fold mark an insert may append after: lowered to the highest stored rowid if
+    reports were deleted from the top of ``reports`` (the caller holds the write
+    transaction). Returns the mark."""
+    folded = mark(conn)
+    highest = highest_rowid(conn)
+    if highest < folded:
+        set_mark(conn, highest)
+        return highest
+    return folded
+
+
+def first_waiting_day(conn: sqlite3.Connection, folded: int) -> str | None:
+    """The day of the first report past the mark ``folded`` (``None`` without any)."""
+    row = conn.execute("SELECT day FROM reports WHERE rowid > ? ORDER BY rowid LIMIT 1",
+                       (folded,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def fold(conn: sqlite3.Connection, metric_of: sql.MetricOf) -> int:
+    """Count every report past the fold mark into ``aggregates`` and move the mark past
+    them (the caller holds the write transaction); returns how many were folded."""
+    start, end = mark(conn), highest_rowid(conn)
+    folded = 0
+    pairs = conn.execute(_PAIRS, (start, end)).fetchall()
+    for name, day in pairs:
+        reports = conn.execute(_PAIR, (start, end, name, day)).fetchall()
+        conn.executemany(sql.UPSERT, counted(name, day, reports, metric_of))
+        folded += len(reports)
+    set_mark(conn, end)
+    return folded
+
+
+def counted(name: str, day: str, reports: list[tuple[Any, Any]], metric_of: sql.MetricOf,
+            ) -> list[tuple[Any, ...]]:
+    """Upsert rows ``(metric, day, cohort, reports, *COLUMNS)`` counting the ``(cohort,
+    payload)`` rows of reports of metric ``name`` on ``day``; :class:`~.rows.DamagedRow` for
+    a report Veil cannot have stored."""
+    try:
+        metric, statistic = metric_of(name)
+        cohorts = np.fromiter((row[0] for row in reports), dtype=np.int64, count=len(reports))
+        payloads = payload_array(statistic.payload_type, [row[1] for row in reports])
+        return [sql.aggregate_row(name, day, cohort, n, statistic, state) for cohort, n, state
+                in statistic.accumulate_arrays(metric.params, cohorts, payloads)]
+    except (ValueError, TypeError, IndexError, StorageError) as exc:
+        raise sql.DamagedRow(f"a stored report of metric {name!r} cannot be counted "
+                             f"({exc})") from exc
+
+
+def tail_rows(conn: sqlite3.Connection, metric_of: sql.MetricOf, name: str, start: str,
+              end: str) -> list[tuple[Any, ...]]:
+    """Aggregate rows ``(cohort, reports, *COLUMNS)`` (as :data:`~.rows.SELECT_AGGREGATES`
+    reads them) counting the reports of metric ``name`` past the fold mark over days
+    ``start``..``end``, read in the caller's transaction."""
+    folded = mark(conn)
+    out: list[tuple[Any, ...]] = []
+    for day, in conn.execute(_DAYS_OF_METRIC, (folded, name, start, end)).fetchall():
+        reports = conn.execute(_PAIR, (folded, LAST_ROWID, name, day)).fetchall()
+        out.extend(row[2:] for row in counted(name, day, reports, metric_of))
+    return out
+
+
+def check_tail(conn: sqlite3.Connection, metric_of: sql.MetricOf) -> int:
+    """How many reports are past the fold mark, each counted to prove it can be
+    (:class:`~.rows.DamagedRow` if not), in the caller's transaction."""
+    start, end = mark(conn), highest_rowid(conn)
+    total = 0
+    for name, day in conn.execute(_PAIRS, (start, end)).fetchall():
+        reports = conn.execute(_PAIR, (start, end, name, day)).fetchall()
+        counted(name, day, reports, metric_of)
+        total += len(reports)
+    return total
+
+
+#: reports per (metric, day) over days ``?1``..``?2``: the aggregates and the reports past
+#: the fold mark ``?3``; ``{metric}`` is empty or ``AND metric = ?4``
+DAILY_REPORTS = (
+    "SELECT metric, day, sum(reports) FROM ("
+    "SELECT metric, day, reports FROM aggregates WHERE day BETWEEN ?1 AND ?2 {metric} "
+    "UNION ALL SELECT metric, day, count(*) FROM reports WHERE rowid > ?3 "
+    "AND day BETWEEN ?1 AND ?2 {metric} GROUP BY metric, day) "
+    "GROUP BY metric, day ORDER BY metric, day"
+)
+#: the metrics that have aggregates or reports past the fold mark ``?``
+COUNTED_METRICS = "SELECT metric FROM aggregates UNION SELECT metric FROM reports WHERE rowid > ?"

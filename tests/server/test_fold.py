@@ -1,0 +1,255 @@
+"""Reports counted in bulk on SQLite (veil.server.storage.sqlite.tail): whether the
+aggregates have counted a report yet (folded) or readers count it on the spot (past the
+fold mark), every count is that of the reports stored, the one-report reference."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.server.conftest import Wire
+from veil.server.cli import main
+from veil.server.storage import check_storage, open_storage
+from veil.shared.registry import Registry
+
+REGISTRY = Registry.from_toml("""
+version = 1
+[metrics.homepage]
+kind = "string"
+k = 32
+h = 2
+m = 8
+min_reports = 1
+[metrics.page_hcms]
+kind = "string"
+oracle = "hcms"
+epsilon = 2.0
+rows = 64
+columns = 8
+min_reports = 1
+[metrics.page_flh]
+kind = "string"
+oracle = "flh"
+epsilon = 2.0
+functions = 64
+min_reports = 1
+[metrics.browser]
+kind = "category"
+oracle = "olh"
+epsilon = 1.0
+categories = ["chrome", "firefox", "safari"]
+min_reports = 1
+[metrics.dark_mode]
+kind = "boolean"
+min_reports = 1
+[metrics.load_time]
+kind = "number"
+low = 0.0
+high = 10.0
+epsilon = 1.0
+min_reports = 1
+""")
+VALUES = {"homepage": ["a.example", "b.example", "c.example"],
+          "page_hcms": ["a.example", "b.example"], "page_flh": ["x", "y", "z"],
+          "browser": ["chrome", "safari"], "dark_mode": [True, False],
+          "load_time": [0.5, 7.25, 3.0]}
+DAYS = ["2026-10-01", "2026-10-02"]
+
+
+@pytest.fixture
+def wire() -> Wire:
+    return Wire(REGISTRY)
+
+
+def batches(wire: Wire, rounds: int) -> list[list[dict]]:
+    """``rounds`` batches, each with reports of every metric."""
+    return [[r for metric, values in VALUES.items() for r in wire.reports(metric, values * 2)]
+            for _ in range(rounds)]
+
+
+def documents(storage, day: str | None = None) -> dict[str, dict]:
+    return {name: storage.counts(name, day, day, min_reports=0) for name in VALUES}
+
+
+def expected(wire: Wire, sent: list[dict]) -> dict[str, dict]:
+    return {name: wire.approx(wire.expected(name, sent)) for name in VALUES}
+
+
+def counted(document: dict) -> dict:
+    return {"reports": document["reports"], "cohorts": document["cohorts"]}
+
+
+def fold_mark(path: Path) -> tuple[int, int]:
+    """The fold mark and the last report's rowid, read by hand."""
+    with sqlite3.connect(path) as conn:
+        mark = int(conn.execute("SELECT value FROM meta WHERE key = 'folded_rowid'").fetchone()[0])
+        last = int(conn.execute("SELECT coalesce(max(rowid), 0) FROM reports").fetchone()[0])
+    conn.close()
+    return mark, last
+
+
+@pytest.mark.parametrize("fold_limit", [1, 50, 10**9])
+def test_counts_are_those_of_the_reports_however_many_are_folded(tmp_path, wire, fold_limit):
+    """fold_limit 1 folds after every commit, 10**9 never (every report past the mark):
+    the counts, per-day stats and a reader in another storage are the same."""
+    path = tmp_path / "veil.db"
+    sent = batches(wire, 4)
+    with open_storage(path, REGISTRY, create=True, fold_limit=fold_limit) as storage, \
+            open_storage(path) as reader:
+        for reports in sent:
+            storage.insert(wire.validated(reports))  # today: folded by the limit alone
+        flat = [r for reports in sent for r in reports]
+        want = expected(wire, flat)
+        assert {n: counted(d) for n, d in documents(storage).items()} == want
+        assert {n: counted(d) for n, d in documents(reader).items()} == want
+        assert reader.stats()["reports"] == len(flat)
+        assert len(reader.stats("homepage")["metrics"][0]["days"]) == 1
+    mark, last = fold_mark(path)
+    assert {1: mark == last, 50: 0 < mark <= last, 10**9: mark == 0}[fold_limit], (mark, last)
+    assert check_storage(path).sound
+
+
+def test_reports_of_a_day_that_is_over_are_folded_at_the_next_insert(tmp_path, wire):
+    """Today's reports wait for the fold limit; a past day's are folded right after their
+    commit, so raw reports of days that are over are always counted in the aggregates."""
+    path = tmp_path / "veil.db"
+    first, second = batches(wire, 2)
+    with open_storage(path, REGISTRY, create=True) as storage:
+        storage.insert(wire.validated(first))  # today (UTC)
+        assert fold_mark(path)[0] == 0  # a few reports: nothing folded yet
+        storage.insert(wire.validated(second), DAYS[1])
+        mark, last = fold_mark(path)
+        assert mark == last == len(first) + len(second)
+        assert {n: counted(d) for n, d in documents(storage, DAYS[1]).items()} \
+            == expected(wire, second)
+        today = storage.stats()["metrics"][0]["days"][-1]["day"]
+        assert {n: counted(d) for n, d in documents(storage, today).items()} \
+            == expected(wire, first)
+
+
+def test_reports_stored_after_the_last_ones_were_deleted_by_hand_are_counted(tmp_path, wire):
+    """Deleting the newest folded reports frees rowids at or below the mark: SQLite gives
+    them to the next reports, which must not be taken for folded ones. (The aggregates
+    keep counting the deleted reports, as they did before the mark existed.)"""
+    path = tmp_path / "veil.db"
+    kept, dropped, later = batches(wire, 3)
+    with open_storage(path, REGISTRY, create=True, fold_limit=1) as storage:
+        storage.insert(wire.validated(kept), DAYS[0])
+        storage.insert(wire.validated(dropped), DAYS[0])
+    assert fold_mark(path) == (len(kept) + len(dropped),) * 2
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM reports WHERE rowid > ?", (len(kept),))
+    conn.close()
+    with open_storage(path, fold_limit=10**9) as storage:
+        storage.insert(wire.validated(later))
+        assert fold_mark(path) == (len(kept), len(kept) + len(later))
+        assert {n: counted(d) for n, d in documents(storage).items()} \
+            == expected(wire, kept + dropped + later)
+
+
+def test_concurrent_writers_in_two_storages_fold_without_losing_or_doubling(tmp_path, wire):
+    path = tmp_path / "veil.db"
+    sent = [batches(wire, 6), batches(wire, 6)]
+    stores = [open_storage(path, REGISTRY, create=True, fold_limit=40),
+              open_storage(path, fold_limit=40)]
+    try:
+        threads = [threading.Thread(target=lambda s=store, b=mine: [
+            s.insert(wire.validated(reports)) for reports in b])
+            for store, mine in zip(stores, sent, strict=True)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        flat = [r for mine in sent for reports in mine for r in reports]
+        assert {n: counted(d) for n, d in documents(stores[1]).items()} == expected(wire, flat)
+    finally:
+        for store in stores:
+            store.close()
+    assert fold_mark(path)[0] > 0
+    assert check_storage(path).sound
+
+
+def test_vacuum_backup_and_rebuild_keep_the_counts(tmp_path, wire, capsys):
+    path = tmp_path / "veil.db"
+    sent = batches(wire, 3)
+    with open_storage(path, REGISTRY, create=True, fold_limit=10**9) as storage:
+        storage.insert(wire.validated(sent[0]))
+        storage.rebuild_aggregates()  # folded, then more past the mark
+        storage.insert(wire.validated(sent[1]))
+        storage.insert(wire.validated(sent[2]))
+        want = documents(storage)
+    with sqlite3.connect(path) as conn:
+        conn.execute("VACUUM")  # by hand: SQLite may renumber rowids of a table with gaps
+    conn.close()
+    assert main(["backup", "--db", str(path), "--out", str(tmp_path / "copy.db")]) == 0
+    for where in (path, tmp_path / "copy.db"):
+        with open_storage(where) as storage:
+            assert documents(storage) == want
+    assert main(["check", "--db", str(path)]) == 0
+    assert f"a recount of {sum(map(len, sent)):,} raw reports" in capsys.readouterr().out
+
+
+def test_a_report_past_the_mark_that_cannot_be_counted_is_damage(tmp_path, wire, capsys):
+    path = tmp_path / "veil.db"
+    with open_storage(path, REGISTRY, create=True) as storage:
+        storage.insert(wire.validated(batches(wire, 1)[0]))
+    with sqlite3.connect(path) as conn:  # a payload no mechanism produces, past the mark
+        conn.execute("UPDATE reports SET payload = 999 WHERE rowid = (SELECT max(rowid) FROM "
+                     "reports WHERE metric = 'browser')")
+    conn.close()
+    assert main(["check", "--db", str(path)]) == 1
+    assert "is DAMAGED" in capsys.readouterr().out
+    with open_storage(path) as storage, pytest.raises(Exception, match="cannot be counted"):
+        storage.counts("browser")
+
+
+def test_a_missing_fold_mark_is_damage_not_a_recount(tmp_path, wire):
+    """Without the mark every report would be counted a second time on top of the
+    aggregates: the file is called damaged instead."""
+    path = tmp_path / "veil.db"
+    with open_storage(path, REGISTRY, create=True, fold_limit=1) as storage:
+        storage.insert(wire.validated(batches(wire, 1)[0]))
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM meta WHERE key = 'folded_rowid'")
+    conn.close()
+    assert not check_storage(path).sound
+    with open_storage(path) as storage, pytest.raises(Exception, match="fold mark"):
+        storage.counts("homepage")
+
+
+def test_through_veil_serve_with_two_workers_every_count_is_that_of_the_reports(
+        collector_factory, wire):
+    """Real uploads to ``veil serve --workers 2 --fold-limit 50`` from several threads:
+    the workers fold in turn (each after its own commits), and the counts over HTTP,
+    ``veil stats`` and ``veil check`` agree with the reports sent."""
+    collector = collector_factory(REGISTRY, workers=2, serve_args=["--fold-limit", "50"])
+    sent = batches(wire, 12)
+    errors: list[str] = []
+
+    def upload(mine: list[list[dict]]) -> None:
+        with requests.Session() as session:
+            for reports in mine:
+                answer = session.post(collector.url + "/v1/reports", json=wire.batch(reports),
+                                      timeout=30)
+                if answer.status_code != 200 or answer.json()["accepted"] != len(reports):
+                    errors.append(answer.text)
+
+    threads = [threading.Thread(target=upload, args=(sent[i::3],)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    flat = [r for reports in sent for r in reports]
+    for name in VALUES:
+        document = requests.get(f"{collector.url}/v1/metrics/{name}/counts",
+                                headers={"Authorization": f"Bearer {collector.token}"},
+                                timeout=30).json()
+        assert counted(document) == wire.approx(wire.expected(name, flat)), name
+    mark, last = fold_mark(collector.db_path)
+    assert 0 < mark <= last == len(flat)
+    assert main(["check", "--db", str(collector.db_path)]) == 0
