@@ -53,6 +53,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         ("RECENT_IDS_LIMIT", "recent_ids_limit"), ("MIN_FREE_BYTES", "min_free_bytes"),
         ("FOLD_LIMIT", "fold_limit"),
     ) if app.config[key] is not None}
+    if options and "://" in str(app.config["DATABASE"]) \
+            and not str(app.config["DATABASE"]).startswith("sqlite:"):
+        raise VeilError(f"{', '.join(sorted(o.upper() for o in options))} (--"
+                        f"{', --'.join(sorted(o.replace('_', '-') for o in options))}) apply to "
+                        "SQLite stores only; leave them out for this database")
     storage = open_storage(app.config["DATABASE"], registry, create=True, **options)
     app.extensions[EXTENSION] = Collector(
         registry, storage, tokens, upload_tokens, max_reports, upload_limits(app.config),

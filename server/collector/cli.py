@@ -200,9 +200,13 @@ def run_serve(args: argparse.Namespace) -> int:
             option = "--" + name.replace("_", "-")
             raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
     _check_serving_bounds(args)
-    for name in ("recent_ids_limit", "fold_limit"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            option = "--" + name.replace("_", "-")
+    for name in ("recent_ids_limit", "fold_limit", "min_free_bytes"):
+        option = "--" + name.replace("_", "-")
+        if getattr(args, name) is not None and "://" in str(args.db) \
+                and not str(args.db).startswith("sqlite:"):
+            raise ParameterError(name, f"{option} applies to SQLite stores only; leave it out "
+                                       f"for {args.db.split('://', 1)[0]} databases")
+        if name != "min_free_bytes" and getattr(args, name) is not None and getattr(args, name) < 1:
             raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
     for name in ("network_rate", "token_rate", "token_daily_cap", "proxy_hops"):
         if getattr(args, name) < 0:

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import requests
 
@@ -119,6 +120,21 @@ def test_serve_refuses_bad_configuration(tmp_path):
     assert "metrics.x" in result.stderr and "Traceback" not in result.stderr
     result = veil("serve", "--config", str(tmp_path / "missing.toml"), "--db", "v.db")
     assert result.returncode == 2 and "cannot read registry file" in result.stderr
+
+
+def test_serve_refuses_sqlite_options_for_postgresql_and_limits_below_one(tmp_path):
+    """Before it connects: a TypeError from the backend was all these gave."""
+    config = Path(__file__).parents[2] / "examples" / "metrics.toml"
+    for option, value, said in [("--fold-limit", "5", "--fold-limit applies to SQLite stores only"),
+                                ("--recent-ids-limit", "5", "--recent-ids-limit applies to SQLite"),
+                                ("--min-free-bytes", "0", "--min-free-bytes applies to SQLite")]:
+        result = veil("serve", "--config", str(config), "--db", "postgresql://veil@127.0.0.1:1/veil",
+                      option, value)
+        assert result.returncode == 2 and said in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    result = veil("serve", "--config", str(config), "--db", str(tmp_path / "v.db"),
+                  "--fold-limit", "0")
+    assert result.returncode == 2 and "--fold-limit must be at least 1; got 0" in result.stderr
 
 
 def test_sigint_stops_serve_cleanly(collector):
