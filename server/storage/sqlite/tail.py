@@ -27,12 +27,14 @@ folded one.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from veil.server.storage.base import payload_array
+from veil.server.storage.base import payload_array, today
 from veil.server.storage.errors import StorageError
 from veil.server.storage.sqlite import rows as sql
 
@@ -46,17 +48,16 @@ _MARK_KEY = "folded_rowid"
 CREATE_MARK = f"INSERT OR IGNORE INTO meta (key, value) VALUES ('{_MARK_KEY}', '0')"
 _SET_MARK = (f"INSERT INTO meta (key, value) VALUES ('{_MARK_KEY}', ?) "
              "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-#: above every rowid SQLite gives
-LAST_ROWID = (1 << 63) - 1
 #: the (metric, day) pairs of the reports at rowids ``?1`` (excluded) to ``?2``
 _PAIRS = "SELECT DISTINCT metric, day FROM reports WHERE rowid > ? AND rowid <= ?"
-#: the days of one metric's reports past a mark (``?1``) of metric ``?2`` over days ``?3``..``?4``
-_DAYS_OF_METRIC = ("SELECT DISTINCT day FROM reports "
-                   "WHERE rowid > ?1 AND metric = ?2 AND day BETWEEN ?3 AND ?4")
 #: ``(cohort, payload)`` of the reports at rowids ``?1`` (excluded) to ``?2`` of metric ``?3``
 #: on day ``?4``
 _PAIR = ("SELECT cohort, payload FROM reports "
          "WHERE rowid > ? AND rowid <= ? AND metric = ? AND day = ?")
+#: ``(cohort, payload)`` of the reports past a mark (``?1``) of metric ``?2`` over days
+#: ``?3``..``?4``
+_OF_METRIC = ("SELECT cohort, payload FROM reports "
+              "WHERE rowid > ?1 AND metric = ?2 AND day BETWEEN ?3 AND ?4")
 
 
 def mark(conn: sqlite3.Connection) -> int:
@@ -82,23 +83,38 @@ def highest_rowid(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT coalesce(max(rowid), 0) FROM reports").fetchone()[0])
 
 
-def before_insert(conn: sqlite3.Connection) -> int:
-    """The fold mark an insert may append after: lowered to the highest stored rowid if
-    reports were deleted from the top of ``reports`` (the caller holds the write
-    transaction). Returns the mark."""
-    folded = mark(conn)
-    highest = highest_rowid(conn)
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """The reports past the fold mark as an insert begins: the ``mark``, the ``highest``
+    stored rowid and the day of the first report past the mark (``since``, ``None``
+    without any)."""
+
+    mark: int
+    highest: int
+    since: str | None
+
+    def fold_due(self, stored: int, days: Iterable[str], limit: int) -> bool:
+        """Whether to fold once ``stored`` more reports, of ``days``, are appended: at
+        least ``limit`` wait, or a report of a day that is over (UTC) does."""
+        oldest = min([*days, *([self.since] if self.since else [])], default=None)
+        return self.highest - self.mark + stored >= limit or (
+            oldest is not None and oldest < today())
+
+
+def waiting(conn: sqlite3.Connection) -> Waiting:
+    """The reports past the fold mark as an insert begins (the caller holds the write
+    transaction). If reports were deleted from the top of ``reports`` so that rowids at or
+    below the mark are free again, the mark is first lowered to the highest stored rowid."""
+    folded, highest = mark(conn), highest_rowid(conn)
     if highest < folded:
         set_mark(conn, highest)
-        return highest
-    return folded
-
-
-def first_waiting_day(conn: sqlite3.Connection, folded: int) -> str | None:
-    """The day of the first report past the mark ``folded`` (``None`` without any)."""
-    row = conn.execute("SELECT day FROM reports WHERE rowid > ? ORDER BY rowid LIMIT 1",
-                       (folded,)).fetchone()
-    return None if row is None else str(row[0])
+        folded = highest
+    since = None
+    if highest > folded:
+        row = conn.execute("SELECT day FROM reports WHERE rowid > ? ORDER BY rowid LIMIT 1",
+                           (folded,)).fetchone()
+        since = str(row[0])
+    return Waiting(folded, highest, since)
 
 
 def fold(conn: sqlite3.Connection, metric_of: sql.MetricOf) -> int:
@@ -106,13 +122,27 @@ def fold(conn: sqlite3.Connection, metric_of: sql.MetricOf) -> int:
     them (the caller holds the write transaction); returns how many were folded."""
     start, end = mark(conn), highest_rowid(conn)
     folded = 0
-    pairs = conn.execute(_PAIRS, (start, end)).fetchall()
-    for name, day in pairs:
-        reports = conn.execute(_PAIR, (start, end, name, day)).fetchall()
-        conn.executemany(sql.UPSERT, counted(name, day, reports, metric_of))
-        folded += len(reports)
+    for rows, reports in _counted_pairs(conn, metric_of, start, end):
+        conn.executemany(sql.UPSERT, rows)
+        folded += reports
     set_mark(conn, end)
     return folded
+
+
+def check_tail(conn: sqlite3.Connection, metric_of: sql.MetricOf) -> int:
+    """How many reports are past the fold mark, each counted to prove it can be
+    (:class:`~.rows.DamagedRow` if not), in the caller's transaction."""
+    return sum(reports for _, reports in
+               _counted_pairs(conn, metric_of, mark(conn), highest_rowid(conn)))
+
+
+def _counted_pairs(conn: sqlite3.Connection, metric_of: sql.MetricOf, start: int, end: int,
+                   ) -> Iterator[tuple[list[tuple[Any, ...]], int]]:
+    """For each (metric, day) of the reports at rowids ``start`` (excluded) to ``end``: its
+    upsert rows (:func:`counted`) and how many reports they count."""
+    for name, day in conn.execute(_PAIRS, (start, end)).fetchall():
+        reports = conn.execute(_PAIR, (start, end, name, day)).fetchall()
+        yield counted(name, day, reports, metric_of), len(reports)
 
 
 def counted(name: str, day: str, reports: list[tuple[Any, Any]], metric_of: sql.MetricOf,
@@ -135,25 +165,10 @@ def tail_rows(conn: sqlite3.Connection, metric_of: sql.MetricOf, name: str, star
               end: str) -> list[tuple[Any, ...]]:
     """Aggregate rows ``(cohort, reports, *COLUMNS)`` (as :data:`~.rows.SELECT_AGGREGATES`
     reads them) counting the reports of metric ``name`` past the fold mark over days
-    ``start``..``end``, read in the caller's transaction."""
-    folded = mark(conn)
-    out: list[tuple[Any, ...]] = []
-    for day, in conn.execute(_DAYS_OF_METRIC, (folded, name, start, end)).fetchall():
-        reports = conn.execute(_PAIR, (folded, LAST_ROWID, name, day)).fetchall()
-        out.extend(row[2:] for row in counted(name, day, reports, metric_of))
-    return out
-
-
-def check_tail(conn: sqlite3.Connection, metric_of: sql.MetricOf) -> int:
-    """How many reports are past the fold mark, each counted to prove it can be
-    (:class:`~.rows.DamagedRow` if not), in the caller's transaction."""
-    start, end = mark(conn), highest_rowid(conn)
-    total = 0
-    for name, day in conn.execute(_PAIRS, (start, end)).fetchall():
-        reports = conn.execute(_PAIR, (start, end, name, day)).fetchall()
-        counted(name, day, reports, metric_of)
-        total += len(reports)
-    return total
+    ``start``..``end``, read in the caller's transaction: one row per cohort, all days
+    together (the reader sums over the days anyway)."""
+    reports = conn.execute(_OF_METRIC, (mark(conn), name, start, end)).fetchall()
+    return [row[2:] for row in counted(name, start, reports, metric_of)] if reports else []
 
 
 #: reports per (metric, day) over days ``?1``..``?2``: the aggregates and the reports past

@@ -59,12 +59,12 @@ class SQLiteWrites(SQLiteFile):
                 raise StorageError(f"{name} must be a positive integer; got {limit!r}")
         self._recent = RecentIds(recent_ids_limit)
         self._fold_limit = fold_limit
-        self._fold_due = False  # whether this process's last commit calls for a fold
         super().__init__(path, create=create, min_free_bytes=min_free_bytes)
 
     def insert(self, reports: Sequence[Report], day: dt.date | str | None = None, *,
                cap: DailyCap | None = None) -> InsertResult:
-        """Store validated reports under ``day`` (default: today, UTC) and update aggregates.
+        """Store validated reports under ``day`` (default: today, UTC); every count includes
+        them from then on (the aggregates count them when folded, readers until then).
 
         Reports whose id is already stored, or repeats an earlier report of the
         same call, are duplicates: acknowledged, not counted again. Returns after
@@ -102,12 +102,13 @@ class SQLiteWrites(SQLiteFile):
         with self.commits.lock:
             if not pending.done:  # no earlier holder of the lock took it: lead a group
                 group: list[Pending] = []
+                fold_due = False
                 try:
                     with self._transaction() as conn:
                         # take the queue once the transaction has begun, so the group also
                         # holds every call that arrived while waiting for other processes
                         group = self.commits.take()
-                        new_ids, last_rowid = self._store(conn, group)
+                        new_ids, last_rowid, fold_due = self._store(conn, group)
                     # committed: only now may this process's copy of recent_ids hold them
                     self._recent.committed(new_ids, last_rowid)
                 except BaseException as exc:
@@ -122,21 +123,22 @@ class SQLiteWrites(SQLiteFile):
                         other.done = True
                 if self._recent.full:
                     self._merge_recent_ids()
-                if self._fold_due:
+                if fold_due:
                     self._fold()
         if pending.error is not None:
             raise self._failure("commit the write transaction", pending.error) from pending.error
 
-    def _store(self, conn: sqlite3.Connection, group: list[Pending]) -> tuple[list[bytes], int]:
+    def _store(self, conn: sqlite3.Connection, group: list[Pending],
+               ) -> tuple[list[bytes], int, bool]:
         """Insert the reports of ``group`` whose ids are new (counted when folded).
 
         An id is new unless the file holds it already or it is earlier in the group
         (in a call the group stores: a call refused by its cap stores nothing).
-        Returns the new ids and the last rowid of ``recent_ids`` once they are appended.
+        Returns the new ids, the last rowid of ``recent_ids`` once they are appended, and
+        whether the reports past the fold mark are due to be folded after the commit.
         """
         self._recent.sync(conn)
-        mark = tail.before_insert(conn)
-        waiting_since = tail.first_waiting_day(conn, mark)
+        waiting = tail.waiting(conn)
         group_ids = [report_id for pending in group for report_id in pending.id_list]
         joined = b"".join(pending.ids for pending in group)
         known = self._recent.known(conn, group_ids, joined)
@@ -166,12 +168,8 @@ class SQLiteWrites(SQLiteFile):
                     conn.executemany(statement, parameters)
                 else:
                     conn.execute(statement, parameters)
-        # fold once enough reports wait, or as soon as a day that is over waits
         days = [pending.unique[0][2] for pending in group if pending.accepted]
-        oldest = min([*days, *([waiting_since] if waiting_since else [])], default=None)
-        self._fold_due = tail.highest_rowid(conn) - mark >= self._fold_limit or (
-            oldest is not None and oldest < today())
-        return new_ids, last_rowid
+        return new_ids, last_rowid, waiting.fold_due(len(new_ids), days, self._fold_limit)
 
     @staticmethod
     def _charge_cap(conn: sqlite3.Connection, pending: Pending, reports: int) -> bool:
@@ -219,7 +217,6 @@ class SQLiteWrites(SQLiteFile):
         try:
             with self._transaction() as conn:
                 tail.fold(conn, self._metric)
-            self._fold_due = False
         except (sqlite3.Error, sql.DamagedRow, StorageError) as exc:
             logger.warning("folding new reports into the aggregates failed (will retry): %s",
                            self._failure("fold reports into the aggregates", exc))
