@@ -12,7 +12,7 @@ from typing import Any
 from flask import Flask, Response
 
 from veil.server.collector.app_state import EXTENSION, Collector
-from veil.server.collector.config import DEFAULTS
+from veil.server.collector.config import DEFAULTS, storage_options
 from veil.server.collector.proxies import TrustedProxyFix, trusted_networks
 from veil.server.collector.rate_limits import upload_limits
 from veil.server.collector.responses import json_response, register_error_handlers
@@ -49,16 +49,8 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     max_reports = app.config["MAX_REPORTS_PER_BATCH"]
     if isinstance(max_reports, bool) or not isinstance(max_reports, int) or max_reports < 1:
         raise VeilError(f"MAX_REPORTS_PER_BATCH must be a positive integer; got {max_reports!r}")
-    options = {option: app.config[key] for key, option in (
-        ("RECENT_IDS_LIMIT", "recent_ids_limit"), ("MIN_FREE_BYTES", "min_free_bytes"),
-        ("FOLD_LIMIT", "fold_limit"),
-    ) if app.config[key] is not None}
-    if options and "://" in str(app.config["DATABASE"]) \
-            and not str(app.config["DATABASE"]).startswith("sqlite:"):
-        raise VeilError(f"{', '.join(sorted(o.upper() for o in options))} (--"
-                        f"{', --'.join(sorted(o.replace('_', '-') for o in options))}) apply to "
-                        "SQLite stores only; leave them out for this database")
-    storage = open_storage(app.config["DATABASE"], registry, create=True, **options)
+    storage = open_storage(app.config["DATABASE"], registry, create=True,
+                           **storage_options(app.config))
     app.extensions[EXTENSION] = Collector(
         registry, storage, tokens, upload_tokens, max_reports, upload_limits(app.config),
         metrics_tokens=metrics_tokens,

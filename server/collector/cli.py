@@ -35,7 +35,7 @@ from veil.server.cli.options import (
     whole_number,
     worker_count,
 )
-from veil.server.collector.config import DEFAULTS
+from veil.server.collector.config import DEFAULTS, storage_options
 from veil.server.collector.logs import FORMATS, LEVELS, configure_logging
 from veil.server.collector.proxies import trusted_networks
 from veil.server.settings import ENVIRONMENT, env_value
@@ -200,13 +200,9 @@ def run_serve(args: argparse.Namespace) -> int:
             option = "--" + name.replace("_", "-")
             raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
     _check_serving_bounds(args)
-    for name in ("recent_ids_limit", "fold_limit", "min_free_bytes"):
-        option = "--" + name.replace("_", "-")
-        if getattr(args, name) is not None and "://" in str(args.db) \
-                and not str(args.db).startswith("sqlite:"):
-            raise ParameterError(name, f"{option} applies to SQLite stores only; leave it out "
-                                       f"for {args.db.split('://', 1)[0]} databases")
-        if name != "min_free_bytes" and getattr(args, name) is not None and getattr(args, name) < 1:
+    for name in ("recent_ids_limit", "fold_limit"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            option = "--" + name.replace("_", "-")
             raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
     for name in ("network_rate", "token_rate", "token_daily_cap", "proxy_hops"):
         if getattr(args, name) < 0:
@@ -241,6 +237,7 @@ def run_serve(args: argparse.Namespace) -> int:
                              "a directory; give a directory holding <metric>.txt files, one "
                              "candidate string a line")
     token_daily_cap(config)  # a cap that could not hold is refused before anything starts
+    storage_options(config)  # and SQLite's settings for another database
     configure_logging(config["LOG_FORMAT"], config["LOG_LEVEL"])
     registry = Registry.load(args.config)
     for name, metric in registry.items():

@@ -63,7 +63,14 @@ Serving settings (read by ``veil serve``, ignored by the app):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from veil.shared.errors import ParameterError
+
+#: the settings that tune a SQLite store, with the storage option and ``veil serve`` flag of each
+SQLITE_SETTINGS = (("RECENT_IDS_LIMIT", "recent_ids_limit"), ("FOLD_LIMIT", "fold_limit"),
+                   ("MIN_FREE_BYTES", "min_free_bytes"))
 
 DEFAULTS: dict[str, Any] = {
     "READ_TOKENS": (),
@@ -92,3 +99,21 @@ DEFAULTS: dict[str, Any] = {
     "LOG_FORMAT": "text",
     "LOG_LEVEL": "info",
 }
+
+
+def storage_options(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The storage options of ``config`` (the SQLite settings given), for ``open_storage``;
+    :class:`ParameterError` naming the ``veil serve`` flag and the setting when one is given
+    for a database that is not SQLite (its backend takes no such option)."""
+    from veil.server.storage.backends import backend_for
+    from veil.server.storage.sqlite import SQLiteStorage
+
+    options = {option: config[key] for key, option in SQLITE_SETTINGS
+               if config.get(key) is not None}
+    url = str(config["DATABASE"])
+    if options and backend_for(url) is not SQLiteStorage:
+        key, option = next((k, o) for k, o in SQLITE_SETTINGS if o in options)
+        raise ParameterError(option, f"--{option.replace('_', '-')} applies to SQLite stores only; "
+                                     f"leave it out for {url.split('://', 1)[0]} databases "
+                                     f"(setting {key})")
+    return options
