@@ -188,13 +188,17 @@ class PrefixSearch:
                 or self.max_prefixes < 1:
             raise ParameterError("max_prefixes", f"must be an integer >= 1; got "
                                                  f"{self.max_prefixes!r}")
-        # more false prefixes a level than a level keeps would fill it with noise (and past
-        # twice the extensions examined, the per-extension rate is no probability)
+        # more false prefixes a level than a level keeps would fill it with noise, and from
+        # twice the extensions a level examines (the first examines one segment's values) the
+        # per-extension rate is no probability: its threshold NaN, nothing found, silently
+        first_level = 2 << self.params.segment_bits
         if isinstance(self.false_prefixes, bool) or not isinstance(self.false_prefixes, int | float) \
-                or not 0 < self.false_prefixes <= self.max_prefixes:
+                or not 0 < self.false_prefixes <= self.max_prefixes \
+                or not self.false_prefixes < first_level:
             raise ParameterError("false_prefixes", "must be a number above 0 and at most the "
-                                 f"{self.max_prefixes} prefixes a level keeps; got "
-                                 f"{self.false_prefixes!r}")
+                                 f"{self.max_prefixes} prefixes a level keeps, and below "
+                                 f"{first_level} (twice the extensions the first level "
+                                 f"examines); got {self.false_prefixes!r}")
         params = self.params
         started = time.perf_counter()
         self.levels_: list[Level] = []

@@ -174,6 +174,9 @@ def test_search_arguments_are_checked() -> None:
         with pytest.raises(ParameterError, match="at most the 100 prefixes a level keeps"):
             PrefixSearch(SMALL, false_prefixes=absurd).fit([])
     PrefixSearch(SMALL, false_prefixes=100).fit([])
+    # a level may keep more prefixes than the first level examines extensions (256 here)
+    with pytest.raises(ParameterError, match="below 512 .twice the extensions the first level"):
+        PrefixSearch(SMALL, max_prefixes=1000, false_prefixes=600).fit([])
 
 
 def test_reports_by_level_groups_chunks_by_cohort() -> None:
