@@ -318,8 +318,10 @@ def test_retention_refuses_a_cutoff_after_today_before_it_opens_anything(tmp_pat
     for before in (tomorrow, "9999-12-31"):
         result = veil("retention", "--db", str(tmp_path / "none.db"), "--before", before)
         assert result.returncode == 2 and "--before" in result.stderr, result.stderr
-    result = veil("retention", "--db", str(tmp_path / "none.db"), "--before", "2026-02-30")
-    assert result.returncode == 2 and "--before" in result.stderr, result.stderr
+    for before in ("2026-02-30", "20260101", "2026-W01-1"):  # read as every command reads days
+        result = veil("retention", "--db", str(tmp_path / "none.db"), "--before", before)
+        assert result.returncode == 2 and "--before must be a day written YYYY-MM-DD" \
+            in result.stderr, result.stderr
     result = veil("retention", "--db", str(tmp_path / "none.db"), "--keep-days", "10" * 15)
     assert "Traceback" not in result.stderr and "keep" not in result.stderr.lower(), result.stderr
     assert not (tmp_path / "none.db").exists()

@@ -169,6 +169,12 @@ MAX_WORKERS = 256
 #: a ``--workers`` of processes or threads on this machine: 1 to :data:`MAX_WORKERS` (a
 #: larger one would start that many before anything failed)
 worker_count = whole_number(1, MAX_WORKERS)
+#: the most threads per process a server command starts (and at most MAX_WORKERS processes:
+#: each worker is a process of its own, so a mistyped count would fork until the machine
+#: gives out)
+MAX_THREADS = 1024
+#: a ``--threads`` of a server process: 1 to :data:`MAX_THREADS`
+thread_count = whole_number(1, MAX_THREADS)
 
 
 @contextlib.contextmanager

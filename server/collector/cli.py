@@ -31,6 +31,7 @@ from veil.server.cli.options import (
     add_range_options,
     port_number,
     short_token_warning,
+    thread_count,
     token_list,
     whole_number,
     worker_count,
@@ -53,19 +54,19 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
                         help=f"address to listen on (default {DEFAULTS['HOST']})")
     parser.add_argument("--port", type=port_number, default=DEFAULTS["PORT"],
                         help=f"port (default {DEFAULTS['PORT']}; 0 picks a free one)")
-    parser.add_argument("--threads", type=whole_number(1, MAX_THREADS), default=DEFAULTS["THREADS"],
+    parser.add_argument("--threads", type=thread_count, default=DEFAULTS["THREADS"],
                         help=f"threads serving requests per worker (default {DEFAULTS['THREADS']})")
     parser.add_argument("--workers", type=worker_count, default=DEFAULTS["WORKERS"],
                         help=f"server processes sharing the port (default {DEFAULTS['WORKERS']}; "
                         "more use more cores)")
-    parser.add_argument("--connection-limit", type=int, default=DEFAULTS["CONNECTION_LIMIT"],
+    parser.add_argument("--connection-limit", type=whole_number(1), default=DEFAULTS["CONNECTION_LIMIT"],
                         help=f"open connections per worker; more wait to be accepted, and "
                         f"near it idle keep-alive connections are closed "
                         f"(default {DEFAULTS['CONNECTION_LIMIT']})")
-    parser.add_argument("--channel-timeout", type=int, default=DEFAULTS["CHANNEL_TIMEOUT"],
+    parser.add_argument("--channel-timeout", type=whole_number(1), default=DEFAULTS["CHANNEL_TIMEOUT"],
                         help=f"seconds a connection may stay silent before it is closed "
                         f"(default {DEFAULTS['CHANNEL_TIMEOUT']})")
-    parser.add_argument("--receive-timeout", type=int, default=DEFAULTS["RECEIVE_TIMEOUT"],
+    parser.add_argument("--receive-timeout", type=whole_number(1), default=DEFAULTS["RECEIVE_TIMEOUT"],
                         help=f"seconds a client may take to send one request from its first byte; "
                         f"slower ones are disconnected (default {DEFAULTS['RECEIVE_TIMEOUT']})")
     parser.add_argument("--read-token", action="append", default=None,
@@ -88,21 +89,22 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
                         help="least severe level logged "
                         f"(default: ${ENVIRONMENT['log_level']}, else {DEFAULTS['LOG_LEVEL']})")
     _add_limit_options(parser)
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULTS["MAX_CONTENT_LENGTH"],
+    parser.add_argument("--max-body-bytes", type=whole_number(1024), default=DEFAULTS["MAX_CONTENT_LENGTH"],
                         help=f"largest request body accepted "
                         f"(default {DEFAULTS['MAX_CONTENT_LENGTH'] / 2**20:g} MiB)")
-    parser.add_argument("--max-reports", type=int, default=DEFAULTS["MAX_REPORTS_PER_BATCH"],
+    parser.add_argument("--max-reports", type=whole_number(1), default=DEFAULTS["MAX_REPORTS_PER_BATCH"],
                         help=f"largest batch accepted "
                         f"(default {DEFAULTS['MAX_REPORTS_PER_BATCH']} reports)")
-    parser.add_argument("--recent-ids-limit", type=int, default=DEFAULTS["RECENT_IDS_LIMIT"],
+    parser.add_argument("--recent-ids-limit", type=whole_number(1),
+                        default=DEFAULTS["RECENT_IDS_LIMIT"],
                         help="new report ids kept (in each worker's memory too) before a merge "
                         "into the id index (default: the storage's, see docs/operations.md; "
                         "larger: rarer, longer merge pauses)")
-    parser.add_argument("--fold-limit", type=int, default=DEFAULTS["FOLD_LIMIT"],
+    parser.add_argument("--fold-limit", type=whole_number(1), default=DEFAULTS["FOLD_LIMIT"],
                         help="new reports waiting before they are counted into the aggregates "
                         "in bulk (default: the storage's, see docs/operations.md; larger: "
                         "faster ingestion, slower counts)")
-    parser.add_argument("--min-free-bytes", type=int, default=DEFAULTS["MIN_FREE_BYTES"],
+    parser.add_argument("--min-free-bytes", type=whole_number(0), default=DEFAULTS["MIN_FREE_BYTES"],
                         help="/readyz answers 503 while the database's filesystem has less free "
                         "space (default: the storage's, 64 MiB)")
     parser.add_argument("--dashboard", action="store_true",
@@ -173,12 +175,6 @@ def serve_config(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-#: the most threads per process ``veil serve`` starts (and at most MAX_WORKERS processes:
-#: each worker is a process of its own, so a mistyped count would fork until the machine
-#: gives out)
-MAX_THREADS = 1024
-
-
 def _check_serving_bounds(args: argparse.Namespace) -> None:
     """Refuse, before anything listens, what the workers would only refuse once started (or
     never): a rate that is not a finite number (worker and thread counts are bounded by
@@ -195,15 +191,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from veil.server.storage import open_storage
     from veil.shared.registry import Registry
 
-    for name in ("connection_limit", "channel_timeout", "receive_timeout", "max_reports"):
-        if getattr(args, name) < 1:
-            option = "--" + name.replace("_", "-")
-            raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
     _check_serving_bounds(args)
-    for name in ("recent_ids_limit", "fold_limit"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            option = "--" + name.replace("_", "-")
-            raise ParameterError(name, f"{option} must be at least 1; got {getattr(args, name)}")
     for name in ("network_rate", "token_rate", "token_daily_cap", "proxy_hops"):
         if getattr(args, name) < 0:
             option = "--" + name.replace("_", "-")
@@ -214,10 +202,6 @@ def run_serve(args: argparse.Namespace) -> int:
     trusted_networks(args.trusted_proxy, "trusted_proxy")
     if args.burst_seconds <= 0:
         raise ParameterError("burst_seconds", f"--burst-seconds must be more than 0; got {args.burst_seconds}")
-    if args.min_free_bytes is not None and args.min_free_bytes < 0:
-        raise ParameterError("min_free_bytes", f"--min-free-bytes must be at least 0; got {args.min_free_bytes}")
-    if args.max_body_bytes < 1024:
-        raise ParameterError("max_body_bytes", f"--max-body-bytes must be at least 1024; got {args.max_body_bytes}")
     for name, allowed in (("log_format", FORMATS), ("log_level", LEVELS)):
         value = getattr(args, name)
         if value not in allowed:

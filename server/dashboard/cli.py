@@ -16,6 +16,7 @@ from veil.server.cli.options import (
     add_server_options,
     port_number,
     short_token_warning,
+    thread_count,
     token_list,
 )
 from veil.server.settings import ENVIRONMENT
@@ -43,7 +44,7 @@ def configure_dashboard(parser: argparse.ArgumentParser) -> None:
                         help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+    parser.add_argument("--threads", type=thread_count, default=DEFAULT_THREADS,
                         help=f"threads serving requests (default {DEFAULT_THREADS})")
 
 
@@ -70,8 +71,6 @@ def run_dashboard(args: argparse.Namespace) -> int:
     if args.db is None and args.server is None:
         raise ParameterError("db", "give --db (a collector's store) or --server (a collector's URL), or "
                         f"set ${ENVIRONMENT['db']} or ${ENVIRONMENT['server']}")
-    if args.threads < 1:
-        raise ParameterError("threads", f"--threads must be at least 1; got {args.threads}")
     config = dashboard_config(args)
     for tokens, option in ((config["READ_TOKENS"], "--read-token"),
                            ([config["SERVER_TOKEN"]] if config["SERVER_TOKEN"] else [], "--token")):

@@ -19,6 +19,7 @@ from veil.server.cli.options import (
     add_range_options,
     add_server_options,
     print_log,
+    whole_number,
 )
 from veil.server.settings import ENVIRONMENT
 from veil.shared.errors import ParameterError, VeilError
@@ -139,7 +140,7 @@ def configure_retention(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil retention``."""
     add_db_option(parser, help_text="the collectors' PostgreSQL database: postgresql://...")
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--keep-days", type=int, metavar="N",
+    which.add_argument("--keep-days", type=whole_number(1), metavar="N",
                        help="keep the raw reports of the last N UTC days, today included")
     which.add_argument("--before", metavar="YYYY-MM-DD",
                        help="drop the raw reports of every day before this one")
@@ -150,20 +151,16 @@ def run_retention(args: argparse.Namespace) -> int:
     import datetime as dt
 
     from veil.server.storage import open_storage
+    from veil.server.storage.base import parse_day
 
     today = dt.datetime.now(dt.UTC).date()
     if args.keep_days is not None:
-        if args.keep_days < 1:
-            raise ParameterError("keep_days", f"--keep-days must be at least 1; got {args.keep_days}")
         # more days than the calendar holds keeps everything
         back = min(args.keep_days - 1, (today - dt.date.min).days)
         cutoff = (today - dt.timedelta(days=back)).isoformat()
     else:
-        try:
-            day = dt.date.fromisoformat(args.before)
-        except ValueError:
-            raise ParameterError("before", f"--before must be a day as YYYY-MM-DD; got "
-                                           f"{args.before!r}") from None
+        # as every command reads days (fromisoformat alone took 20240101 and 2024-W01-1)
+        day = dt.date.fromisoformat(str(parse_day(args.before, "--before")))
         if day > today:
             raise ParameterError(
                 "before", f"--before {day} is after today ({today}, UTC): it would drop the raw "

@@ -134,7 +134,7 @@ def test_serve_refuses_sqlite_options_for_postgresql_and_limits_below_one(tmp_pa
         assert "Traceback" not in result.stderr
     result = veil("serve", "--config", str(config), "--db", str(tmp_path / "v.db"),
                   "--fold-limit", "0")
-    assert result.returncode == 2 and "--fold-limit must be at least 1; got 0" in result.stderr
+    assert result.returncode == 2 and "--fold-limit: must be at least 1; got 0" in result.stderr
 
 
 def test_sigint_stops_serve_cleanly(collector):
