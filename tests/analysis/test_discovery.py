@@ -175,7 +175,7 @@ def test_search_arguments_are_checked() -> None:
             PrefixSearch(SMALL, false_prefixes=absurd).fit([])
     PrefixSearch(SMALL, false_prefixes=100).fit([])
     # a level may keep more prefixes than the first level examines extensions (256 here)
-    with pytest.raises(ParameterError, match="below 512 .twice the extensions the first level"):
+    with pytest.raises(ParameterError, match=r"below 512 \(twice the extensions the first level"):
         PrefixSearch(SMALL, max_prefixes=1000, false_prefixes=600).fit([])
 
 

@@ -94,7 +94,7 @@ def test_a_collector_answers_503_when_a_damaged_page_is_read_or_written(db, test
     with sqlite3.connect(db) as conn:
         stored = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
     # counts read the aggregates; an upload writes the new ids (the aggregates count them later)
-    scribble(db, [root_page(db, "aggregates"), root_page(db, "recent_ids")])
+    scribble(db, [root_page(db, "folded_aggregates"), root_page(db, "recent_ids")])
     with sqlite3.connect(db) as conn:
         # another process commits (as a second worker would), so this collector reads its pages
         # from the file again rather than from its own page cache; the file's rows stay as they are
@@ -124,7 +124,7 @@ def test_a_malformed_aggregate_row_is_503_and_rebuilding_repairs_it(db, app_fact
     wrong size, written by another program): counts answer 503, veil check calls the
     file inconsistent, and rebuilding the aggregates from the raw reports repairs it."""
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE aggregates SET bit_counts = x'0102' "
+        conn.execute("UPDATE folded_aggregates SET bit_counts = x'0102' "
                      "WHERE metric = 'homepage' AND day = ? AND cohort = 1", (DAYS[1],))
     client = app_factory(DATABASE=db, READ_TOKENS=["reader"]).test_client()
     counts = client.get("/v1/metrics/homepage/counts", headers={"Authorization": "Bearer reader"})

@@ -175,11 +175,19 @@ def wire(test_registry: Registry) -> Wire:
 
 def before_the_fold_mark(path: Path) -> None:
     """Turn a closed SQLite store back into the layout of schema version 5, which had no
-    fold mark and counted every report into the aggregates as it was stored: the
-    aggregates are recounted, and the mark is removed."""
+    fold mark and counted every report into ``aggregates`` as it was stored, its reports
+    keyed by an unnamed rowid: the aggregates are recounted, the mark removed and the
+    tables renamed and copied back."""
     with open_storage(path) as storage:
         storage.rebuild_aggregates()
     with sqlite3.connect(path) as conn:
         conn.execute("DELETE FROM meta WHERE key = 'folded_rowid'")
+        conn.execute("ALTER TABLE folded_aggregates RENAME TO aggregates")
+        conn.execute("CREATE TABLE reports_v5 (id BLOB NOT NULL, metric TEXT NOT NULL, day TEXT "
+                     "NOT NULL, cohort INTEGER NOT NULL, payload ANY) STRICT")
+        conn.execute("INSERT INTO reports_v5 SELECT id, metric, day, cohort, payload FROM reports "
+                     "ORDER BY seq")
+        conn.execute("DROP TABLE reports")
+        conn.execute("ALTER TABLE reports_v5 RENAME TO reports")
         conn.execute("PRAGMA user_version = 5")
     conn.close()

@@ -4,6 +4,7 @@ fold mark), every count is that of the reports stored, the one-report reference.
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
 import threading
 from pathlib import Path
@@ -11,9 +12,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.server.conftest import Wire
+from tests.server.conftest import Wire, before_the_fold_mark
 from veil.server.cli import main
-from veil.server.storage import check_storage, open_storage
+from veil.server.storage import StorageError, StorageUnavailable, check_storage, open_storage
+from veil.server.storage.sqlite.tail import Waiting
 from veil.shared.registry import Registry
 
 REGISTRY = Registry.from_toml("""
@@ -174,6 +176,8 @@ def test_concurrent_writers_in_two_storages_fold_without_losing_or_doubling(tmp_
 
 
 def test_vacuum_backup_and_rebuild_keep_the_counts(tmp_path, wire, capsys):
+    """``VACUUM`` renumbers an unnamed rowid once rows were deleted: reports waiting past
+    the mark then fell at or below it and left the counts. ``seq`` names the rowid."""
     path = tmp_path / "veil.db"
     sent = batches(wire, 3)
     with open_storage(path, REGISTRY, create=True, fold_limit=10**9) as storage:
@@ -182,14 +186,16 @@ def test_vacuum_backup_and_rebuild_keep_the_counts(tmp_path, wire, capsys):
         storage.insert(wire.validated(sent[1]))
         storage.insert(wire.validated(sent[2]))
         want = documents(storage)
-    with sqlite3.connect(path) as conn:
-        conn.execute("VACUUM")  # by hand: SQLite may renumber rowids of a table with gaps
-    conn.close()
     assert main(["backup", "--db", str(path), "--out", str(tmp_path / "copy.db")]) == 0
+    with sqlite3.connect(path) as conn:  # by hand: folded reports deleted (their counts stay)
+        conn.execute("DELETE FROM reports WHERE seq <= 5")
+    conn.execute("VACUUM")
+    conn.close()
+    assert fold_mark(path) == (len(sent[0]), sum(map(len, sent)))  # no seq renumbered
     for where in (path, tmp_path / "copy.db"):
         with open_storage(where) as storage:
             assert documents(storage) == want
-    assert main(["check", "--db", str(path)]) == 0
+    assert main(["check", "--db", str(tmp_path / "copy.db")]) == 0
     assert f"a recount of {sum(map(len, sent)):,} raw reports" in capsys.readouterr().out
 
 
@@ -203,7 +209,7 @@ def test_a_report_past_the_mark_that_cannot_be_counted_is_damage(tmp_path, wire,
     conn.close()
     assert main(["check", "--db", str(path)]) == 1
     assert "is DAMAGED" in capsys.readouterr().out
-    with open_storage(path) as storage, pytest.raises(Exception, match="cannot be counted"):
+    with open_storage(path) as storage, pytest.raises(StorageUnavailable, match="cannot be counted"):
         storage.counts("browser")
 
 
@@ -217,7 +223,7 @@ def test_a_missing_fold_mark_is_damage_not_a_recount(tmp_path, wire):
         conn.execute("DELETE FROM meta WHERE key = 'folded_rowid'")
     conn.close()
     assert not check_storage(path).sound
-    with open_storage(path) as storage, pytest.raises(Exception, match="fold mark"):
+    with open_storage(path) as storage, pytest.raises(StorageError, match="fold mark"):
         storage.counts("homepage")
 
 
@@ -253,3 +259,54 @@ def test_through_veil_serve_with_two_workers_every_count_is_that_of_the_reports(
     mark, last = fold_mark(collector.db_path)
     assert 0 < mark <= last == len(flat)
     assert main(["check", "--db", str(collector.db_path)]) == 0
+
+
+def test_a_worker_started_before_the_registry_gained_a_metric_folds_its_reports(tmp_path,
+                                                                                 wire):
+    """Folds count every report waiting, of every worker: with the metrics recorded in
+    the file, not those of the process that folds (which failed at every commit)."""
+    path = tmp_path / "veil.db"
+    older = Registry([metric for name, metric in REGISTRY.items() if name != "page_flh"],
+                     version=1)
+    sent = batches(wire, 2)
+    flh = [r for r in sent[0] if r["metric"] == "page_flh"]
+    with open_storage(path, older, create=True, fold_limit=1) as first, \
+            open_storage(path, REGISTRY, fold_limit=10**9) as second:
+        second.insert(wire.validated(flh))  # waits past the mark
+        first.insert(wire.validated([r for r in sent[1] if r["metric"] != "page_flh"]))
+        mark, last = fold_mark(path)
+        assert mark == last  # the first worker folded the page_flh reports too
+        assert counted(second.counts("page_flh", min_reports=0)) \
+            == wire.approx(wire.expected("page_flh", flh))
+
+
+def test_a_collector_of_schema_5_still_running_after_the_migration_cannot_write(tmp_path,
+                                                                                 wire):
+    """Schema 5 counted each insert into ``aggregates``: still running once the file is at
+    schema 6, its reports would also wait past the mark and be counted twice. The table
+    it writes is renamed by the migration, so its writes fail (its uploads get 503)."""
+    path = tmp_path / "veil.db"
+    with open_storage(path, REGISTRY, create=True) as storage:
+        storage.insert(wire.validated(batches(wire, 1)[0]))
+    before_the_fold_mark(path)
+    running = sqlite3.connect(path)  # the schema 5 collector's connection, open throughout
+    upsert = ("INSERT INTO aggregates (metric, day, cohort, reports) VALUES ('dark_mode', "
+              "'2026-10-01', 0, 1) ON CONFLICT (metric, day, cohort) DO UPDATE SET "
+              "reports = reports + excluded.reports")
+    running.execute(upsert)
+    running.rollback()
+    assert main(["migrate", "--db", str(path)]) == 0
+    with pytest.raises(sqlite3.OperationalError, match="no such table: aggregates"):
+        running.execute(upsert)
+    running.close()
+
+
+def test_a_day_that_is_over_while_its_reports_wait_is_due_at_the_next_insert():
+    """The first insert after midnight (UTC) folds the day before: the day of the first
+    report waiting is over, whatever the day of the new reports."""
+    yesterday = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    assert Waiting(mark=10, highest=12, since=yesterday).fold_due(1, [today], limit=1000)
+    assert not Waiting(mark=10, highest=12, since=today).fold_due(1, [today], limit=1000)
+    assert Waiting(mark=10, highest=12, since=today).fold_due(998, [today], limit=1000)
+    assert Waiting(mark=10, highest=10, since=None).fold_due(1, [yesterday], limit=1000)

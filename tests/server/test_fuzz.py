@@ -49,7 +49,7 @@ def totals(db_path) -> tuple[int, int]:
     fold mark, which readers count on the spot."""
     with sqlite3.connect(db_path) as conn:
         raw = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
-        aggregated = conn.execute("SELECT coalesce(sum(reports), 0) FROM aggregates").fetchone()[0]
+        aggregated = conn.execute("SELECT coalesce(sum(reports), 0) FROM folded_aggregates").fetchone()[0]
         aggregated += conn.execute(
             "SELECT count(*) FROM reports WHERE rowid > (SELECT CAST(value AS INTEGER) FROM meta "
             "WHERE key = 'folded_rowid')").fetchone()[0]

@@ -741,3 +741,21 @@ def test_a_store_recorded_before_the_size_limit_still_opens(store_url, tmp_path)
     for _ in range(2):
         assert main(["archive", "--db", store_url, "--out", str(root)]) == 0
     assert main(["aggregate", "--archive", str(root), "--db", store_url, "--workers", "1"]) == 0
+
+
+def test_a_stored_registry_this_veil_refuses_is_named_not_called_damaged(tmp_path):
+    """A registry an earlier Veil recorded may hold what this one refuses (here a β realized
+    as 0): the file is sound, so the error says what and what to do, not "damaged"."""
+    path = tmp_path / "veil.db"
+    open_storage(path, Registry.from_toml('version = 1\n[metrics.b]\nkind = "boolean"\n'),
+                 create=True).close()
+    with sqlite3.connect(path) as conn:
+        record = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'registry'")
+                            .fetchone()[0])
+        record["metrics"]["b"]["beta"] = 1e-300
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'registry'", (json.dumps(record),))
+    conn.close()
+    with pytest.raises(StorageError) as info:
+        open_storage(path)
+    assert "declares what this Veil refuses" in str(info.value)
+    assert "metrics.b" in str(info.value) and "damaged" not in str(info.value)

@@ -62,7 +62,7 @@ from veil.server.storage.sqlite.schema import (
 )
 from veil.server.storage.sqlite.writes import RECENT_IDS_LIMIT, SQLiteWrites
 from veil.shared.registry import Metric, Registry
-from veil.shared.statistics import State, Statistic, statistic_for
+from veil.shared.statistics import State, statistic_for
 
 #: problems of the integrity check that ``veil check`` lists at most
 CHECK_MAX_PROBLEMS = 20
@@ -182,21 +182,9 @@ class SQLiteStorage(SQLiteWrites):
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return tuple(steps)
 
-    @staticmethod
-    def _stored_registry(conn: sqlite3.Connection) -> Registry | None:
-        """The registry recorded in ``meta`` (``None`` if none); :class:`~.rows.DamagedRow` if
-        it is not what Veil writes."""
-        row = conn.execute("SELECT CAST(value AS BLOB) FROM meta WHERE key = 'registry'").fetchone()
-        if row is None:
-            return None
-        try:
-            return Registry.from_record(json.loads(bytes(row[0]).decode("utf-8")))
-        except (TypeError, ValueError) as exc:
-            raise sql.DamagedRow(f"the registry stored in meta cannot be read ({exc})") from None
-
     def adopt_stored_registry(self, conn: sqlite3.Connection) -> None:
         """Use the registry stored in the file (for migrations that read reports)."""
-        stored = self._stored_registry(conn)
+        stored = sql.stored_registry(conn)
         if stored is None:
             raise StorageError(f"{self.path}: cannot migrate a file without a stored registry")
         self._use_registry(stored)
@@ -205,7 +193,7 @@ class SQLiteStorage(SQLiteWrites):
         """Record ``registry`` in the file (:func:`~veil.server.storage.base.merge_registry`)."""
         with self._write() as conn:
             merged = registry_to_record(
-                self._stored_registry(conn), registry,
+                sql.stored_registry(conn), registry,
                 lambda: {row[0] for row in conn.execute(tail.COUNTED_METRICS, (tail.mark(conn),))},
                 str(self.path))
             if registry is not None:
@@ -262,8 +250,8 @@ class SQLiteStorage(SQLiteWrites):
                 for c in range(stored.params.cohorts) if reports[c]]
         with self._unavailable(f"write the aggregates of {metric!r} on {day_text} to {self.path}"), \
                 self._write() as conn:
-            tail.fold(conn, self._metric)  # the day's waiting reports are replaced too
-            conn.execute("DELETE FROM aggregates WHERE metric = ? AND day = ?", (metric, day_text))
+            tail.fold(conn, sql.stored_metrics(conn))  # the day's waiting reports are replaced too
+            conn.execute("DELETE FROM folded_aggregates WHERE metric = ? AND day = ?", (metric, day_text))
             conn.executemany(sql.UPSERT, rows)
 
     def rebuild_aggregates(self) -> int:
@@ -276,10 +264,11 @@ class SQLiteStorage(SQLiteWrites):
         """:meth:`rebuild_aggregates` inside a transaction the caller holds: every report is
         counted, so the fold mark moves past the last (migrations from before the mark
         existed pass ``move_mark=False``)."""
+        metric_of = sql.stored_metrics(conn)
         if not move_mark:
-            return sql.recount(conn, self._metric)
+            return sql.recount(conn, metric_of)
         through = tail.highest_rowid(conn)
-        total = sql.recount(conn, self._metric, through)
+        total = sql.recount(conn, metric_of, through)
         tail.set_mark(conn, through)
         return total
 
@@ -347,15 +336,7 @@ class SQLiteStorage(SQLiteWrites):
                 f"{path} has schema version {version} and this Veil checks version "
                 f"{SCHEMA_VERSION}: check it with the Veil that wrote it"
             )
-        registry = cls._stored_registry(conn)
-        metrics = {name: (metric, statistic_for(metric.params))
-                   for name, metric in (registry.items() if registry else ())}
-
-        def metric_of(name: str) -> tuple[Metric, Statistic]:
-            if name not in metrics:
-                raise StorageError(f"a report of metric {name!r}, which the registry lacks")
-            return metrics[name]
-
+        metric_of = sql.stored_metrics(conn)
         conn.execute(RECOUNT)
         # the aggregates count the reports up to the fold mark: those are recounted; the
         # reports past it, which readers count on the spot, must be countable

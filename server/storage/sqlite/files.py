@@ -70,7 +70,7 @@ WAL_CHECKPOINT_PAGES = (40 << 20) // PAGE_SIZE
 #: :data:`OPEN_CHECKED_TABLES` at open, and ``veil check`` examines them whole
 QUICK_CHECK_MAX_BYTES = 1 << 30
 #: the small tables every request reads, checked at open whatever the file's size
-OPEN_CHECKED_TABLES = ("meta", "aggregates", "recent_ids")
+OPEN_CHECKED_TABLES = ("meta", "folded_aggregates", "recent_ids")
 #: readiness: the free space the file's filesystem must have for writes to be expected to
 #: succeed (room for the WAL to grow to its checkpoint size, about 40 MiB, and a margin)
 MIN_FREE_BYTES = 64 << 20

@@ -22,8 +22,9 @@ import numpy as np
 from veil.server.storage.base import aggregate_columns, sum_aggregate_rows, sums_agree
 from veil.server.storage.errors import StorageError
 from veil.server.storage.sqlite.commit import Statement
-from veil.shared.registry import Metric
-from veil.shared.statistics import COLUMN_TYPES, COLUMNS, State, Statistic
+from veil.shared.errors import ParameterError
+from veil.shared.registry import Metric, Registry
+from veil.shared.statistics import COLUMN_TYPES, COLUMNS, State, Statistic, statistic_for
 
 #: the metric and statistic of a metric name (:class:`StorageError` if there is none)
 MetricOf = Callable[[str], tuple[Metric, Statistic]]
@@ -53,7 +54,7 @@ _INSERT_PACKED_INTS = (
 PAYLOAD_LIMIT = 1 << 32
 
 UPSERT = (
-    f"INSERT INTO aggregates (metric, day, cohort, reports, {', '.join(COLUMNS)}) "
+    f"INSERT INTO folded_aggregates (metric, day, cohort, reports, {', '.join(COLUMNS)}) "
     f"VALUES (?, ?, ?, ?{', ?' * len(COLUMNS)}) "
     "ON CONFLICT (metric, day, cohort) DO UPDATE SET reports = reports + excluded.reports, "
     + ", ".join(
@@ -64,9 +65,44 @@ UPSERT = (
 )
 #: aggregate rows ``(cohort, reports, *COLUMNS)`` of one metric over a range of days
 SELECT_AGGREGATES = (
-    f"SELECT cohort, reports, {', '.join(COLUMNS)} FROM aggregates "
+    f"SELECT cohort, reports, {', '.join(COLUMNS)} FROM folded_aggregates "
     "WHERE metric = ? AND day >= ? AND day <= ?"
 )
+
+
+def stored_registry(conn: sqlite3.Connection) -> Registry | None:
+    """The registry recorded in ``meta`` (``None`` if none); :class:`DamagedRow` if it is not
+    what Veil writes."""
+    row = conn.execute("SELECT CAST(value AS BLOB) FROM meta WHERE key = 'registry'").fetchone()
+    if row is None:
+        return None
+    try:
+        record = json.loads(bytes(row[0]).decode("utf-8"))
+    except (TypeError, ValueError) as exc:
+        raise DamagedRow(f"the registry stored in meta cannot be read ({exc})") from None
+    try:
+        return Registry.from_record(record)
+    except ParameterError as exc:  # sound JSON Veil wrote, with what this Veil refuses
+        raise StorageError(f"the registry stored in the file declares what this Veil refuses "
+                           f"({exc}): read the file with the Veil that wrote it") from None
+    except (TypeError, ValueError) as exc:
+        raise DamagedRow(f"the registry stored in meta cannot be read ({exc})") from None
+
+
+def stored_metrics(conn: sqlite3.Connection) -> MetricOf:
+    """The metric and statistic of a name in the registry recorded in the file: every report
+    in it is of one of those metrics, whichever registry the process reading it was given
+    (a worker started before the registry gained a metric reads another worker's reports)."""
+    registry = stored_registry(conn)
+    metrics = {name: (metric, statistic_for(metric.params))
+               for name, metric in (registry.items() if registry else ())}
+
+    def metric_of(name: str) -> tuple[Metric, Statistic]:
+        if name not in metrics:
+            raise StorageError(f"a report of metric {name!r}, which the registry lacks")
+        return metrics[name]
+
+    return metric_of
 
 
 def add_counts(left: bytes | None, right: bytes | None) -> bytes | None:
@@ -150,7 +186,7 @@ def aggregate_groups(groups: dict[tuple[str, str], list[tuple[Any, ...]]], metri
 
 
 def recount(conn: sqlite3.Connection, metric_of: MetricOf, through: int | None = None) -> int:
-    """Recount the table ``aggregates`` from ``reports`` (those at rowids up to ``through``
+    """Recount the table ``folded_aggregates`` from ``reports`` (those at rowids up to ``through``
     if given): the rows of every (metric, day) that has raw reports are deleted and
     counted again; those of a (metric, day) without any (set by ``veil aggregate`` from an
     archive, or whose reports were deleted) are kept, having nothing to be recounted from.
@@ -170,7 +206,7 @@ def recount(conn: sqlite3.Connection, metric_of: MetricOf, through: int | None =
         groups = group_by_metric_day(chunk)
         # a (metric, day)'s old rows go when its first report is met: one scan of the reports
         new = [key for key in groups if key not in cleared]
-        conn.executemany("DELETE FROM aggregates WHERE metric = ? AND day = ?", new)
+        conn.executemany("DELETE FROM folded_aggregates WHERE metric = ? AND day = ?", new)
         cleared.update(new)
         try:
             rows = aggregate_groups(groups, metric_of)
@@ -189,22 +225,22 @@ def _aggregate_columns(alias: str) -> str:
 #: only: ``(metric, day, cohort, *stored columns, *recounted columns)``, NULLs for a missing row
 _DIFFERENCES = (
     f"SELECT s.metric, s.day, s.cohort, {_aggregate_columns('s')}, {_aggregate_columns('r')} "
-    "FROM main.aggregates AS s LEFT JOIN temp.aggregates AS r "
+    "FROM main.folded_aggregates AS s LEFT JOIN temp.folded_aggregates AS r "
     "ON r.metric = s.metric AND r.day = s.day AND r.cohort = s.cohort WHERE "
-    "EXISTS (SELECT 1 FROM temp.aggregates AS t WHERE t.metric = s.metric AND t.day = s.day) "
+    "EXISTS (SELECT 1 FROM temp.folded_aggregates AS t WHERE t.metric = s.metric AND t.day = s.day) "
     "AND (" + " OR ".join(f"r.{column} IS NOT s.{column}" for column in ("reports", *COLUMNS))
     + ")"
     + f" UNION ALL SELECT r.metric, r.day, r.cohort, {', '.join(['NULL'] * (1 + len(COLUMNS)))}, "
-    f"{_aggregate_columns('r')} FROM temp.aggregates AS r WHERE NOT EXISTS (SELECT 1 FROM "
-    "main.aggregates AS s WHERE s.metric = r.metric AND s.day = r.day AND s.cohort = r.cohort) "
+    f"{_aggregate_columns('r')} FROM temp.folded_aggregates AS r WHERE NOT EXISTS (SELECT 1 FROM "
+    "main.folded_aggregates AS s WHERE s.metric = r.metric AND s.day = r.day AND s.cohort = r.cohort) "
     "ORDER BY 1, 2, 3"
 )
 
 
 #: (metric, day) pairs of ``main`` whose aggregates have no raw report behind them (no row
 #: of the recount in ``temp``): set from an archive, or their reports deleted
-UNVERIFIED = ("SELECT count(*) FROM (SELECT DISTINCT metric, day FROM main.aggregates AS s "
-              "WHERE NOT EXISTS (SELECT 1 FROM temp.aggregates AS t WHERE t.metric = s.metric "
+UNVERIFIED = ("SELECT count(*) FROM (SELECT DISTINCT metric, day FROM main.folded_aggregates AS s "
+              "WHERE NOT EXISTS (SELECT 1 FROM temp.folded_aggregates AS t WHERE t.metric = s.metric "
               "AND t.day = s.day))")
 #: report ids stored, merged or recent: more than the raw reports when reports were deleted
 #: or lost
@@ -213,7 +249,7 @@ STORED_IDS = ("SELECT (SELECT count(*) FROM main.report_ids) + (SELECT count(*) 
 
 
 def differences(conn: sqlite3.Connection) -> list[str]:
-    """How the aggregates of ``main`` differ from a recount in ``temp.aggregates``, one line
+    """How the aggregates of ``main`` differ from a recount in ``temp.folded_aggregates``, one line
     per ``(metric, day, cohort)``. Counts must match exactly; sums to :data:`REAL_TOLERANCE`."""
     width = 1 + len(COLUMNS)
     out = []

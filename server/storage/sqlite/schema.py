@@ -24,12 +24,23 @@ SCHEMA_VERSION = 6
 
 META = """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"""
 
-# Raw reports are an append-only log (a rowid table: a batch fills a few consecutive pages),
-# and their ids a separate narrow set that answers "seen before?". Random ids land on random
-# pages of whichever B-tree is keyed by them, and every page a transaction dirties is written
-# to the WAL whole: keying only the 16-byte ids (about 45 to a page) instead of whole reports
-# writes fewer bytes under the write lock.
+# Raw reports are an append-only log (keyed by ``seq``, their rowid: a batch fills a few
+# consecutive pages), and their ids a separate narrow set that answers "seen before?". Random
+# ids land on random pages of whichever B-tree is keyed by them, and every page a transaction
+# dirties is written to the WAL whole: keying only the 16-byte ids (about 45 to a page) instead
+# of whole reports writes fewer bytes under the write lock. ``seq`` names the rowid so that
+# ``VACUUM`` keeps it (it renumbers an unnamed rowid once rows were deleted): the fold mark is
+# one (veil.server.storage.sqlite.tail).
 REPORTS = """CREATE TABLE IF NOT EXISTS reports (
+    seq INTEGER PRIMARY KEY,
+    id BLOB NOT NULL,
+    metric TEXT NOT NULL,
+    day TEXT NOT NULL,
+    cohort INTEGER NOT NULL,
+    payload ANY
+) STRICT"""
+#: ``reports`` of versions 3 to 5, without ``seq``
+_REPORTS_V3 = """CREATE TABLE reports (
     id BLOB NOT NULL,
     metric TEXT NOT NULL,
     day TEXT NOT NULL,
@@ -48,10 +59,12 @@ REPORT_IDS = """CREATE TABLE IF NOT EXISTS report_ids (id BLOB PRIMARY KEY) STRI
 RECENT_IDS = """CREATE TABLE IF NOT EXISTS recent_ids (id BLOB NOT NULL) STRICT"""
 IDS_GENERATION = "INSERT OR IGNORE INTO meta (key, value) VALUES ('ids_generation', '0')"
 
-# One row per (metric, day, cohort): the number of reports and the fields of the metric's
-# statistic, each in the column the statistic names (veil.shared.statistics); unused columns
-# are NULL.
-_AGGREGATES_TABLE = """aggregates (
+# One row per (metric, day, cohort): the number of reports up to the fold mark and the fields
+# of the metric's statistic, each in the column the statistic names (veil.shared.statistics);
+# unused columns are NULL. Versions 2 to 5 called it ``aggregates`` and counted every report
+# in it as it was stored: renamed, the table refuses a collector of those versions still
+# running on the file, which would count its reports there and past the mark, twice.
+_AGGREGATES_TABLE = """folded_aggregates (
     metric TEXT NOT NULL,
     day TEXT NOT NULL,
     cohort INTEGER NOT NULL,
@@ -99,7 +112,7 @@ def _migrate_2_to_3(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
     rowid table and keeps their ids in ``report_ids``. Its time per million reports is
     in docs/operations.md (Durability)."""
     conn.execute("ALTER TABLE reports RENAME TO reports_v2")
-    conn.execute(REPORTS)
+    conn.execute(_REPORTS_V3)
     conn.execute(REPORT_IDS)
     conn.execute("INSERT INTO report_ids (id) SELECT id FROM reports_v2")
     conn.execute(
@@ -126,11 +139,21 @@ def _migrate_4_to_5(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
 
 
 def _migrate_5_to_6(storage: SQLiteStorage, conn: sqlite3.Connection) -> None:
-    """Add the fold mark: new reports are counted into the aggregates in bulk (instant).
+    """Count new reports into the aggregates in bulk, past a fold mark (copies the reports once).
 
-    Version 5 counted each insert's reports into the aggregates in its transaction;
-    version 6 appends them only, and the aggregates count every report up to the fold
-    mark (veil.server.storage.sqlite.tail), which starts past every stored report."""
+    Version 5 counted each insert's reports into ``aggregates`` in its transaction; version 6
+    appends them only, and ``folded_aggregates`` counts every report up to the fold mark
+    (veil.server.storage.sqlite.tail), which starts past every stored report. The reports
+    are copied to a table whose rowid is named (``seq``), which ``VACUUM`` keeps; its time
+    per million reports is in docs/operations.md (Durability)."""
+    conn.execute("ALTER TABLE reports RENAME TO reports_v5")
+    conn.execute(REPORTS)
+    conn.execute("INSERT INTO reports (seq, id, metric, day, cohort, payload) "
+                 "SELECT rowid, id, metric, day, cohort, payload FROM reports_v5 ORDER BY rowid")
+    conn.execute("DROP TABLE reports_v5")
+    # a file migrated from version 1 has the new table already (its step 1 -> 2 counts there)
+    if conn.execute("SELECT 1 FROM sqlite_schema WHERE name = 'aggregates'").fetchone():
+        conn.execute("ALTER TABLE aggregates RENAME TO folded_aggregates")
     conn.execute(CREATE_MARK)
     set_mark(conn, highest_rowid(conn))
 

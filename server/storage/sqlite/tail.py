@@ -6,7 +6,7 @@ mark*; the reports past it are the *tail*. Once :data:`FOLD_LIMIT` reports are p
 mark, or once a report of a day that is over (UTC) waits (at the first insert after
 midnight, or right after an insert under an earlier day), the writer that stored them
 folds the tail in, in a transaction of its own: it counts those reports into
-``aggregates`` (one upsert per (metric, day, cohort) they touch) and moves the mark
+``folded_aggregates`` (one upsert per (metric, day, cohort) they touch) and moves the mark
 past them. Readers add the tail to the
 aggregates they read, in one read transaction, so a count is always that of every
 stored report, folded or not.
@@ -118,7 +118,7 @@ def waiting(conn: sqlite3.Connection) -> Waiting:
 
 
 def fold(conn: sqlite3.Connection, metric_of: sql.MetricOf) -> int:
-    """Count every report past the fold mark into ``aggregates`` and move the mark past
+    """Count every report past the fold mark into ``folded_aggregates`` and move the mark past
     them (the caller holds the write transaction); returns how many were folded."""
     start, end = mark(conn), highest_rowid(conn)
     folded = 0
@@ -175,10 +175,10 @@ def tail_rows(conn: sqlite3.Connection, metric_of: sql.MetricOf, name: str, star
 #: the fold mark ``?3``; ``{metric}`` is empty or ``AND metric = ?4``
 DAILY_REPORTS = (
     "SELECT metric, day, sum(reports) FROM ("
-    "SELECT metric, day, reports FROM aggregates WHERE day BETWEEN ?1 AND ?2 {metric} "
+    "SELECT metric, day, reports FROM folded_aggregates WHERE day BETWEEN ?1 AND ?2 {metric} "
     "UNION ALL SELECT metric, day, count(*) FROM reports WHERE rowid > ?3 "
     "AND day BETWEEN ?1 AND ?2 {metric} GROUP BY metric, day) "
     "GROUP BY metric, day ORDER BY metric, day"
 )
 #: the metrics that have aggregates or reports past the fold mark ``?``
-COUNTED_METRICS = "SELECT metric FROM aggregates UNION SELECT metric FROM reports WHERE rowid > ?"
+COUNTED_METRICS = "SELECT metric FROM folded_aggregates UNION SELECT metric FROM reports WHERE rowid > ?"

@@ -216,7 +216,7 @@ class SQLiteWrites(SQLiteFile):
         """
         try:
             with self._transaction() as conn:
-                tail.fold(conn, self._metric)
+                tail.fold(conn, sql.stored_metrics(conn))
         except (sqlite3.Error, sql.DamagedRow, StorageError) as exc:
             logger.warning("folding new reports into the aggregates failed (will retry): %s",
                            self._failure("fold reports into the aggregates", exc))
