@@ -12,7 +12,6 @@ from tests.server.test_archive import DAYS, documents, fill
 from veil.server.archive import aggregate, archive
 from veil.server.cli import main
 from veil.server.storage import open_storage
-from veil.server.storage.base import today
 
 
 def test_a_store_filled_from_an_archive_checks_sound_and_survives_a_rebuild(
@@ -48,19 +47,3 @@ def test_deleted_raw_reports_are_named_and_no_rebuild_is_called_safe(tmp_path, w
     assert "3 stored report id(s) have no raw report" in said
     assert "INCONSISTENT" in said and "intact" not in said
     assert "Restore the file from a backup instead if" in said
-
-
-def test_deleted_reports_not_yet_folded_are_named(tmp_path, wire, capsys) -> None:
-    """Reports past the fold mark are counted when read: deleted, they leave the counts
-    too, and the aggregates agree with a recount; the ids still say reports are gone."""
-    db = tmp_path / "veil.db"
-    with open_storage(db, wire.registry, create=True) as storage:
-        fill(storage, wire, [today()])  # today's reports wait for the fold limit
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute("DELETE FROM reports WHERE rowid IN (SELECT rowid FROM reports "
-                     "ORDER BY rowid DESC LIMIT 2)")
-    conn.close()
-    assert main(["check", "--db", str(db)]) == 0
-    said = capsys.readouterr().out
-    assert "2 stored report id(s) have no raw report" in said

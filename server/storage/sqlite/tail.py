@@ -1,8 +1,10 @@
 """Aggregates counted in bulk: the raw reports past the fold mark are counted when read.
 
-An insert appends its reports to ``reports`` and updates no aggregate. The aggregates
-count every report up to the rowid kept in ``meta`` as ``folded_rowid``, the *fold
-mark*; the reports past it are the *tail*. Once :data:`FOLD_LIMIT` reports are past the
+The aggregates count every report up to the rowid kept in ``meta`` as ``folded_rowid``,
+the *fold mark*; the reports past it are the *tail*. An insert whose reports touch few
+aggregate rows, with nothing waiting, counts them in its own transaction and moves the
+mark past them (:func:`count_now`: a batch from one installation, as the SDK uploads);
+any other insert appends its reports only. Once :data:`FOLD_LIMIT` reports are past the
 mark, or once a report of a day that is over (UTC) waits (at the first insert after
 midnight, or right after an insert under an earlier day), the writer that stored them
 folds the tail in, in a transaction of its own: it counts those reports into
@@ -44,6 +46,10 @@ from veil.server.storage.sqlite import rows as sql
 FOLD_LIMIT = 32_768
 
 _MARK_KEY = "folded_rowid"
+#: at most this many aggregate rows touched, an insert's reports are counted in its own
+#: transaction when nothing waits (:func:`count_now`): a few upserts cost less than reading
+#: the reports again in a fold, many (a relay's batch over thousands of cohorts) more
+DIRECT_ROWS = 64
 #: the mark of a new file (every report past it); ``meta`` holds it from schema version 6
 CREATE_MARK = f"INSERT OR IGNORE INTO meta (key, value) VALUES ('{_MARK_KEY}', '0')"
 _SET_MARK = (f"INSERT INTO meta (key, value) VALUES ('{_MARK_KEY}', ?) "
@@ -115,6 +121,20 @@ def waiting(conn: sqlite3.Connection) -> Waiting:
                            (folded,)).fetchone()
         since = str(row[0])
     return Waiting(folded, highest, since)
+
+
+def count_now(conn: sqlite3.Connection, waiting: Waiting, rows: list[tuple[Any, ...]],
+              metric_of: sql.MetricOf) -> bool:
+    """Count an insert's ``(id, metric, day, cohort, payload)`` rows into the aggregates in
+    its own transaction and move the mark past them, when nothing waits past the mark and
+    they touch at most :data:`DIRECT_ROWS` aggregate rows (a batch from one installation,
+    as the SDK uploads); ``False`` (nothing done) otherwise."""
+    if waiting.highest != waiting.mark or not rows \
+            or len({(row[1], row[2], row[3]) for row in rows}) > DIRECT_ROWS:
+        return False
+    conn.executemany(sql.UPSERT, sql.aggregate_groups(sql.group_by_metric_day(rows), metric_of))
+    set_mark(conn, highest_rowid(conn))
+    return True
 
 
 def fold(conn: sqlite3.Connection, metric_of: sql.MetricOf) -> int:

@@ -146,6 +146,7 @@ class SQLiteWrites(SQLiteFile):
         # the new rows, each call in order, so a later call sees an earlier one's
         repeats = bool(known) or (len(group) > 1 and len(set(group_ids)) < len(group_ids))
         new_ids: list[bytes] = []
+        stored: list[tuple[Any, ...]] = []
         for pending in group:
             fresh = ([row for row in pending.unique if row[0] not in known] if repeats
                      else pending.unique)
@@ -158,6 +159,7 @@ class SQLiteWrites(SQLiteFile):
             if repeats:
                 known.update(row[0] for row in fresh)
             new_ids.extend(row[0] for row in fresh)
+            stored.extend(fresh)
             pending.accepted = len(fresh)
         if len(new_ids) < len(group_ids):
             joined = b"".join(new_ids)
@@ -168,6 +170,8 @@ class SQLiteWrites(SQLiteFile):
                     conn.executemany(statement, parameters)
                 else:
                     conn.execute(statement, parameters)
+        if tail.count_now(conn, waiting, stored, self._metric):
+            return new_ids, last_rowid, False
         days = [pending.unique[0][2] for pending in group if pending.accepted]
         return new_ids, last_rowid, waiting.fold_due(len(new_ids), days, self._fold_limit)
 

@@ -1,0 +1,91 @@
+"""Bulk counting on SQLite: reading counts with reports waiting past the fold mark, a fold,
+and the migration from schema 5 (which copies the reports once).
+
+1. Counts: a store holding ``--stored`` Bloom string reports (k=128, m=64) over 30 past
+   days, all folded, then the time of ``storage.counts`` with 0 and with ``--waiting``
+   reports of today waiting past the mark (behind a relay's batch of another metric: a
+   collector between two folds), and of one fold of them.
+2. Migration: the same store turned back into the schema 5 layout, then ``veil migrate``
+   timed (one transaction that copies the reports to the table keyed by ``seq``).
+
+Run it alone on the machine (it measures the machine)::
+
+    python benchmarks/bench_fold.py [--stored 1000000] [--waiting 32768]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the schema 5 layout of the tests
+
+from bench_ingest import prefill, random_int
+
+from tests.server.conftest import before_the_fold_mark
+from veil.server.cli import main as veil
+from veil.server.storage import open_storage
+from veil.shared.wire import Report
+
+
+def timed_counts(path: Path, repeats: int) -> float:
+    """Median seconds of ``storage.counts`` of the Bloom metric, all days."""
+    times = []
+    with open_storage(path) as storage:
+        metric = storage.registry["homepage"]
+        for _ in range(repeats):
+            started = time.perf_counter()
+            storage.counts(metric, min_reports=0)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stored", type=int, default=1_000_000)
+    parser.add_argument("--waiting", type=int, default=32_768)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    print("load average:", Path("/proc/loadavg").read_text().strip())
+    with tempfile.TemporaryDirectory() as workdir:
+        path = Path(workdir) / "veil.db"
+        fill = prefill(path, args.stored)  # past days: every insert is folded
+        print(f"{args.stored:,} reports stored over 30 past days in {fill:.1f} s")
+        folded = timed_counts(path, args.repeats)
+        with open_storage(path, fold_limit=10**9) as storage:
+            # a relay's batch over the 4,096 cohorts of an HCMS metric waits past the mark,
+            # and the Bloom reports stored after it wait behind it
+            hcms = storage.registry["homepage_hcms"].params
+            spread = [random_int(hcms.cohorts) for _ in range(1000)]
+            storage.insert([Report(os.urandom(16).hex(), "homepage_hcms", cohort, 0, 0)
+                            for cohort in spread])
+            for offset in range(0, args.waiting, 1000):
+                storage.insert([Report(os.urandom(16).hex(), "homepage", i % 64,
+                                       os.urandom(16).hex(), None)
+                                for i in range(min(1000, args.waiting - offset))])
+        waiting = timed_counts(path, args.repeats)
+        print(f"storage.counts, median of {args.repeats}: {1000 * folded:.2f} ms with every "
+              f"report folded, {1000 * waiting:.2f} ms with {args.waiting:,} of its reports "
+              "waiting (and 1,000 of another metric)")
+        with open_storage(path, fold_limit=1) as storage:
+            started = time.perf_counter()
+            storage.insert([Report(os.urandom(16).hex(), "homepage", 0, os.urandom(16).hex(),
+                                   None)])  # its commit folds every report waiting
+            print(f"one insert and the fold of {args.waiting + 1_001:,} reports: "
+                  f"{time.perf_counter() - started:.2f} s")
+        before_the_fold_mark(path)
+        started = time.perf_counter()
+        assert veil(["migrate", "--db", str(path)]) == 0
+        elapsed = time.perf_counter() - started
+        total = args.stored + args.waiting + 1_001
+        print(f"veil migrate from schema 5, {total:,} reports: {elapsed:.1f} s "
+              f"({elapsed / total * 1e6:.1f} s per million)")
+
+
+if __name__ == "__main__":
+    main()
