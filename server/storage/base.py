@@ -437,7 +437,8 @@ class Storage(abc.ABC):
                       ) -> list[DayCount]:
         """Reports per (metric, UTC day) over days ``start``..``end`` (either ``None``: open),
         for one metric or all, ordered by metric then day; days without reports left out.
-        Read from the aggregates, never by scanning raw reports."""
+        Read from the aggregates (on SQLite, with the reports past the fold mark), never by
+        scanning every raw report."""
 
     @abc.abstractmethod
     def ping(self) -> None:

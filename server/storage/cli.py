@@ -184,7 +184,8 @@ def configure_db(parser: argparse.ArgumentParser) -> None:
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
-    """Recompute every aggregate from the stored raw reports."""
+    """Recount the aggregates of every day that has raw reports (days set from an archive
+    are kept), folding every report."""
     from veil.server.storage import open_storage
 
     with open_storage(args.db) as storage:
@@ -298,7 +299,7 @@ COMMANDS = [
      configure_stats, run_stats),
     ("retention", "drop old days of raw reports from a PostgreSQL store (counts stay)",
      configure_retention, run_retention),
-    ("rebuild-aggregates", "recompute every aggregate from the stored raw reports",
+    ("rebuild-aggregates", "recount the aggregates of every day that has raw reports",
      configure_db, run_rebuild),
     ("backup", "copy the database consistently while the collector runs (VACUUM INTO)",
      configure_backup, run_backup),
