@@ -32,7 +32,7 @@ from veil.server.analysis.string_oracles import StringOracleDecoder, candidate_k
 from veil.server.analysis.strings import StringDecoder
 from veil.server.analysis.synthetic import simulate_string_counts
 from veil.shared.kinds import FlhParams, HcmsParams, StringParams
-from veil.shared.privacy import f_for_epsilon_inf
+from veil.shared.kinds.string import f_on_grid
 from veil.simulations.populations import total_variation
 from veil.simulations.report import Results, new_figure, progress
 from veil.simulations.string_oracles import report_counts
@@ -53,7 +53,7 @@ def zipf_shares(d: int, exponent: float = 1.1) -> np.ndarray:
 def rappor_for(epsilon: float) -> StringParams:
     """Bloom RAPPOR (k = 128, h = 2, m = 64) whose one report is epsilon-LDP: ``p = 0``,
     ``q = 1`` and ``f`` from epsilon."""
-    return StringParams(p=0.0, q=1.0, f=f_for_epsilon_inf(epsilon, 2))
+    return StringParams(p=0.0, q=1.0, f=f_on_grid(epsilon, 2))
 
 
 def one_cell(epsilon: float, n: int, names: list[str], shares: np.ndarray,

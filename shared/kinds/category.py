@@ -17,9 +17,7 @@ from veil.shared.kinds.string import (
     RapporBits,
     StringParams,
     check_rappor_probs,
-)
-from veil.shared.privacy import (
-    f_for_epsilon_inf,
+    f_on_grid,
 )
 from veil.shared.validation import check_fields
 
@@ -131,5 +129,6 @@ class CategoryParams(CategoryList, RapporBits, MechanismParams):
         cls, categories: list[str] | tuple[str, ...], epsilon_inf: float, *, p: float = 0.5,
         q: float = 0.75,
     ) -> CategoryParams:
-        """Parameters whose longitudinal bound is ``epsilon_inf``."""
-        return cls(categories=tuple(categories), p=p, q=q, f=f_for_epsilon_inf(epsilon_inf, 1))
+        """Parameters whose longitudinal bound is ``epsilon_inf``, ``f`` on the encoders'
+        grid rounded towards more privacy (:func:`~veil.shared.kinds.string.f_on_grid`)."""
+        return cls(categories=tuple(categories), p=p, q=q, f=f_on_grid(epsilon_inf, 1))

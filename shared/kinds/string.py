@@ -235,8 +235,7 @@ class StringParams(RapporBits, MechanismParams):
         rounded towards more privacy: the bounds of the realized probabilities never
         exceed the targets.
         """
-        # at least 2**-32: f = 0 would have no longitudinal bound at all
-        f = max(math.ceil(f_for_epsilon_inf(epsilon_inf, h) * PROB_ONE), 1) / PROB_ONE
+        f = f_on_grid(epsilon_inf, h)
         if epsilon_1 is None:
             if not realize(p) < realize(0.75):
                 raise ParameterError("p", f"with epsilon_inf alone q is 0.75, so p must be below "
@@ -246,6 +245,13 @@ class StringParams(RapporBits, MechanismParams):
         _check_reachable(epsilon_1, epsilon_inf, h, p, f, fewest)
         q = math.floor(q_for_epsilon_1(epsilon_1, h, realized(p), f) * PROB_ONE) / PROB_ONE
         return cls(k=k, h=h, m=m, p=p, q=max(q, fewest), f=f)
+
+
+def f_on_grid(epsilon_inf: float, h: int) -> float:
+    """The least ``f`` on the encoders' grid of ``N / 2**32`` whose longitudinal bound over
+    ``h`` hash functions is at most ``epsilon_inf`` (rounded up: towards more privacy), and
+    at least ``2**-32``: ``f = 0`` would have no longitudinal bound at all."""
+    return max(math.ceil(f_for_epsilon_inf(epsilon_inf, h) * PROB_ONE), 1) / PROB_ONE
 
 
 def _check_reachable(epsilon_1: float, epsilon_inf: float, h: int, p: float, f: float,

@@ -119,6 +119,11 @@ def test_f_for_a_huge_epsilon_inf_is_tiny_not_an_overflow():
     params = StringParams.for_epsilon(1e5)
     assert params.f == 2**-32
     assert params.epsilon_inf <= 1e5
+    # and so does the category picker: its f of 1.9e-13 at 60 was realized as 0, epsilon_inf
+    # infinite for a target of 60
+    for epsilon_inf in (60.0, 2.0, 0.5):
+        category = CategoryParams.for_epsilon(["a", "b"], epsilon_inf)
+        assert category.f >= 2**-32 and category.epsilon_inf <= epsilon_inf
 
 
 def _max_log_ratio(dist_a, dist_b):
