@@ -295,9 +295,11 @@ def csv_problem(name: str | Path, start: int, line: int, exc: csv.Error,
     return f"{name} {word} {line}: not valid CSV: {text}"
 
 
-def _rows(source: PathOrFile, what: str) -> tuple[str, list[NumberedRow]]:
+def csv_rows(source: PathOrFile, what: str) -> tuple[str, list[NumberedRow]]:
     """The CSV records of a file (path or open text file), each with the line it starts
-    on, and a name for errors. A UTF-8 byte order mark is not part of the first field."""
+    on, and a name for errors; :class:`ParameterError` of field ``what`` for a file that
+    cannot be read or is not UTF-8. A UTF-8 byte order mark is not part of the first
+    field."""
     if isinstance(source, str | Path):
         name = str(source)
         try:
@@ -306,7 +308,8 @@ def _rows(source: PathOrFile, what: str) -> tuple[str, list[NumberedRow]]:
         except OSError as exc:
             raise ParameterError(what, f"cannot read {what} file {name}: {exc.strerror}") from None
         except UnicodeDecodeError as exc:
-            raise ParameterError(what, f"{name}: not UTF-8 text (byte {exc.start})") from None
+            raise ParameterError(what, f"{name}: not UTF-8 text (byte {exc.start}); save it "
+                                       "as UTF-8") from None
     name = str(getattr(source, "name", f"<{what}>"))
     return name, list(csv_records(without_bom(source), name, what))
 
@@ -321,7 +324,7 @@ def open_output(target: PathOrFile) -> tuple[IO[str], bool]:
 def read_params(source: PathOrFile, hashing: str = "mmh3") -> StringParams:
     """Parse ``params.csv`` into :class:`StringParams` with the given ``hashing``
     (``params.csv`` does not say: google/rappor's own clients hash with ``md5-google``)."""
-    name, rows = _rows(source, "params")
+    name, rows = csv_rows(source, "params")
     rows = [(line, row) for line, row in rows if any(cell.strip() for cell in row)]
     if len(rows) != 2:
         raise ParameterError(
@@ -368,7 +371,7 @@ def read_counts(
     Every field is a count: a whole number from 0 to :data:`MAX_COUNT`; no bit is set in
     more reports than its row has, and the reports of all rows add up to at most
     :data:`MAX_COUNT`. Errors name the line and the column (``reports`` or ``bit N``)."""
-    name, numbered = _rows(source, "counts")
+    name, numbered = csv_rows(source, "counts")
     numbered = [(line, row) for line, row in numbered if any(cell.strip() for cell in row)]
     if not numbered:
         raise ParameterError("counts", f"{name}: the file has no rows")

@@ -92,17 +92,10 @@ class Population:
     def from_csv(cls, path: str | Path) -> Population:
         """Read ``value,count`` rows of a UTF-8 CSV file (an optional ``value,count`` header
         is skipped); :class:`ParameterError` of field ``population`` naming the line."""
-        from veil.server.counts import csv_records
+        from veil.server.counts import csv_rows
 
         rows: list[tuple[str, int]] = []
-        try:
-            with open(path, newline="", encoding="utf-8-sig") as handle:
-                records = list(csv_records(handle, str(path), "population"))
-        except OSError as exc:
-            raise ParameterError("population", f"cannot read {path}: {exc.strerror}") from None
-        except UnicodeDecodeError as exc:
-            raise ParameterError("population", f"{path}: not UTF-8 text (byte {exc.start}); "
-                                               "save it as UTF-8") from None
+        _, records = csv_rows(path, "population")
         for line_no, row in records:
             if not row or (line_no == 1 and [c.strip().lower() for c in row] == ["value", "count"]):
                 continue
