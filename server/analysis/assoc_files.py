@@ -37,7 +37,6 @@ import numpy as np
 
 from veil.server.analysis.assoc_em import GroupedLikelihoods
 from veil.server.analysis.candidate_map import read_map
-from veil.server.analysis.strings import check_informative
 from veil.server.counts import csv_problem, read_params
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import StringParams
@@ -157,7 +156,7 @@ def read_variable(schema: str | Path, params_dir: str | Path, metric: str, var: 
     var_type, params_name = read_schema(schema, metric, var)
     params_path = Path(params_dir) / f"{params_name}.csv"
     params = read_params(params_path, "md5-google")
-    check_informative(params, str(params_path), var)
+    params.check_informative(str(params_path), var)
     if var_type == "boolean":
         if map_path:
             raise ParameterError(option, f"{var} is a boolean: it needs no map (drop {option})")

@@ -136,12 +136,9 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
     """Share of reports in each category, with standard errors and intervals."""
     started, confidence, params = start_decode(counts, options, CategoryParams, "decode_category")
     total = require_reports(counts)
+    params.check_informative(about="the categories")
     p_star, q_star = params.effective_probs
     spread = q_star - p_star
-    if not spread > 0:
-        raise ParameterError(
-            "f", f"with f={params.f} the reports carry no information (p* = q*); use f < 1"
-        )
     ones = counts.ones.reshape(-1).astype(float)
     share = (ones / total - p_star) / spread
     rho = np.clip((ones + 0.5) / (total + 1.0), p_star, q_star)

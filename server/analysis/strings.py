@@ -159,19 +159,8 @@ def _check_counts(
         )
     if reports.sum() == 0:
         raise ParameterError("counts", f"{source}: there are no reports to decode (all cohorts are empty)")
-    check_informative(params)
+    params.check_informative()
     return reports, ones
-
-
-def check_informative(params: StringParams, source: str = "", about: str = "the values") -> None:
-    """:class:`ParameterError` (field ``f``) for parameters whose reported bits are coin
-    flips (``p* = q*``, as with ``f = 1``): their reports say nothing about ``about``."""
-    p_star, q_star = params.effective_probs
-    if not q_star > p_star:
-        raise ParameterError("f", (
-            f"{source}{': ' if source else ''}with f={params.f} every reported bit is a coin "
-            f"flip (p* = q* = {p_star:.4g}): the reports carry no information about {about}; "
-            "use f < 1"))
 
 
 class StringDecoder:

@@ -73,6 +73,17 @@ class RapporBits:
         """``(p*, q*)`` of the combined PRR and IRR for the realized probabilities."""
         return rappor_effective_probs(realized(self.p), realized(self.q), realized(self.f))
 
+    def check_informative(self, source: str = "", about: str = "the values") -> None:
+        """:class:`ParameterError` (field ``f``) for parameters whose reported bits are coin
+        flips (``p* = q*``, as with ``f = 1``): their reports say nothing about ``about``
+        (``source``: the file they were read from, for the message). Decoders call it."""
+        p_star, q_star = self.effective_probs
+        if not q_star > p_star:
+            raise ParameterError("f", (
+                f"{source}{': ' if source else ''}with f={self.f} every reported bit is a coin "
+                f"flip (p* = q* = {p_star:.4g}): the reports carry no information about "
+                f"{about}; use f < 1"))
+
     @property
     def epsilon_1(self) -> float:
         return rappor_epsilon_1(self.hashes, realized(self.p), realized(self.q), realized(self.f))
