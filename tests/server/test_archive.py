@@ -289,10 +289,17 @@ def test_a_day_that_is_not_over_is_neither_archived_nor_aggregated(store, wire, 
     moved = entry["path"].replace(f"day={entry['day']}", f"day={today()}")
     (root / moved).parent.mkdir(parents=True)
     (root / entry["path"]).rename(root / moved)
+    emptied = entry["day"]
     entry["day"], entry["path"] = today(), moved
     (root / "manifest.json").write_text(json.dumps(document))
     with pytest.raises(ArchiveError, match=f"{today()}, a UTC day that is not over"):
         aggregate(root, fresh, workers=1, progress=False)
+    # the days that are over still aggregate, as the store counts them
+    aggregate(root, fresh, workers=1, end=DAYS[-1], progress=False)
+    for day in DAYS:
+        if day != emptied:
+            assert fresh.counts("homepage", day, day, min_reports=0) \
+                == store.counts("homepage", day, day, min_reports=0), day
 
 
 #: runs veil with its arguments, killing itself (SIGKILL) right after the first archive file
