@@ -92,7 +92,7 @@ class ChartWorker:
             write_outputs(result, out, charts=charts)
 
     Leaving the block early (an error while decoding) cancels the charts not yet drawn and
-    waits for the helper to stop (at most its start, well under a second): a pool left
+    waits for the helper to stop (with the chart being drawn, if any): a pool left
     running at exit can print a traceback from its own exit hook (a wake-up pipe already
     closed) after the command's one-line error.
     """

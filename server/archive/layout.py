@@ -70,8 +70,8 @@ class ArchiveError(VeilError):
 
 
 class ArchiveUsageError(ArchiveError, ParameterError):
-    """The caller named what is no archive, or a metric it does not hold: a usage error of
-    a command (exit 2), nothing was done."""
+    """The caller named what is no archive, a metric it does not hold, or an ``--end`` day
+    that is not over: a usage error of a command (exit 2), nothing was done."""
 
     def __init__(self, field: str, message: str) -> None:
         ParameterError.__init__(self, field, message)

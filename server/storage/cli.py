@@ -36,7 +36,8 @@ def configure_check(parser: argparse.ArgumentParser) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """Check integrity and recount the aggregates; 0 if the store is sound, 1 if not."""
+    """Check integrity and recount the aggregates; 0 if the store is sound, 1 if not, 2 if
+    it cannot be checked (another schema version)."""
     from veil.server.storage import SchemaOutdatedError, check_storage
     from veil.server.storage.errors import SchemaNewerError
 
