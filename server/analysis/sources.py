@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
     from veil.server.storage import Storage
 
-DAY_FORMAT = "%Y-%m-%d"
 #: the most days :meth:`CountsSource.daily` asks a collector for one by one
 MAX_DAYS = 3660
 
@@ -208,16 +207,13 @@ def _calendar_days(start: str | None, end: str | None) -> list[str]:
         raise ParameterError(
             "start", "decoding a collector's counts day by day needs the days: give start and "
                      "end (--start and --end), as the collector's counts do not list them")
-    try:
-        first = dt.datetime.strptime(start, DAY_FORMAT).date()
-        last = dt.datetime.strptime(end, DAY_FORMAT).date()
-    except ValueError:
-        raise ParameterError("start", f"start and end must be days written YYYY-MM-DD; got "
-                                      f"{start!r} and {end!r}") from None
+    from veil.server.storage.base import day_range
+
+    first, last = (dt.date.fromisoformat(str(day)) for day in day_range(start, end))
     count = (last - first).days + 1
-    if not 1 <= count <= MAX_DAYS:
-        raise ParameterError("end", f"give an end on or after start, at most {MAX_DAYS} days "
-                                    f"later; got {start} to {end}")
+    if count > MAX_DAYS:
+        raise ParameterError("end", f"give an end at most {MAX_DAYS} days after start; got "
+                                    f"{start} to {end}")
     return [(first + dt.timedelta(days=offset)).isoformat() for offset in range(count)]
 
 
