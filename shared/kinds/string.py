@@ -219,7 +219,14 @@ class StringParams(RapporBits, MechanismParams):
             raise ParameterError(clash[0], f"give epsilon_inf (and epsilon_1) or {clash[0]}, not "
                                            "both: the targets choose q and f")
         # checks k, h, m, p and hashing (q = 1 leaves p the most room: the targets choose q)
-        base = cast(StringParams, cls.from_dict({**settings, "q": 1.0}))
+        try:
+            base = cast(StringParams, cls.from_dict({**settings, "q": 1.0}))
+        except ParameterError as exc:
+            if exc.field != "q":  # the q given here: only p can leave it no room
+                raise
+            raise ParameterError("p", f"p = {shown_number(settings.get('p'))} leaves no q above "
+                                      "it on the encoders' grid of N / 2**32, and the targets "
+                                      "choose q above p: lower p") from None
         chosen = cls.for_epsilon(targets["epsilon_inf"], targets.get("epsilon_1"),
                                  k=base.k, h=base.h, m=base.m, p=base.p)
         asked = ", ".join(f"{key} = {value:g}" for key, value in targets.items())
@@ -272,7 +279,7 @@ def _check_reachable(epsilon_1: float, epsilon_inf: float, h: int, p: float, f: 
     given = f"epsilon_1 = {shown_number(epsilon_1)}"
     with_ = (f"with epsilon_inf = {shown_number(epsilon_inf)} (which sets f = {f:.6g}), h = {h} "
              f"and p = {p:g}")
-    most = rappor_epsilon_1(h, realized(p), 1.0, f) if fewest <= 1 else 0.0
+    most = rappor_epsilon_1(h, realized(p), 1.0, f) if fewest <= 1 else 0.0  # p realized as 1
     if not epsilon_1 <= most:
         raise ParameterError(
             "epsilon_1", f"{given} cannot be reached {with_}: even q = 1 gives "

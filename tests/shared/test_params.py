@@ -16,7 +16,7 @@ from veil.shared import (
     StringParams,
 )
 from veil.shared.kinds.number import GRID_TOLERANCE
-from veil.shared.registry import Metric
+from veil.shared.registry import Metric, Registry
 
 
 @pytest.mark.parametrize(
@@ -164,3 +164,13 @@ def test_a_grid_at_the_limits_reads_its_honest_reports_back(low, high, resolutio
     with pytest.raises(ParameterError) as info:
         NumberParams(low=low, high=narrower, resolution=resolution)
     assert info.value.field == "high"
+
+
+def test_privacy_targets_blame_p_when_p_leaves_q_no_room() -> None:
+    """With targets the registry gives no q: a p realized as 1 was refused as "q must be at
+    least ... Got 1.0", naming a key the declaration does not hold."""
+    with pytest.raises(ParameterError) as refused:
+        Registry.from_toml('version = 1\n[metrics.a]\nkind = "string"\nepsilon_inf = 4\n'
+                           'epsilon_1 = 1\np = 0.99999999999\n')
+    assert refused.value.field == "metrics.a.p"
+    assert "leaves no q above it" in str(refused.value)
