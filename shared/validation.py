@@ -63,6 +63,14 @@ class OneOf:
         return isinstance(value, str) and value in self.options
 
 
+def shown_number(value: Any) -> str:
+    """``value`` for a message: its ``repr``, cut short, or for an integer too long to
+    write out (TOML's are unbounded), how many digits it has."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    return f"{value!r:.100}"
+
+
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
@@ -74,7 +82,8 @@ def check_fields(owner: str, values: Mapping[str, Any], constraints: Mapping[str
         if not constraint.accepts(value):
             raise ParameterError(
                 name,
-                f"The {name!r} parameter of {owner} must be {constraint}. Got {value!r} instead.",
+                f"The {name!r} parameter of {owner} must be {constraint}. Got "
+                f"{shown_number(value)} instead.",
             )
 
 

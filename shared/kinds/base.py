@@ -8,7 +8,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
@@ -220,14 +219,6 @@ class MechanismParams:
         ("" when none): :meth:`from_dict`, unless a kind takes settings of its own (a string
         metric's privacy targets)."""
         return cls.from_dict(dict(settings)), ""
-
-
-def shown_number(value: Any) -> str:
-    """``value`` for a message: its ``repr``, cut short, or for an integer too long to
-    write out (TOML's are unbounded), how many digits it has."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
-        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
-    return f"{value!r:.100}"
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -35,10 +35,10 @@ from typing import Any, ClassVar
 
 from veil.shared.bits import PROB_ONE, realize
 from veil.shared.errors import ParameterError, WireFormatError, type_name
-from veil.shared.kinds.base import MechanismParams, shown_number
+from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.boolean import parse_bit
 from veil.shared.privacy import round_up, zcdp_gaussian_sigma
-from veil.shared.validation import Interval, OneOf, check_fields
+from veil.shared.validation import Interval, OneOf, check_fields, shown_number
 
 #: the mechanisms a number metric may name in its ``mechanism`` field
 NUMBER_MECHANISMS = ("laplace", "gaussian", "1bitmean")

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, cast
 from veil.shared.bits import PROB_ONE, hex_to_bits, realize, realized
 from veil.shared.errors import ParameterError, WireFormatError
 from veil.shared.hashing import HASHINGS, MD5_MAX_H, MD5_MAX_K
-from veil.shared.kinds.base import MechanismParams, shown_number
+from veil.shared.kinds.base import MechanismParams
 from veil.shared.privacy import (
     f_for_epsilon_inf,
     q_for_epsilon_1,
@@ -19,7 +19,7 @@ from veil.shared.privacy import (
     rappor_epsilon_1,
     rappor_epsilon_inf,
 )
-from veil.shared.validation import Interval, OneOf, check_fields
+from veil.shared.validation import Interval, OneOf, check_fields, shown_number
 
 MAX_K = 65536
 MAX_H = 64

@@ -174,3 +174,11 @@ def test_privacy_targets_blame_p_when_p_leaves_q_no_room() -> None:
                            'epsilon_1 = 1\np = 0.99999999999\n')
     assert refused.value.field == "metrics.a.p"
     assert "leaves no q above it" in str(refused.value)
+
+
+def test_a_huge_integer_is_shown_by_its_digits_in_every_field_check() -> None:
+    """check_fields wrote the whole repr: 4,000 digits of k made a 4,092-character message."""
+    with pytest.raises(ParameterError) as refused:
+        Registry.from_toml(f'version = 1\n[metrics.a]\nkind = "string"\nk = {"9" * 4000}\n')
+    assert "Got an integer of about 4001 digits instead." in str(refused.value)
+    assert len(str(refused.value)) < 200
