@@ -147,7 +147,7 @@ def client(app: Flask) -> ApiClient:
     return client
 
 
-def _children_of(parent: int) -> list[int]:
+def children_pids(parent: int) -> list[int]:
     """Process ids whose parent is ``parent`` (from /proc)."""
     found = []
     for entry in os.listdir("/proc"):
@@ -164,7 +164,7 @@ def _children_of(parent: int) -> list[int]:
 @pytest.fixture
 def children_of() -> Callable[[int], list[int]]:
     """``children_of(pid)``: the process ids whose parent is ``pid``, e.g. serve's workers."""
-    return _children_of
+    return children_pids
 
 
 @pytest.fixture

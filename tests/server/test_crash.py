@@ -5,15 +5,21 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import requests
 
+from tests.conftest import wait_until
+from tests.server.conftest import children_pids
 from veil.server.storage import open_storage
 
 
-def _kill_while_uploading(collector, wire) -> tuple[list[dict], list[dict]]:
+def kill_while_uploading(collector, wire, batch: Callable[[], list[dict]] | None = None,
+                         ) -> tuple[list[dict], list[dict]]:
     """Upload from 3 threads until 1,500 reports are acknowledged, SIGKILL the collector,
-    start it again; returns the acknowledged reports and every report stored."""
+    start it again; returns the acknowledged reports and every report stored. ``batch``
+    makes each upload's reports (default: 50 homepage reports)."""
     acked: list[dict] = []
     in_flight: list[list[dict]] = []
     lock = threading.Lock()
@@ -22,7 +28,8 @@ def _kill_while_uploading(collector, wire) -> tuple[list[dict], list[dict]]:
     def upload() -> None:
         with requests.Session() as session:
             while not stop.is_set():
-                reports = wire.reports("homepage", ["crash.example", "x.example"] * 25)
+                reports = batch() if batch else wire.reports("homepage",
+                                                             ["crash.example", "x.example"] * 25)
                 with lock:
                     in_flight.append(reports)
                 try:
@@ -41,11 +48,15 @@ def _kill_while_uploading(collector, wire) -> tuple[list[dict], list[dict]]:
     deadline = time.monotonic() + 60
     while len(acked) < 1500 and time.monotonic() < deadline:
         time.sleep(0.01)
+    workers = children_pids(collector.process.pid)
     collector.kill()
     stop.set()
     for thread in uploaders:
         thread.join(30)
     assert len(acked) >= 1500
+    # the killed server's workers (--workers N) end once they see their parent gone
+    wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers),
+               "the killed collector's workers to end")
 
     collector.start()
     with sqlite3.connect(collector.db_path) as conn:
@@ -69,7 +80,7 @@ def _check_counts(collector, wire, stored: list[dict]) -> None:
 
 
 def test_acknowledged_reports_survive_sigkill(collector, wire):
-    _, stored = _kill_while_uploading(collector, wire)
+    _, stored = kill_while_uploading(collector, wire)
     _check_counts(collector, wire, stored)
 
 
@@ -78,7 +89,7 @@ def test_sigkill_among_id_merges_keeps_every_id_once(collector_factory, wire):
     afterwards every stored id is in exactly one of the id tables, and resent reports,
     merged or not, are duplicates."""
     collector = collector_factory(recent_ids_limit=64)
-    acked, stored = _kill_while_uploading(collector, wire)
+    acked, stored = kill_while_uploading(collector, wire)
     with sqlite3.connect(collector.db_path) as conn:
         indexed = [row[0].hex() for row in conn.execute("SELECT id FROM report_ids")]
         recent = [row[0].hex() for row in conn.execute("SELECT id FROM recent_ids")]

@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from tests.server.conftest import Wire, before_the_fold_mark
+from tests.server.test_crash import kill_while_uploading
 from veil.server.cli import main
 from veil.server.storage import StorageError, StorageUnavailable, check_storage, open_storage
 from veil.server.storage.sqlite.tail import Waiting
@@ -351,3 +352,23 @@ def test_a_batch_from_one_installation_is_counted_at_once_unless_reports_wait(tm
         assert fold_mark(path) == (len(one), len(one) + len(spread) + len(later))
         assert {n: counted(d) for n, d in documents(storage).items()} \
             == expected(wire, one + spread + later)
+
+
+def test_sigkill_among_folds_through_veil_serve_loses_and_doubles_nothing(collector_factory,
+                                                                          wire):
+    """Uploads spread over 128 cohorts to ``veil serve --workers 2 --fold-limit 200``, so a
+    fold runs every few commits, SIGKILLed mid-stream: after a restart every acknowledged
+    report is counted once (over HTTP, against the reports stored), and veil check finds
+    the aggregates equal to a recount up to the mark."""
+    collector = collector_factory(REGISTRY, workers=2, serve_args=["--fold-limit", "200"])
+
+    def spread() -> list[dict]:
+        return [*wire.reports("page_hcms", VALUES["page_hcms"] * 35),
+                *wire.reports("page_flh", VALUES["page_flh"] * 24)]
+
+    _, stored = kill_while_uploading(collector, wire, spread)
+    assert fold_mark(collector.db_path)[0] > 0  # folds ran before the kill
+    for name in ("page_hcms", "page_flh"):
+        assert counted(collector.counts(name)) == wire.approx(wire.expected(name, stored)), name
+    collector.stop()
+    assert main(["check", "--db", str(collector.db_path)]) == 0
