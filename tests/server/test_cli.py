@@ -120,6 +120,12 @@ def test_serve_refuses_bad_configuration(tmp_path):
     assert "metrics.x" in result.stderr and "Traceback" not in result.stderr
     result = veil("serve", "--config", str(tmp_path / "missing.toml"), "--db", "v.db")
     assert result.returncode == 2 and "cannot read registry file" in result.stderr
+    # a metric bigger than a store may keep (2**24 counters): refused before it listens
+    config.write_text('version = 1\n[metrics.big]\nkind = "string"\nk = 4096\nm = 8192\n')
+    result = veil("serve", "--config", str(config), "--db", str(tmp_path / "v.db"), "--port", "0")
+    assert result.returncode == 2 and "metrics.big" in result.stderr, result.stderr
+    assert "16,777,216 a metric may keep" in result.stderr and "listening" not in result.stderr
+    assert not (tmp_path / "v.db").exists()
 
 
 def test_serve_refuses_sqlite_options_for_postgresql_and_limits_below_one(tmp_path):
@@ -142,3 +148,14 @@ def test_sigint_stops_serve_cleanly(collector):
     assert collector.process.wait(15) == 0
     collector.process.stdout.close()
     collector.process = None
+
+
+def test_serve_warns_about_a_short_token_in_its_log(collector_factory):
+    """Nothing slows down wrong guesses of a token (over a thousand a second on one
+    connection): a running collector given a short one says so where operators look."""
+    collector = collector_factory(env={"VEIL_READ_TOKEN": "abc", "VEIL_UPLOAD_TOKEN": "up"})
+    log = (collector.workdir / "serve.log").read_text()
+    assert "holds a 3-character token, which can be guessed" in log, log
+    assert "holds a 2-character token, which can be guessed" in log, log
+    assert requests.get(collector.url + "/v1/stats", headers={"Authorization": "Bearer abc"},
+                        timeout=30).status_code == 200  # a warning, not a refusal
