@@ -71,3 +71,26 @@ def test_numbers_are_written_as_numbers_whatever_their_sign(tmp_path) -> None:
     with open(tmp_path / "t.csv", newline="", encoding="utf-8") as handle:
         assert list(csv.DictReader(handle)) == [
             {"value": "'-x", "log10_p_value": "-inf", "estimate": "-1.5e-05"}]
+
+
+def test_veil_decode_writes_client_strings_so_that_no_cell_runs(tmp_path) -> None:
+    """The same through the command an analyst runs: ``veil decode --db --all``, its
+    results.csv read back by a CSV reader as a spreadsheet would import it."""
+    import subprocess
+    import sys
+
+    hostile = [value for value in HOSTILE if "\r" not in value]  # a candidates file is lines
+    db = write_database(tmp_path / "veil.db", StringParams(k=32, h=2, m=8),
+                        population(dict.fromkeys(hostile, 1 / len(hostile)), 700, seed=5),
+                        seed=6)
+    (tmp_path / "candidates.txt").write_text("".join(f"{v}\n" for v in hostile),
+                                            encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "veil.server.cli", "decode", "--db", str(db),
+                          "--metric", METRIC, "--candidates", str(tmp_path / "candidates.txt"),
+                          "--out", str(tmp_path / "out"), "--all", "--force"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    with open(tmp_path / "out" / "results.csv", newline="", encoding="utf-8") as handle:
+        written = [row["value"] for row in csv.DictReader(handle)]
+    assert sorted(written) == sorted(spreadsheet_safe(value) for value in hostile)
+    assert not any(value.startswith(("=", "+", "-", "@", "\t")) for value in written)
