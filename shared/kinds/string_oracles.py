@@ -61,6 +61,7 @@ from veil.shared.kinds.oracles.base import (
     log_ratio,
     settle_epsilons,
     uninformative_report,
+    unrealizable_epsilon,
 )
 from veil.shared.kinds.oracles.olh import (
     bucket_channel,
@@ -68,7 +69,7 @@ from veil.shared.kinds.oracles.olh import (
     numerators,
     zero_share_variance,
 )
-from veil.shared.privacy import format_epsilon, round_up
+from veil.shared.privacy import round_up
 from veil.shared.validation import Interval, check_fields
 
 MASK64 = (1 << 64) - 1
@@ -239,13 +240,15 @@ class FlhParams(StringOracleParams):
         if self.functions is None:
             object.__setattr__(self, "functions", max(1, min(MAX_FUNCTIONS, DEFAULT_CELLS // g)))
         _count(owner, "functions", self.functions, 1, MAX_FUNCTIONS)
-        least = bucket_prr_epsilon(g, self.prr_numerator)
-        if least > self.epsilon:  # even the least informative numerator says more
-            raise ParameterError(
-                "epsilon",
-                f"The 'epsilon' parameter of {owner} is below what probabilities of 32 bits "
-                f"can realize with g={g} buckets (at least {least:.3g}). Got {self.epsilon!r} "
-                "instead: raise epsilon, or leave g out (a smaller g realizes any epsilon).")
+        said = bucket_prr_epsilon(g, self.prr_numerator)
+        if said > self.epsilon:  # even the least informative numerator says more
+            raise unrealizable_epsilon(owner, self.epsilon, said, f"with g={g} buckets",
+                                       "raise epsilon, or leave g out (a smaller g realizes "
+                                       "smaller epsilons)")
+        if not said > 0:  # a uniform permanent response: no report would say anything
+            raise unrealizable_epsilon(owner, self.epsilon,
+                                       bucket_prr_epsilon(g, self.prr_numerator + 1),
+                                       f"with g={g} buckets", "raise epsilon")
         self._check_report_epsilon()
 
     @property
@@ -323,12 +326,8 @@ class HcmsParams(StringOracleParams):
                 "columns", f"The 'columns' parameter of {owner} must be a power of two (the "
                            f"Hadamard transform's size). Got {columns!r} instead.")
         if self.prr_numerator == PROB_ONE // 2:  # a fair coin: the bit says nothing
-            least = self._keep_epsilon(PROB_ONE // 2 + 1)
-            raise ParameterError(
-                "epsilon",
-                f"The 'epsilon' parameter of {owner} is below what probabilities of 32 bits "
-                f"can realize (at least {format_epsilon(least, 3)}). Got {self.epsilon!r} "
-                "instead.")
+            raise unrealizable_epsilon(owner, self.epsilon,
+                                       self._keep_epsilon(PROB_ONE // 2 + 1), "")
         self._check_report_epsilon()
 
     @property

@@ -211,14 +211,16 @@ def test_both_encoders_are_registered_by_mechanism_name() -> None:
 @pytest.mark.parametrize("g", [2, 3, 5, 17, 256])
 @pytest.mark.parametrize("epsilon", [1e-12, 1e-9, 1e-6, 0.01, 1.0])
 def test_flh_never_states_more_than_the_declared_epsilon(g: int, epsilon: float) -> None:
-    """With ``g`` given, the least informative permanent response over ``g`` buckets has a
-    positive epsilon (its numerator is at least 2^32 / g); below it the parameters are
-    refused by name, as the category oracles' are, never accepted with a stated epsilon
-    above the declared one (epsilon 1e-9 with g = 5 stated 1.17e-9)."""
+    """With ``g`` given, below the least positive epsilon of a permanent response over ``g``
+    buckets the parameters are refused by name, as the category oracles' are: never
+    accepted with a stated epsilon above the declared one (epsilon 1e-9 with g = 5 stated
+    1.17e-9), nor with a response that says nothing (g = 2 at 1e-12 stated 5e-324)."""
     from veil.shared.kinds.oracles.olh import bucket_prr_epsilon
 
-    # the least epsilon 32-bit probabilities realize over g buckets: numerator ceil(2^32 / g)
-    least = bucket_prr_epsilon(g, -(-(2**32) // g))
+    # the least positive epsilon 32-bit probabilities realize over g buckets: numerator
+    # ceil(2^32 / g), or one more where that is 2^32 / g exactly (a uniform response: g a
+    # power of two)
+    least = bucket_prr_epsilon(g, -(-(2**32) // g)) or bucket_prr_epsilon(g, 2**32 // g + 1)
     try:
         params = FlhParams(epsilon=epsilon, g=g)
     except ParameterError as exc:

@@ -230,3 +230,18 @@ def test_a_named_string_oracle_keeps_to_max_report_bytes() -> None:
                                              "max_report_bytes=1") as info:
         parse_params({"kind": "string", "oracle": "flh", "max_report_bytes": 1})
     assert info.value.field == "max_report_bytes"
+
+
+@pytest.mark.parametrize("cls", (*ORACLE_CLASSES, FlhParams, HcmsParams))
+def test_an_epsilon_whose_permanent_response_says_nothing_is_refused(cls) -> None:
+    """Below the least positive epsilon the permanent response's numerator realizes, it is
+    uniform noise: GRR, OUE, OLH, Hadamard and FLH accepted epsilon = 1e-12 so, stating
+    epsilon_inf = 5e-324 with an infinite variance (HCMS refused it already)."""
+    extra = {"categories": ("a", "b", "c", "d")} if cls in ORACLE_CLASSES else {}
+    with pytest.raises(ParameterError, match="below what probabilities of 32 bits can realize"
+                       ) as info:
+        cls(epsilon=1e-12, **extra)
+    assert info.value.field == "epsilon"
+    least = float(str(info.value).split("(at least ")[1].split(")")[0])
+    params = cls(epsilon=least, report_epsilon=least, **extra)
+    assert 0 < params.epsilon_inf <= least and params.share_variance(0.1, 1000) < math.inf

@@ -81,6 +81,32 @@ def settle_epsilons(params: Any) -> None:
     check_report_epsilon(owner, params.epsilon, float(params.report_epsilon or 0.0))
 
 
+def unrealizable_epsilon(owner: str, epsilon: Any, least: float, over: str,
+                         hint: str = "") -> ParameterError:
+    """The error for an ``epsilon`` below ``least``, the smallest positive epsilon of the
+    permanent response that probabilities of 32 bits realize ``over`` the mechanism's
+    symbols: below it the response is uniform noise (no report would say anything about
+    its value) or says more than ``epsilon``. ``hint``: what else to change."""
+    return ParameterError(
+        "epsilon",
+        f"The 'epsilon' parameter of {owner} is below what probabilities of 32 bits can "
+        f"realize{' ' + over if over else ''} (at least {format_epsilon(least, 3)}). Got "
+        f"{epsilon!r} instead{': ' + hint if hint else ''}.")
+
+
+def realized_numerator(owner: str, epsilon_of: Any, epsilon: float, low: int, high: int,
+                       over: str) -> int:
+    """The largest numerator in ``[low, high]`` whose epsilon (``epsilon_of``, non-decreasing)
+    is at most ``epsilon``; :func:`unrealizable_epsilon` when even ``low`` says more, or
+    when the largest says nothing (epsilon 0: the response would be uniform noise)."""
+    if epsilon_of(low) > epsilon:
+        raise unrealizable_epsilon(owner, epsilon, epsilon_of(low), over)
+    numerator = largest_numerator(epsilon_of, epsilon, low, high)
+    if not epsilon_of(numerator) > 0:
+        raise unrealizable_epsilon(owner, epsilon, epsilon_of(numerator + 1), over)
+    return numerator
+
+
 def uninformative_report(owner: str, report_epsilon: Any, least: float, over: str) -> ParameterError:
     """The error for a ``report_epsilon`` so small that the instantaneous response keeps
     nothing (its realized numerator is 0): ``least`` is the smallest one-report epsilon
@@ -227,13 +253,8 @@ class OracleParams(CountedResponses, CategoryList, MechanismParams, abstract=Tru
     def prr_numerator(self) -> int:
         """The permanent response's numerator: the most information within ``epsilon``."""
         low, high = self.prr_range()
-        if self.prr_epsilon(low) > self.epsilon:
-            raise ParameterError(
-                "epsilon",
-                f"The 'epsilon' parameter of {type(self).__name__} is below what probabilities "
-                f"of 32 bits can realize over {self.d} categories "
-                f"({self.prr_epsilon(low):.3g}). Got {self.epsilon!r} instead.")
-        return largest_numerator(self.prr_epsilon, self.epsilon, low, high)
+        return realized_numerator(type(self).__name__, self.prr_epsilon, self.epsilon, low, high,
+                                  f"over {self.d} categories")
 
     @functools.cached_property
     def irr_numerator(self) -> int:
