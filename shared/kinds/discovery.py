@@ -52,6 +52,7 @@ from veil.shared.kinds.oracles.base import (
     log_ratio,
     support_share_variance,
     uninformative_report,
+    unrealizable_epsilon,
 )
 from veil.shared.kinds.oracles.olh import (
     bucket_channel,
@@ -148,10 +149,9 @@ class DiscoveryParams(MechanismParams):
         response's (``epsilon``), or the instantaneous response's (``report_epsilon``)."""
         prr, irr = self.numerators
         if not bucket_prr_epsilon(self.buckets, prr) > 0:
-            raise ParameterError(
-                "epsilon",
-                f"The 'epsilon' parameter of {owner} is below what probabilities of 32 bits "
-                f"can realize over {self.buckets} buckets. Got {self.epsilon!r} instead.")
+            raise unrealizable_epsilon(owner, self.epsilon,
+                                       bucket_prr_epsilon(self.buckets, prr + 1),
+                                       f"over {self.buckets} buckets")
         if irr == 0:
             raise uninformative_report(
                 owner, self.report_epsilon, log_ratio(*bucket_channel(self.buckets, prr, 1)),
