@@ -32,14 +32,13 @@ def realized(probability: float) -> float:
     return realize(probability) / PROB_ONE
 
 
-def check_realized(owner: str, name: str, probability: float, *, zero: bool = False,
-                   one: bool = False) -> None:
+def check_realized(owner: str, name: str, probability: float, *, zero: bool = False) -> None:
     """Refuse a ``probability`` (the parameter ``name`` of ``owner``, already checked to lie
-    in [0, 1]) that :func:`realize` rounds to 0 (unless ``zero``) or to 1 (unless ``one``):
-    a value refused as it is declared must be refused as it is realized, so the margin to
-    an end it may not take is at least ``2**-32``."""
+    in [0, 1]) that :func:`realize` rounds to 1, or to 0 (unless ``zero``): a value refused
+    as it is declared must be refused as it is realized, so the margin to an end it may not
+    take is at least ``2**-32``."""
     numerator = realize(probability)
-    for end, allowed, at in ((0, zero, 0), (1, one, PROB_ONE)):
+    for end, allowed, at in ((0, zero, 0), (1, False, PROB_ONE)):
         if numerator == at and not allowed:
             bound = "at least 2**-32" if end == 0 else "at most 1 - 2**-32"
             raise ParameterError(

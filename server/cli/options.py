@@ -105,8 +105,10 @@ def token_list(given: list[str] | None, variable: str, option: str) -> list[str]
     Raises :class:`ParameterError` naming the option when a token is empty or
     blank (``--read-token "$VEIL_READ_TOKEN"`` with the variable unset), and so
     when ``variable`` is set but empty: unlike :func:`env_value`, an empty
-    variable is not taken as unset. A collector must never start with a token
-    nobody can present, nor with open uploads because a token variable was emptied.
+    variable is not taken as unset; and when a token holds what no ``Authorization:
+    Bearer`` header can carry (:func:`~veil.server.tokens.checked_tokens`). A collector
+    must never start with a token nobody can present, nor with open uploads because a
+    token variable was emptied.
     """
     field = option.lstrip("-").replace("-", "_")
     if given is None:

@@ -71,7 +71,8 @@ class Statistic:
     def length(self, params: MechanismParams) -> int:
         """Length of the ``counts`` field (0 when there is none): the parameter
         :data:`~veil.shared.kinds.base.COUNTS_LENGTHS` names, read by
-        :attr:`MechanismParams.counts_length`, which also bounds it."""
+        :attr:`MechanismParams.counts_length` (a declared registry bounds the counters
+        through :meth:`MechanismParams.check_counters`)."""
         return params.counts_length
 
     def stored_payload(self, params: MechanismParams, payload: Any, value: Any) -> Any:

@@ -216,18 +216,15 @@ class SQLiteStorage(SQLiteWrites):
                  + (" AND metric = ?" if metric is not None else ""))
         parameters = (start or "", end or LAST_DAY, *(() if metric is None else (metric,)))
         waiting: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
-        with self._unavailable(f"read the reports in {self.path}"), self._reader() as conn:
-            conn.execute("BEGIN")
-            try:
-                cursor = conn.execute(query, parameters)
-                while chunk := cursor.fetchmany(50_000):
-                    for row in chunk:
-                        group = waiting.setdefault((row[0], row[1]), [])
-                        group.append(row)
-                        if len(group) >= batch_size:
-                            yield self._stored_reports(waiting.pop((row[0], row[1])))
-            finally:
-                conn.execute("ROLLBACK")
+        with self._unavailable(f"read the reports in {self.path}"), self._reader() as conn, \
+                self._snapshot(conn):
+            cursor = conn.execute(query, parameters)
+            while chunk := cursor.fetchmany(50_000):
+                for row in chunk:
+                    group = waiting.setdefault((row[0], row[1]), [])
+                    group.append(row)
+                    if len(group) >= batch_size:
+                        yield self._stored_reports(waiting.pop((row[0], row[1])))
         for key in sorted(waiting):
             yield self._stored_reports(waiting[key])
 

@@ -135,7 +135,6 @@ class HeldFiles:
                     for each in fds:
                         os.close(each)
                     return
-            os.close(fd)
 
 
 #: the process's :class:`HeldFiles`
