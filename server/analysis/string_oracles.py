@@ -63,7 +63,6 @@ from veil.server.analysis.stats import (
     check_correction,
     check_level,
     one_sided_p_values,
-    z_quantile,
 )
 from veil.server.analysis.string_summary import (
     allocated_fields,
@@ -74,7 +73,7 @@ from veil.server.analysis.string_summary import (
 from veil.server.analysis.tables import (
     RANKED_COLUMNS,
     STRING_COLUMNS,
-    frequency_rows,
+    detected_table,
     ranked_table,
 )
 from veil.server.counts import CountsArrays
@@ -492,17 +491,12 @@ class StringOracleDecoder:
         }
         if self.all_candidates:  # every candidate, ranked by its evidence (z)
             columns: tuple[str, ...] = RANKED_COLUMNS
-            z = np.where(std_errors > 0, estimates / np.where(std_errors > 0, std_errors, 1.0),
-                         -np.inf)
-            rows = ranked_table(metric, names, estimates, std_errors, z, p_values, detected,
-                               int(total), confidence)
+            rows = ranked_table(metric, names, estimates, std_errors, detected, int(total),
+                                confidence)
         else:
             columns = STRING_COLUMNS
-            order = np.flatnonzero(detected)
-            order = order[np.argsort(-estimates[order], kind="stable")]
-            rows = frequency_rows(metric, "string", [names[i] for i in order], estimates[order],
-                                  std_errors[order], int(total), z_quantile(confidence),
-                                  STRING_COLUMNS, p_values[order])
+            rows = detected_table(metric, names, estimates, std_errors, detected, int(total),
+                                  confidence)
         self.result_ = DecodeResult("string", columns, rows, self.summary_,
                                     description(self.summary_))
         return self

@@ -62,12 +62,10 @@ from veil.server.analysis.stats import (
     check_correction,
     check_level,
     normal_isf,
-    normal_sf,
     one_sided_p_values,
-    z_quantile,
 )
 from veil.server.analysis.string_summary import Settings, StringFit, description, fit_summary
-from veil.server.analysis.tables import RANKED_COLUMNS, STRING_COLUMNS, frequency_rows, ranked_table
+from veil.server.analysis.tables import RANKED_COLUMNS, STRING_COLUMNS, detected_table, ranked_table
 from veil.server.counts import CountsArrays
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import MechanismParams, StringParams
@@ -415,13 +413,8 @@ class StringDecoder:
         self.covariance_ = cov
         self.background_share_ = solution.background_share
 
-        found = np.flatnonzero(detected)
-        order = found[np.argsort(-estimates[found], kind="stable")]
-        return frequency_rows(
-            metric, "string", [candidates[s] for s in order], estimates[order],
-            std_errors[order], total, z_quantile(settings.confidence), STRING_COLUMNS,
-            raw_p[order],
-        )
+        return detected_table(metric, candidates, estimates, std_errors, detected, total,
+                              settings.confidence)
 
 
 @decodes(StringParams)
@@ -479,11 +472,8 @@ def ranked_rows(decoder: StringDecoder, system: WhitenedSystem, solution: LeastS
     fitted = solution.columns
     shares[fitted] = decoder.proportions_[fitted]
     se[fitted] = decoder.std_errors_[fitted] / total
-    z[fitted] = np.where(se[fitted] > 0, shares[fitted] / np.where(se[fitted] > 0, se[fitted], 1),
-                         -np.inf)
-    p_values = np.where(np.isfinite(z), normal_sf(z), 1.0)
-    return ranked_table(metric, decoder.candidates_, shares, se, z, p_values, decoder.detected_,
-                      total, settings.confidence)
+    return ranked_table(metric, decoder.candidates_, shares, se, decoder.detected_, total,
+                        settings.confidence)
 
 
 def string_ibu(decoder: StringDecoder, reports: np.ndarray, ones: np.ndarray,

@@ -165,17 +165,31 @@ def number_row(
 
 
 def ranked_table(metric: str, names: Sequence[str], shares: np.ndarray, std_errors: np.ndarray,
-                z: np.ndarray, p_values: np.ndarray, detected: np.ndarray, total: int,
-                confidence: float) -> list[dict[str, Any]]:
+                 detected: np.ndarray, total: int, confidence: float) -> list[dict[str, Any]]:
     """Rows of :data:`RANKED_COLUMNS`: every string candidate, ranked by its evidence ``z``
-    (highest first, ties in list order), with its ``rank`` and whether it was ``detected``."""
+    (its share over its standard error, ``-inf`` without one; highest first, ties in list
+    order), with its one-sided p-value, its ``rank`` and whether it was ``detected``."""
+    usable = std_errors > 0
+    z = np.where(usable, shares / np.where(usable, std_errors, 1.0), -np.inf)
     order = np.argsort(-z, kind="stable")
     rows = frequency_rows(metric, "string", [names[i] for i in order], shares[order],
                           std_errors[order], total, z_quantile(confidence), STRING_COLUMNS,
-                          p_values[order])
+                          one_sided_p_values(shares[order], std_errors[order]))
     for rank, (row, index) in enumerate(zip(rows, order, strict=True), start=1):
         row["rank"], row["detected"] = rank, int(detected[index])
     return rows
+
+
+def detected_table(metric: str, names: Sequence[str], shares: np.ndarray,
+                   std_errors: np.ndarray, detected: np.ndarray, total: int,
+                   confidence: float) -> list[dict[str, Any]]:
+    """Rows of :data:`STRING_COLUMNS`: the detected string candidates, the largest share
+    first (ties in list order), each with its one-sided p-value."""
+    found = np.flatnonzero(detected)
+    order = found[np.argsort(-shares[found], kind="stable")]
+    return frequency_rows(metric, "string", [names[i] for i in order], shares[order],
+                          std_errors[order], total, z_quantile(confidence), STRING_COLUMNS,
+                          one_sided_p_values(shares[order], std_errors[order]))
 
 
 #: first characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection)
