@@ -259,12 +259,13 @@ def without_bom(lines: Iterable[str]) -> Iterator[str]:
     yield from lines
 
 
-def csv_records(lines: Iterable[str], name: str, what: str) -> Iterator[NumberedRow]:
+def csv_records(lines: Iterable[str], name: str, what: str, word: str = "line",
+                ) -> Iterator[NumberedRow]:
     """The CSV records of ``lines`` (a text file), each with the line it starts on.
 
     Strict: a quote that is never closed (which would swallow the rest of the file into
     one field) and text after a closing quote are refused (:class:`ParameterError` of
-    field ``what``), naming the file ``name`` and the line."""
+    field ``what``), naming the file ``name`` and the line (called ``word``: line or row)."""
     reader = csv.reader(lines, strict=True)
     start = 1
     while True:
@@ -273,7 +274,8 @@ def csv_records(lines: Iterable[str], name: str, what: str) -> Iterator[Numbered
         except StopIteration:
             return
         except csv.Error as exc:
-            raise ParameterError(what, csv_problem(name, start, reader.line_num, exc)) from None
+            raise ParameterError(what, csv_problem(name, start, reader.line_num, exc,
+                                                   word)) from None
         yield start, row
         start = reader.line_num + 1
 

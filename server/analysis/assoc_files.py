@@ -24,7 +24,6 @@ distinct likelihood rows of each variable (:class:`~veil.server.analysis.assoc_e
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import io
 import math
@@ -37,7 +36,7 @@ import numpy as np
 
 from veil.server.analysis.assoc_em import GroupedLikelihoods
 from veil.server.analysis.candidate_map import read_map
-from veil.server.counts import csv_problem, read_params
+from veil.server.counts import csv_records, read_params
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import StringParams
 
@@ -96,29 +95,22 @@ def _schema_rows(path: str | Path) -> list[tuple[int, dict[str, str]]]:
     needs = f"needs a header {','.join(SCHEMA_COLUMNS)} and one row per variable"
     header: list[str] | None = None
     rows: list[tuple[int, dict[str, str]]] = []
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    last = 0
-    try:
-        for fields in reader:
-            line, last = last + 1, reader.line_num
-            fields = [field.strip() for field in fields]
-            if not any(fields):
-                continue
-            if header is None:
-                header = fields
-                if any(header.count(column) != 1 for column in SCHEMA_COLUMNS):
-                    raise ParameterError("schema", f"{path}: {needs} (each column once); its "
-                                                   f"header is {_shown(','.join(header))}")
-            elif len(fields) != len(header):
-                raise ParameterError("schema", (
-                    f"{path} line {line} has {len(fields)} field(s) ({_shown(','.join(fields))}) "
-                    f"but its header {','.join(header)} has {len(header)}: give each variable "
-                    "one field per column"))
-            else:
-                rows.append((line, dict(zip(header, fields, strict=True))))
-    except csv.Error as exc:
-        raise ParameterError("schema", csv_problem(path, last + 1, reader.line_num, exc,
-                                                    "line")) from None
+    for line, raw in csv_records(io.StringIO(text, newline=""), str(path), "schema"):
+        fields = [field.strip() for field in raw]
+        if not any(fields):
+            continue
+        if header is None:
+            header = fields
+            if any(header.count(column) != 1 for column in SCHEMA_COLUMNS):
+                raise ParameterError("schema", f"{path}: {needs} (each column once); its "
+                                               f"header is {_shown(','.join(header))}")
+        elif len(fields) != len(header):
+            raise ParameterError("schema", (
+                f"{path} line {line} has {len(fields)} field(s) ({_shown(','.join(fields))}) "
+                f"but its header {','.join(header)} has {len(header)}: give each variable "
+                "one field per column"))
+        else:
+            rows.append((line, dict(zip(header, fields, strict=True))))
     if header is None:
         raise ParameterError("schema", f"{path}: {needs}")
     return rows
@@ -224,40 +216,33 @@ def _report_records(handle: Iterator[str], path: str | Path, names: tuple[str, s
                     size: int) -> Iterator[ReportChunk]:
     """:func:`_report_chunks` of an open file. Blank lines are skipped; a row with more or
     fewer fields than the header, and a quote never closed, are refused by row."""
-    reader = csv.reader(handle, strict=True)
-    last = 0  # the line the last record ended on
-    try:
-        header: list[str] = []
-        for header in reader:
-            last = reader.line_num
-            if any(field.strip() for field in header):
-                break
-        header = [field.strip() for field in header]
-        first, second, third = _report_columns(path, header, names)
-        width = len(header)
-        lines: list[int] = []
-        columns: tuple[list[str], list[str], list[str]] = ([], [], [])
-        for row in reader:
-            line, last = last + 1, reader.line_num
-            if len(row) != width:
-                if len(row) <= 1 and not "".join(row).strip():
-                    continue  # a blank line
-                raise ParameterError("reports", (
-                    f"{path} row {line} has {len(row)} field(s) but the header has {width} "
-                    f"({_shown(','.join(header), 200)}): give each row one field per column "
-                    "(look for a missing or extra comma)"))
-            lines.append(line)
-            columns[0].append(row[first])
-            columns[1].append(row[second])
-            columns[2].append(row[third])
-            if len(lines) == size:
-                yield np.array(lines, dtype=np.int64), *columns
-                lines, columns = [], ([], [], [])
-        if lines:
+    records = csv_records(handle, str(path), "reports", "row")
+    header: list[str] = []
+    for _, header in records:
+        if any(field.strip() for field in header):
+            break
+    header = [field.strip() for field in header]
+    first, second, third = _report_columns(path, header, names)
+    width = len(header)
+    lines: list[int] = []
+    columns: tuple[list[str], list[str], list[str]] = ([], [], [])
+    for line, row in records:
+        if len(row) != width:
+            if len(row) <= 1 and not "".join(row).strip():
+                continue  # a blank line
+            raise ParameterError("reports", (
+                f"{path} row {line} has {len(row)} field(s) but the header has {width} "
+                f"({_shown(','.join(header), 200)}): give each row one field per column "
+                "(look for a missing or extra comma)"))
+        lines.append(line)
+        columns[0].append(row[first])
+        columns[1].append(row[second])
+        columns[2].append(row[third])
+        if len(lines) == size:
             yield np.array(lines, dtype=np.int64), *columns
-    except csv.Error as exc:
-        raise ParameterError("reports", csv_problem(path, last + 1, reader.line_num, exc,
-                                                     "row")) from None
+            lines, columns = [], ([], [], [])
+    if lines:
+        yield np.array(lines, dtype=np.int64), *columns
 
 
 def _digits_modulo(text: str, modulus: int) -> int | None:
