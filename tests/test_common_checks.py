@@ -249,7 +249,9 @@ def check_statistic_accumulates_merges_and_round_trips(
 def check_array_accumulation_equals_accumulate(
         params: MechanismParams, shares: dict[Any, float], truth: dict[str, float]) -> None:
     """``accumulate_arrays`` (what an archive's buckets use), the statistic's own and the
-    generic default, gives exactly ``accumulate``'s result on random reports."""
+    generic default, and ``accumulate_counters`` (what SQLite folds with), which every
+    statistic of one counts vector offers, give exactly ``accumulate``'s result on random
+    reports."""
     statistic = statistic_for(params)
     values = population(shares, 5000, 10)
     simulated = SIMULATORS[params.mechanism_name](params, values, np.random.default_rng(11))
@@ -264,6 +266,13 @@ def check_array_accumulation_equals_accumulate(
     assert entries(statistic.accumulate_arrays(params, cohorts, arrays)) == want
     assert entries(Statistic.accumulate_arrays(statistic, params, cohorts, arrays)) == want
     assert statistic.accumulate_arrays(params, cohorts[:0], arrays[:0]) == []
+    counters = statistic.accumulate_counters(params, cohorts, arrays)
+    one_vector = [field.type for field in statistic.fields] == ["counts"]
+    assert (counters is not None) == one_vector
+    if counters is not None:
+        assert entries(counters.states(statistic.fields[0].name)) == want
+        assert (counters.cohorts.dtype, counters.reports.dtype, counters.counters.dtype) \
+            == (np.int64, np.int64, np.uint64)
 
 
 def check_simulation_encoder_has_the_sdk_law(

@@ -9,7 +9,7 @@ NumPy (the server, analysis and simulation extras); the client never imports the
 """
 
 from veil.shared.kinds.base import MechanismParams
-from veil.shared.statistics.base import STATISTICS, Field, State, Statistic
+from veil.shared.statistics.base import STATISTICS, CohortCounters, Field, State, Statistic
 
 # isort: off
 from veil.shared.statistics.bits import BitCounts, bit_counts_by_group
@@ -40,6 +40,7 @@ __all__ = [
     "STATISTICS",
     "BitCounts",
     "BucketCounts",
+    "CohortCounters",
     "Field",
     "Moments",
     "OneCounts",

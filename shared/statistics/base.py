@@ -45,6 +45,23 @@ class Field:
     column: str
 
 
+@dataclasses.dataclass(frozen=True)
+class CohortCounters:
+    """Reports counted by cohort, for a statistic whose one field is a counts vector: the
+    ``cohorts`` present (sorted, int64), the ``reports`` of each (int64) and their
+    ``counters`` (``(len(cohorts), length)`` uint64), row ``i`` that of ``cohorts[i]``."""
+
+    cohorts: np.ndarray
+    reports: np.ndarray
+    counters: np.ndarray
+
+    def states(self, field: str) -> list[tuple[int, int, State]]:
+        """``(cohort, reports, state)`` per cohort, as :meth:`Statistic.accumulate` returns
+        them (``field`` names the counts vector)."""
+        return [(int(c), int(n), {field: row})
+                for c, n, row in zip(self.cohorts, self.reports, self.counters, strict=True)]
+
+
 class Statistic:
     """The sufficient statistic a kind of metric keeps; subclasses are stateless.
 
@@ -98,6 +115,13 @@ class Statistic:
         stored payloads it calls that with, and statistics override it with array code.
         """
         return self.accumulate(params, cohorts, payload_list(self.payload_type, payloads))
+
+    def accumulate_counters(self, params: MechanismParams, cohorts: np.ndarray,
+                            payloads: np.ndarray) -> CohortCounters | None:
+        """:meth:`accumulate_arrays` as arrays, for a statistic whose one field is a counts
+        vector (``None`` for any other): a store adds them to its aggregates without a
+        Python object per cohort."""
+        return None
 
     def zero(self, params: MechanismParams) -> State:
         """The statistic of no reports."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from veil.shared.errors import ParameterError
 from veil.shared.kinds.base import MechanismParams
-from veil.shared.statistics.base import Field, PayloadType, State, Statistic
+from veil.shared.statistics.base import CohortCounters, Field, PayloadType, State, Statistic
 
 
 class ResponseCounts(Statistic):
@@ -69,25 +69,27 @@ class ResponseCounts(Statistic):
                    ) -> list[tuple[int, int, State]]:
         if not len(stored):
             return []
-        return self._count(params, cohorts, self.indices(stored))
+        return self._count(params, cohorts, self.indices(stored)).states(self.fields[0].name)
 
     def accumulate_arrays(self, params: MechanismParams, cohorts: np.ndarray,
                           payloads: np.ndarray) -> list[tuple[int, int, State]]:
         if not len(payloads):
             return []
+        return self._count(params, cohorts, self.index_array(payloads)).states(self.fields[0].name)
+
+    def accumulate_counters(self, params: MechanismParams, cohorts: np.ndarray,
+                            payloads: np.ndarray) -> CohortCounters:
         return self._count(params, cohorts, self.index_array(payloads))
 
     def _count(self, params: MechanismParams, cohorts: np.ndarray, indices: np.ndarray,
-               ) -> list[tuple[int, int, State]]:
-        """``(cohort, reports, state)`` per cohort present, sorted, from each report's index."""
+               ) -> CohortCounters:
+        """The counters of each cohort present from each report's index."""
         length = self.length(params)
         cohorts = np.asarray(cohorts, dtype=np.int64)
-        if indices.min() < 0 or indices.max() >= length:
+        if len(indices) and (indices.min() < 0 or indices.max() >= length):
             raise ValueError(f"a stored payload's index lies outside [0, {length})")
         keys, index = np.unique(cohorts, return_inverse=True)
         counts = np.bincount(index.reshape(-1) * length + indices,
                              minlength=len(keys) * length).reshape(len(keys), length)
-        reports = np.bincount(index.reshape(-1), minlength=len(keys))
-        field = self.fields[0].name
-        return [(int(c), int(n), {field: row.astype(np.uint64)})
-                for c, n, row in zip(keys, reports, counts, strict=True)]
+        reports = np.bincount(index.reshape(-1), minlength=len(keys)).astype(np.int64)
+        return CohortCounters(keys, reports, counts.astype(np.uint64))

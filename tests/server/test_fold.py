@@ -207,18 +207,29 @@ def test_vacuum_backup_and_rebuild_keep_the_counts(tmp_path, wire, capsys):
     assert f"a recount of {sum(map(len, sent)):,} raw reports" in capsys.readouterr().out
 
 
-def test_a_report_past_the_mark_that_cannot_be_counted_is_damage(tmp_path, wire, capsys):
+@pytest.mark.parametrize(("metric", "change"), [
+    ("browser", "payload = 999"),  # a payload no mechanism produces
+    ("homepage", "cohort = 1 << 40"),  # counted as it was, cohorts up to it would fill memory
+    ("page_flh", "cohort = -1"),
+])
+def test_a_report_past_the_mark_that_cannot_be_counted_is_damage(tmp_path, wire, capsys, metric,
+                                                                  change):
     path = tmp_path / "veil.db"
+    sent = batches(wire, 1)
     with open_storage(path, REGISTRY, create=True) as storage:
-        storage.insert(wire.validated(batches(wire, 1)[0]))
-    with sqlite3.connect(path) as conn:  # a payload no mechanism produces, past the mark
-        conn.execute("UPDATE reports SET payload = 999 WHERE rowid = (SELECT max(rowid) FROM "
-                     "reports WHERE metric = 'browser')")
+        storage.insert(wire.validated(sent[0]))
+    with sqlite3.connect(path) as conn:  # past the mark
+        conn.execute(f"UPDATE reports SET {change} WHERE rowid = (SELECT max(rowid) FROM "
+                     "reports WHERE metric = ?)", (metric,))
     conn.close()
     assert main(["check", "--db", str(path)]) == 1
     assert "is DAMAGED" in capsys.readouterr().out
-    with open_storage(path) as storage, pytest.raises(StorageUnavailable, match="cannot be counted"):
-        storage.counts("browser")
+    with open_storage(path, fold_limit=1) as storage:
+        with pytest.raises(StorageUnavailable, match="cannot be counted"):
+            storage.counts(metric)
+        # stored, and its fold fails (logged): nothing is folded, the damaged report neither
+        assert storage.insert(wire.validated(wire.reports("dark_mode", [True]))).accepted == 1
+    assert fold_mark(path) == (0, sum(map(len, sent)) + 1)
 
 
 def test_a_missing_fold_mark_is_damage_not_a_recount(tmp_path, wire):

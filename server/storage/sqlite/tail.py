@@ -36,9 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from veil.server.storage.base import payload_array, today
+from veil.server.storage.base import today
 from veil.server.storage.errors import StorageError
 from veil.server.storage.sqlite import rows as sql
+from veil.server.storage.sqlite.commit import Statement
+from veil.shared.registry import Metric
+from veil.shared.statistics import Statistic
 
 #: reports past the fold mark at which a writer folds them into the aggregates. A reader
 #: of counts reads at most about this many raw reports besides the aggregates; a larger
@@ -132,7 +135,8 @@ def count_now(conn: sqlite3.Connection, waiting: Waiting, rows: list[tuple[Any, 
     if waiting.highest != waiting.mark or not rows \
             or len({(row[1], row[2], row[3]) for row in rows}) > DIRECT_ROWS:
         return False
-    conn.executemany(sql.UPSERT, sql.aggregate_groups(sql.group_by_metric_day(rows), metric_of))
+    for statement in sql.aggregate_statements(sql.group_by_metric_day(rows), metric_of):
+        sql.execute(conn, statement)
     set_mark(conn, highest_rowid(conn))
     return True
 
@@ -142,8 +146,8 @@ def fold(conn: sqlite3.Connection, metric_of: sql.MetricOf) -> int:
     them (the caller holds the write transaction); returns how many were folded."""
     start, end = mark(conn), highest_rowid(conn)
     folded = 0
-    for rows, reports in _counted_pairs(conn, metric_of, start, end):
-        conn.executemany(sql.UPSERT, rows)
+    for statement, reports in _counted_pairs(conn, metric_of, start, end):
+        sql.execute(conn, statement)
         folded += reports
     set_mark(conn, end)
     return folded
@@ -157,12 +161,27 @@ def check_tail(conn: sqlite3.Connection, metric_of: sql.MetricOf) -> int:
 
 
 def _counted_pairs(conn: sqlite3.Connection, metric_of: sql.MetricOf, start: int, end: int,
-                   ) -> Iterator[tuple[list[tuple[Any, ...]], int]]:
-    """For each (metric, day) of the reports at rowids ``start`` (excluded) to ``end``: its
-    upsert rows (:func:`counted`) and how many reports they count."""
+                   ) -> Iterator[tuple[Statement, int]]:
+    """For each (metric, day) of the reports at rowids ``start`` (excluded) to ``end``: the
+    statement that adds them to the aggregates and how many reports it counts;
+    :class:`~.rows.DamagedRow` for a report Veil cannot have stored."""
     for name, day in conn.execute(_PAIRS, (start, end)).fetchall():
         reports = conn.execute(_PAIR, (start, end, name, day)).fetchall()
-        yield counted(name, day, reports, metric_of), len(reports)
+        try:
+            metric, statistic = metric_of(name)
+            arrays = _arrays(metric, statistic, reports)
+            yield sql.aggregate_statement(name, day, metric, statistic, *arrays), len(reports)
+        except (ValueError, TypeError, IndexError, StorageError) as exc:
+            raise sql.DamagedRow(f"a stored report of metric {name!r} cannot be counted "
+                                 f"({exc})") from exc
+
+
+def _arrays(metric: Metric, statistic: Statistic, reports: list[tuple[Any, Any]],
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The cohorts and payloads of ``(cohort, payload)`` rows as arrays
+    (:func:`~.rows.report_arrays`)."""
+    return sql.report_arrays(metric, statistic, [row[0] for row in reports],
+                             [row[1] for row in reports])
 
 
 def counted(name: str, day: str, reports: list[tuple[Any, Any]], metric_of: sql.MetricOf,
@@ -172,10 +191,8 @@ def counted(name: str, day: str, reports: list[tuple[Any, Any]], metric_of: sql.
     a report Veil cannot have stored."""
     try:
         metric, statistic = metric_of(name)
-        cohorts = np.fromiter((row[0] for row in reports), dtype=np.int64, count=len(reports))
-        payloads = payload_array(statistic.payload_type, [row[1] for row in reports])
         return [sql.aggregate_row(name, day, cohort, n, statistic, state) for cohort, n, state
-                in statistic.accumulate_arrays(metric.params, cohorts, payloads)]
+                in statistic.accumulate_arrays(metric.params, *_arrays(metric, statistic, reports))]
     except (ValueError, TypeError, IndexError, StorageError) as exc:
         raise sql.DamagedRow(f"a stored report of metric {name!r} cannot be counted "
                              f"({exc})") from exc
