@@ -7,6 +7,9 @@ and the migration from schema 5 (which copies the reports once).
    collector between two folds), and of one fold of them.
 2. Migration: the same store turned back into the schema 5 layout, then ``veil migrate``
    timed (one transaction that copies the reports to the table keyed by ``seq``).
+3. Folds over many cohorts: ``--waiting`` FLH (16,384 cohorts) and HCMS (4,096) reports,
+   each of a random cohort (as when every report comes from another installation), folded
+   into a new day's aggregates, then as many again into the rows the first fold wrote.
 
 Run it alone on the machine (it measures the machine)::
 
@@ -25,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the schema 5 layout of the tests
 
-from bench_ingest import prefill, random_int
+from bench_ingest import REGISTRY, prefill, random_int
 
 from tests.server.conftest import before_the_fold_mark
 from veil.server.cli import main as veil
@@ -85,6 +88,36 @@ def main() -> None:
         total = args.stored + args.waiting + 1_001
         print(f"veil migrate from schema 5, {total:,} reports: {elapsed:.1f} s "
               f"({elapsed / total * 1e6:.1f} s per million)")
+        fold_figures(Path(workdir), args.waiting)
+
+
+def timed_folds(path: Path, metric: str, reports: int) -> list[float]:
+    """Seconds of two folds of ``reports`` reports of ``metric`` from random cohorts: into a
+    new day, then into the rows the first wrote."""
+    params = REGISTRY[metric].params
+    times = []
+    with open_storage(path, REGISTRY, create=True, fold_limit=10**9) as storage:
+        for _ in range(2):
+            for offset in range(0, reports, 1000):
+                storage.insert([Report(os.urandom(16).hex(), metric, random_int(params.cohorts),
+                                       value, value)
+                                for value in (random_int(params.responses)
+                                              for _ in range(min(1000, reports - offset)))])
+            with open_storage(path, fold_limit=1) as folding:
+                started = time.perf_counter()
+                folding.insert([Report(os.urandom(16).hex(), metric, 0, 0, 0)])
+                times.append(time.perf_counter() - started)
+    return times
+
+
+def fold_figures(workdir: Path, reports: int) -> None:
+    """Print :func:`timed_folds` of the FLH and the HCMS metric."""
+    for metric in ("homepage_flh", "homepage_hcms"):
+        params = REGISTRY[metric].params
+        new, existing = timed_folds(workdir / f"{metric}.db", metric, reports)
+        print(f"one insert and the fold of {reports + 1:,} {params.mechanism_name} reports over "
+              f"{params.cohorts:,} cohorts: {new:.3f} s into a new day, {existing:.3f} s into "
+              "its rows")
 
 
 if __name__ == "__main__":
