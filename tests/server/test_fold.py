@@ -232,6 +232,45 @@ def test_a_report_past_the_mark_that_cannot_be_counted_is_damage(tmp_path, wire,
     assert fold_mark(path) == (0, sum(map(len, sent)) + 1)
 
 
+def test_a_fold_that_keeps_failing_is_tried_again_as_the_waiting_reports_double(
+        tmp_path, wire, caplog):
+    """A damaged report past the mark fails every fold. The fold is tried again once twice as
+    many reports wait as when it last failed (or a minute later), not after every commit, which
+    would read the growing pile at every insert; once the report is repaired, a later try
+    folds every report."""
+    path = tmp_path / "veil.db"
+    relay = batches(wire, 1)[0]
+    with open_storage(path, REGISTRY, create=True) as storage:
+        storage.insert(wire.validated(relay))
+    with sqlite3.connect(path) as conn:  # a payload no mechanism produces, past the mark
+        conn.execute("UPDATE reports SET payload = 999 WHERE rowid = (SELECT max(rowid) FROM "
+                     "reports WHERE metric = 'browser')")
+    conn.close()
+
+    def failures() -> int:
+        return sum("folding" in record.getMessage() for record in caplog.records)
+
+    tried = []
+    with caplog.at_level("WARNING", logger="veil.server.storage"), \
+            open_storage(path, fold_limit=1) as storage:
+        for _ in range(6):  # each insert is due to fold: fold_limit 1
+            storage.insert(wire.validated(wire.reports("dark_mode", [True] * 50)))
+            tried.append(failures())
+        # 162 + 50 = 212 waiting at the first failure: tried again at 462, not at 262, 312,
+        # 362 or 412
+        assert tried == [1, 1, 1, 1, 1, 2], tried
+        with sqlite3.connect(path) as conn:  # repaired by hand
+            conn.execute("UPDATE reports SET payload = 0 WHERE payload = 999")
+        conn.close()
+        while fold_mark(path)[0] == 0:  # tried again once 924 wait
+            assert fold_mark(path)[1] < 924
+            storage.insert(wire.validated(wire.reports("dark_mode", [True] * 50)))
+        assert failures() == 2
+    # the first insert with 924 or more waiting: 162 + 16 x 50 = 962, all folded
+    assert fold_mark(path) == (len(relay) + 50 * 16,) * 2
+    assert check_storage(path).sound
+
+
 def test_a_missing_fold_mark_is_damage_not_a_recount(tmp_path, wire):
     """Without the mark every report would be counted a second time on top of the
     aggregates: the file is called damaged instead."""

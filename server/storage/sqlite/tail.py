@@ -53,6 +53,8 @@ _MARK_KEY = "folded_rowid"
 #: transaction when nothing waits (:func:`count_now`): a few upserts cost less than reading
 #: the reports again in a fold, many (a relay's batch over thousands of cohorts) more
 DIRECT_ROWS = 64
+#: seconds after a failed fold when the next is tried, however few reports came since
+RETRY_SECONDS = 60.0
 #: the mark of a new file (every report past it); ``meta`` holds it from schema version 6
 CREATE_MARK = f"INSERT OR IGNORE INTO meta (key, value) VALUES ('{_MARK_KEY}', '0')"
 _SET_MARK = (f"INSERT INTO meta (key, value) VALUES ('{_MARK_KEY}', ?) "
@@ -102,12 +104,41 @@ class Waiting:
     highest: int
     since: str | None
 
+    def after(self, stored: int) -> int:
+        """How many reports wait once ``stored`` more are appended."""
+        return self.highest - self.mark + stored
+
     def fold_due(self, stored: int, days: Iterable[str], limit: int) -> bool:
         """Whether to fold once ``stored`` more reports, of ``days``, are appended: at
         least ``limit`` wait, or a report of a day that is over (UTC) does."""
         oldest = min([*days, *([self.since] if self.since else [])], default=None)
-        return self.highest - self.mark + stored >= limit or (
-            oldest is not None and oldest < today())
+        return self.after(stored) >= limit or (oldest is not None and oldest < today())
+
+
+@dataclasses.dataclass
+class FoldRetry:
+    """When a writer tries a fold again after one failed: once twice as many reports wait
+    as did then, or :data:`RETRY_SECONDS` later. A fold that keeps failing (a damaged
+    report, a full disk) then reads the waiting reports once each time they double, not at
+    every commit, which made every insert slower as they piled up."""
+
+    #: reports waiting when the last fold failed (0: it did not)
+    waiting: int = 0
+    #: when it failed (``time.monotonic()``)
+    failed_at: float = 0.0
+
+    def allows(self, waiting: int, now: float) -> bool:
+        """Whether a fold may be tried with ``waiting`` reports waiting at ``now``."""
+        return (not self.waiting or waiting >= 2 * self.waiting
+                or now - self.failed_at >= RETRY_SECONDS)
+
+    def failed(self, waiting: int, now: float) -> None:
+        """A fold of ``waiting`` reports failed at ``now``."""
+        self.waiting, self.failed_at = waiting, now
+
+    def succeeded(self) -> None:
+        """A fold succeeded: the next one is tried when due."""
+        self.waiting = 0
 
 
 def waiting(conn: sqlite3.Connection) -> Waiting:

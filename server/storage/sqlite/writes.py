@@ -59,6 +59,7 @@ class SQLiteWrites(SQLiteFile):
                 raise StorageError(f"{name} must be a positive integer; got {limit!r}")
         self._recent = RecentIds(recent_ids_limit)
         self._fold_limit = fold_limit
+        self._fold_retry = tail.FoldRetry()
         super().__init__(path, create=create, min_free_bytes=min_free_bytes)
 
     def insert(self, reports: Sequence[Report], day: dt.date | str | None = None, *,
@@ -102,13 +103,13 @@ class SQLiteWrites(SQLiteFile):
         with self.commits.lock:
             if not pending.done:  # no earlier holder of the lock took it: lead a group
                 group: list[Pending] = []
-                fold_due = False
+                fold_waiting = 0
                 try:
                     with self._transaction() as conn:
                         # take the queue once the transaction has begun, so the group also
                         # holds every call that arrived while waiting for other processes
                         group = self.commits.take()
-                        new_ids, last_rowid, fold_due = self._store(conn, group)
+                        new_ids, last_rowid, fold_waiting = self._store(conn, group)
                     # committed: only now may this process's copy of recent_ids hold them
                     self._recent.committed(new_ids, last_rowid)
                 except BaseException as exc:
@@ -123,19 +124,20 @@ class SQLiteWrites(SQLiteFile):
                         other.done = True
                 if self._recent.full:
                     self._merge_recent_ids()
-                if fold_due:
-                    self._fold()
+                if fold_waiting:
+                    self._fold(fold_waiting)
         if pending.error is not None:
             raise self._failure("commit the write transaction", pending.error) from pending.error
 
     def _store(self, conn: sqlite3.Connection, group: list[Pending],
-               ) -> tuple[list[bytes], int, bool]:
+               ) -> tuple[list[bytes], int, int]:
         """Insert the reports of ``group`` whose ids are new (counted when folded).
 
         An id is new unless the file holds it already or it is earlier in the group
         (in a call the group stores: a call refused by its cap stores nothing).
         Returns the new ids, the last rowid of ``recent_ids`` once they are appended, and
-        whether the reports past the fold mark are due to be folded after the commit.
+        how many reports wait past the fold mark if they are due to be folded after the
+        commit (0 if not).
         """
         self._recent.sync(conn)
         waiting = tail.waiting(conn)
@@ -171,9 +173,11 @@ class SQLiteWrites(SQLiteFile):
                 else:
                     conn.execute(statement, parameters)
         if tail.count_now(conn, waiting, stored, self._metric):
-            return new_ids, last_rowid, False
+            return new_ids, last_rowid, 0
         days = [pending.unique[0][2] for pending in group if pending.accepted]
-        return new_ids, last_rowid, waiting.fold_due(len(new_ids), days, self._fold_limit)
+        due = waiting.fold_due(len(new_ids), days, self._fold_limit) \
+            and self._fold_retry.allows(waiting.after(len(new_ids)), time.monotonic())
+        return new_ids, last_rowid, waiting.after(len(new_ids)) if due else 0
 
     @staticmethod
     def _charge_cap(conn: sqlite3.Connection, pending: Pending, reports: int) -> bool:
@@ -210,20 +214,25 @@ class SQLiteWrites(SQLiteFile):
         finally:
             self._recent.invalidate()
 
-    def _fold(self) -> None:
-        """Count the reports past the fold mark into the aggregates in one transaction
-        (:mod:`~veil.server.storage.sqlite.tail`); the caller holds the write lock.
+    def _fold(self, waiting: int) -> None:
+        """Count the ``waiting`` reports past the fold mark into the aggregates in one
+        transaction (:mod:`~veil.server.storage.sqlite.tail`); the caller holds the write lock.
 
         The insert path calls it once enough reports wait, after their commit: a failed
-        fold is logged and tried again after a later commit, and loses nothing (readers
-        count the reports past the mark meanwhile).
+        fold is logged and tried again after a later commit once twice as many wait, or a
+        minute later (:class:`~.tail.FoldRetry`), and loses nothing (readers count the
+        reports past the mark meanwhile).
         """
         try:
             with self._transaction() as conn:
                 tail.fold(conn, sql.stored_metrics(conn))
         except (sqlite3.Error, sql.DamagedRow, StorageError) as exc:
-            logger.warning("folding new reports into the aggregates failed (will retry): %s",
-                           self._failure("fold reports into the aggregates", exc))
+            self._fold_retry.failed(waiting, time.monotonic())
+            logger.warning("folding %d new reports into the aggregates failed (tried again "
+                           "once %d wait, or in %d s): %s", waiting, 2 * waiting,
+                           tail.RETRY_SECONDS, self._failure("fold reports into the aggregates", exc))
+        else:
+            self._fold_retry.succeeded()
 
     def _insert_statements(self, groups: dict[tuple[str, str], list[tuple[Any, ...]]],
                            ) -> list[Statement]:
