@@ -136,6 +136,7 @@ def bench_client_report(count: int, repeat: int) -> None:
         "100 values rotating": (lambda i: f"site{i % 100}.example", None),
         "a new value each time": (lambda i: f"site{i}.example", None),
         "new values, with a budget": (lambda i: f"site{i}.example", 1e9),
+        "one value, with a budget": (lambda i: "example.com", 1e9),
     }
     for label, (value, budget) in cases.items():
         best = 0.0

@@ -30,6 +30,14 @@ were, so reporting again costs what the rules above say), new parameter sets
 get layout 2, and a metric with two or more layout 1 parameter sets of those
 kinds is charged ``inf`` (:func:`entangled`).
 
+What a budget is charged is another figure: which values the reports carried is private,
+and a report refused or queued according to it would tell the collector, which sees how
+many reports an installation sends, about them (with a budget of 5, the values A, B, A
+sent two reports of a string metric and A, B, C three). So a budget charges each
+parameter set the most its number of reports could cost over every sequence of values
+(:func:`worst_cost`), and :attr:`PrivacySpent.charged` states it: a report is queued or
+refused by its count alone, never by its value.
+
 If the ledger was lost (the state database deleted or replaced while the
 secret stayed, see :func:`veil.client.state_dir.open_state`), what the reports
 before the loss cost is unknown, and the ledger keeps its figures upper bounds
@@ -84,18 +92,24 @@ class PrivacySpent:
     total: float
     budget: float | None
     lost: float = 0.0
+    #: what the budget is charged: the most the reports sent could cost over every sequence
+    #: of values they could have carried (:func:`worst_cost`), ``lost`` included; at least
+    #: ``total``
+    charged: float = 0.0
 
     @property
     def remaining(self) -> float | None:
-        """What is left of the budget (``None`` without a budget)."""
-        return None if self.budget is None else max(self.budget - self.total, 0.0)
+        """What is left of the budget (``None`` without a budget), after :attr:`charged`."""
+        return None if self.budget is None else max(self.budget - self.charged, 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
 class Mechanism:
     """One metric under one parameter set, with how many memo keys it has seen, the stream
-    layout of its memoized responses and its parameters (JSON, as
-    :meth:`~veil.shared.kinds.MechanismParams.to_dict` gives)."""
+    layout of its memoized responses, its parameters (JSON, as
+    :meth:`~veil.shared.kinds.MechanismParams.to_dict` gives) and how many reports it has
+    queued (``None``: unknown, for a parameter set recorded by an SDK that did not count
+    them)."""
 
     fingerprint: str
     metric: str
@@ -105,6 +119,7 @@ class Mechanism:
     repeated: int = 0
     layout: int = STREAM_LAYOUT
     params: str = ""
+    reports: int | None = 0
 
     def cost(self) -> Fraction | float:
         """Exact worst-case epsilon of the keys seen (``inf`` if a mechanism has no bound)."""
@@ -131,6 +146,35 @@ class Charge:
     def saturates(self) -> bool:
         """Whether the key now counts as repeated: its later reports cost nothing more."""
         return self.delta[1] == 1
+
+
+def worst_cost(epsilon_1: float, epsilon_inf: float, reports: int | None,
+               keys: int | None) -> Fraction | float:
+    """The most ``reports`` reports of one parameter set can cost over every sequence of
+    values (``None``: any number of reports), for a metric of at most ``keys`` distinct
+    memo keys (``None``: no bound): what a budget is charged for them.
+
+    Under the ledger's rule, ``s`` keys reported once and ``t`` more than once cost
+    ``s epsilon_1 + t epsilon_inf``, with ``s + 2t <= reports`` and ``s + t <= keys``. The
+    cost rises with ``t`` up to ``reports - keys``, and beyond it only when ``epsilon_inf
+    >= 2 epsilon_1``, so the largest is at ``t = min(keys, reports // 2)`` then, and at
+    ``t = reports - keys`` (kept in range) otherwise.
+    """
+    first = min(epsilon_1, epsilon_inf)
+    if reports == 0:
+        return Fraction(0)
+    if math.isinf(first):
+        return math.inf
+    if math.isinf(epsilon_inf):  # a key reported twice is unbounded
+        return exact(first) if reports == 1 else math.inf
+    once, repeated = exact(first), exact(epsilon_inf)
+    if reports is None:
+        return math.inf if keys is None else keys * repeated
+    most = reports // 2 if keys is None else min(keys, reports // 2)
+    pairs = most if repeated >= 2 * once else (
+        0 if keys is None else min(max(reports - keys, 0), most))
+    singles = reports - 2 * pairs if keys is None else min(reports - 2 * pairs, keys - pairs)
+    return pairs * repeated + singles * once
 
 
 @functools.lru_cache(maxsize=256)
@@ -170,6 +214,29 @@ def per_metric(
     return {metric: upward(value) for metric, value in sorted(sums.items())}
 
 
+@functools.lru_cache(maxsize=256)
+def key_count(params_json: str) -> int | None:
+    """:meth:`~veil.client.encoders.base.Encoder.key_count` of a parameter set recorded as
+    JSON (``None``, no bound, if it no longer parses)."""
+    try:
+        params = params_from_dict(json.loads(params_json))
+        return ENCODERS[params.mechanism_name].key_count(params)
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def charged(mechanisms: Iterable[Mechanism], unbounded: frozenset[str], lost: float) -> float:
+    """What a budget is charged for ``mechanisms``' reports: the sum of each parameter set's
+    :func:`worst_cost` (``inf`` for the ``unbounded`` metrics with a report) and ``lost``."""
+    total: Fraction | float = Fraction(0)
+    for mechanism in mechanisms:
+        if mechanism.metric in unbounded and (mechanism.reports != 0):
+            return math.inf
+        total += worst_cost(mechanism.epsilon_1, mechanism.epsilon_inf, mechanism.reports,
+                            key_count(mechanism.params))
+    return compose([upward(total), lost])
+
+
 def entangled(mechanisms: Iterable[Mechanism]) -> frozenset[str]:
     """The metrics reported under two or more parameter sets whose memoized responses share
     one stream: layout 1 of an encoder keyed by the metric name alone
@@ -202,8 +269,8 @@ def fingerprint(metric: Metric) -> str:
 class PrivacyLedger:
     """Counts memo keys per metric in the state database and prices what they cost.
 
-    :meth:`charge`, :meth:`total_after` and :meth:`write` run inside the caller's
-    write transaction (``BEGIN IMMEDIATE``), together with the insert into the outbox.
+    :meth:`charge`, :meth:`charged_after`, :meth:`write` and :meth:`count` run inside the
+    caller's write transaction (``BEGIN IMMEDIATE``), together with the insert into the outbox.
     """
 
     def __init__(
@@ -239,10 +306,6 @@ class PrivacyLedger:
             found = self._digests[cache_key] = mac.digest()
         return found
 
-    def saturated(self, metric: Metric, memo_key: bytes) -> bool:
-        """True when ``memo_key`` is known to have been reported twice: more reports are free."""
-        return (self._fingerprint(metric), self.digest(metric.name, memo_key)) in self._saturated
-
     def _identity(self, metric: Metric) -> tuple[Metric, str, str]:
         """``(metric, fingerprint, parameters as JSON)``, computed once per metric object."""
         cached = self._fingerprints.get(id(metric))
@@ -275,7 +338,7 @@ class PrivacyLedger:
             Mechanism(*row)
             for row in self.connection.execute(
                 "SELECT fingerprint, metric, epsilon_1, epsilon_inf, once_keys, repeated_keys, "
-                "layout, params FROM mechanisms"
+                "layout, params, reports FROM mechanisms"
             )
         ]
 
@@ -310,20 +373,19 @@ class PrivacyLedger:
             return 0.0
         return math.inf if self.budget is None else self.budget
 
-    def total_after(self, charge: Charge) -> float:
-        """The installation's total epsilon if ``charge`` were recorded (for the budget)."""
+    def charged_after(self, metric: Metric) -> float:
+        """What the budget would be charged with one more report of ``metric`` queued
+        (:func:`charged`): decided by the number of reports alone, never their values."""
         recorded = self.mechanisms()
         unbounded = self.unbounded(recorded)
         mechanisms = {m.fingerprint: m for m in recorded}
-        params = charge.metric.params
-        current = mechanisms.get(charge.fingerprint) or Mechanism(
-            charge.fingerprint, charge.metric.name, params.epsilon_1, params.epsilon_inf
-        )
-        once, repeated = charge.delta
-        mechanisms[charge.fingerprint] = dataclasses.replace(
-            current, once=current.once + once, repeated=current.repeated + repeated
-        )
-        return compose([*per_metric(mechanisms.values(), unbounded).values(), self.lost])
+        fp = self._fingerprint(metric)
+        params = metric.params
+        current = mechanisms.get(fp) or Mechanism(
+            fp, metric.name, params.epsilon_1, params.epsilon_inf, params=self._identity(metric)[2])
+        mechanisms[fp] = dataclasses.replace(
+            current, reports=None if current.reports is None else current.reports + 1)
+        return charged(mechanisms.values(), unbounded, self.lost)
 
     def write(self, charge: Charge) -> None:
         """Record the charge (inside the caller's transaction, with the queued report)."""
@@ -331,9 +393,9 @@ class PrivacyLedger:
         once, repeated = charge.delta
         self.connection.execute(
             "INSERT INTO mechanisms (fingerprint, metric, params, epsilon_1, epsilon_inf, "
-            "once_keys, repeated_keys, layout) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "once_keys, repeated_keys, layout, reports) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1) "
             "ON CONFLICT (fingerprint) DO UPDATE SET once_keys = once_keys + excluded.once_keys, "
-            "repeated_keys = repeated_keys + excluded.repeated_keys",
+            "repeated_keys = repeated_keys + excluded.repeated_keys, reports = reports + 1",
             (fp, metric.name, self._identity(metric)[2], metric.params.epsilon_1,
              metric.params.epsilon_inf, once, repeated, self.stream_layout(metric)),
         )
@@ -343,6 +405,12 @@ class PrivacyLedger:
             (charge.digest, fp, metric.name, 2 if charge.saturates else 1),
         )
 
+    def count(self, metric: Metric) -> None:
+        """Count a report that costs nothing more (its key was reported twice) in its parameter
+        set's reports (inside the caller's transaction, with the queued report)."""
+        self.connection.execute("UPDATE mechanisms SET reports = reports + 1 WHERE fingerprint = ?",
+                                (self._fingerprint(metric),))
+
     def committed(self, charge: Charge) -> None:
         """Note a charge whose transaction committed (saturated keys skip the lookup)."""
         if charge.saturates:
@@ -351,6 +419,8 @@ class PrivacyLedger:
     def spent(self) -> PrivacySpent:
         """Per-metric and total worst-case epsilon so far (the lost spend included)."""
         mechanisms = self.mechanisms()
-        metrics = per_metric(mechanisms, self.unbounded(mechanisms))
+        unbounded = self.unbounded(mechanisms)
+        metrics = per_metric(mechanisms, unbounded)
         lost = self.lost
-        return PrivacySpent(metrics, compose([*metrics.values(), lost]), self.budget, lost)
+        return PrivacySpent(metrics, compose([*metrics.values(), lost]), self.budget, lost,
+                            charged(mechanisms, unbounded, lost))

@@ -213,27 +213,32 @@ class Recorder:
 
     def _queue_charged(self, spec: Metric, key: bytes, body: str) -> bool:
         """Queue ``body`` and charge the ledger for it in one transaction (a report whose value
-        is charged already costs nothing more); return whether it was queued."""
+        is charged already costs nothing more, and is counted); return whether it was queued.
+
+        A budget refuses the report by the number of reports queued so far alone
+        (:meth:`~veil.client.accounting.PrivacyLedger.charged_after`), never by whether its
+        value was reported before: the collector sees which reports arrive.
+        """
         budget = self.options.budget
+        charge = None
         with self.lock:
-            if self.ledger.saturated(spec, key):
-                # costs nothing more: a single autocommitted insert (evicting needs a transaction)
-                queued, evicted = self._queue(body, atomic=False)
-            else:
-                with transaction(self.connection):
-                    queued, evicted = self._queue(body, atomic=True)
-                    charge = self.ledger.charge(spec, key) if queued else None
-                    if charge is not None:
-                        if budget is not None:
-                            total = self.ledger.total_after(charge)
-                            if total > budget:
-                                raise BudgetExceededError(
-                                    spec.name, self.ledger.spent().total, total, budget,
-                                    self._budget_note(),
-                                )
+            with transaction(self.connection):
+                queued, evicted = self._queue(body, atomic=True)
+                if queued:
+                    if budget is not None:
+                        would_be = self.ledger.charged_after(spec)
+                        if would_be > budget:
+                            raise BudgetExceededError(
+                                spec.name, self.ledger.spent().charged, would_be, budget,
+                                self._budget_note(),
+                            )
+                    charge = self.ledger.charge(spec, key)
+                    if charge is None:
+                        self.ledger.count(spec)
+                    else:
                         self.ledger.write(charge)
-                if charge is not None:
-                    self.ledger.committed(charge)
+            if charge is not None:
+                self.ledger.committed(charge)
             self.drops.outbox_full(self.outbox, evicted + (not queued),
                                    max_outbox=self.options.max_outbox,
                                    drop_oldest=self.options.drop_oldest)

@@ -45,7 +45,7 @@ SECRET_FILE = "secret"
 DATABASE_FILE = "veil.db"
 REGISTRY_CACHE_FILE = "registry.json"
 SECRET_BYTES = 32
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -65,7 +65,8 @@ CREATE TABLE IF NOT EXISTS mechanisms (
     epsilon_inf REAL NOT NULL,
     once_keys     INTEGER NOT NULL,
     repeated_keys INTEGER NOT NULL,
-    layout      INTEGER NOT NULL DEFAULT 1
+    layout      INTEGER NOT NULL DEFAULT 1,
+    reports     INTEGER
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ledger (
     digest  BLOB NOT NULL,
@@ -188,14 +189,20 @@ def transaction(connection: sqlite3.Connection) -> Iterator[None]:
 
 
 def _check_schema_version(connection: sqlite3.Connection, path: Path) -> None:
-    """Record the schema version of a new database, move one of version 1 to the current
-    version, and refuse one of any other version.
+    """Record the schema version of a new database, move one of version 1 or 2 to the
+    current version, and refuse one of any other version.
 
     Version 2 added ``mechanisms.layout``, the stream layout of each parameter set's
     memoized responses (:data:`veil.client.randomness.STREAM_LAYOUT`). Every parameter
     set recorded by a version 1 database was reported under layout 1, and keeps it: its
     rows get ``layout = 1`` (the column's default). An SDK of version 1 refuses the
     database afterwards, as it would derive layout 1 responses for every parameter set.
+
+    Version 3 added ``mechanisms.reports``, how many reports each parameter set queued (a
+    budget is charged by it: :func:`veil.client.accounting.worst_cost`). Earlier versions
+    did not count them: their rows get ``NULL``, unknown, which a budget charges as any
+    number of reports. An SDK of version 2 refuses the database afterwards, as it would
+    not count its reports.
     """
     with transaction(connection):
         connection.execute(
@@ -203,11 +210,13 @@ def _check_schema_version(connection: sqlite3.Connection, path: Path) -> None:
             (str(SCHEMA_VERSION),),
         )
         found = _meta(connection, "schema_version")
-        if found == "1":
+        if found in ("1", "2"):
             columns = [row[1] for row in connection.execute("PRAGMA table_info(mechanisms)")]
             if "layout" not in columns:
                 connection.execute(
                     "ALTER TABLE mechanisms ADD COLUMN layout INTEGER NOT NULL DEFAULT 1")
+            if "reports" not in columns:
+                connection.execute("ALTER TABLE mechanisms ADD COLUMN reports INTEGER")
             _set_meta(connection, "schema_version", str(SCHEMA_VERSION))
             found = str(SCHEMA_VERSION)
     if found != str(SCHEMA_VERSION):

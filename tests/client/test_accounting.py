@@ -8,14 +8,16 @@ sequential composition (sum) over metrics.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sqlite3
+from fractions import Fraction
 
 import pytest
 
 from veil.client import BudgetExceededError, Client
-from veil.client.accounting import PrivacyLedger
+from veil.client.accounting import PrivacyLedger, worst_cost
 from veil.client.encoders import make_encoder
 from veil.client.randomness import STREAM_LAYOUT, HmacStream
 from veil.client.state_dir import DATABASE_FILE, open_state, transaction
@@ -157,13 +159,82 @@ def test_a_mechanism_without_a_longitudinal_bound_costs_epsilon_1_once_then_inf(
 
 
 def test_budget_exactly_reachable(tmp_path, offline_url):
-    """A budget equal to the cost of the reports is not exceeded by them."""
+    """A budget equal to what two reports are charged (the worst case, one value twice:
+    epsilon_inf) queues them, and refuses a third, which could carry a new value."""
     budget = HOME.epsilon_inf
     client = Client(offline_url, tmp_path / "state", registry=REGISTRY, budget=budget)
     for _ in range(3):
         client.report("homepage", "example.com")
-    assert client.privacy_spent().total <= budget
+    spent = client.privacy_spent()
+    assert (client.pending, client.drops["budget"]) == (2, 1)
+    assert spent.total <= spent.charged <= budget
     client.close(timeout=1)
+
+
+def most_reports(budget: float, params) -> int:
+    """How many reports of a string metric (no bound on its values) a budget admits, from
+    the ledger's rule by hand: the worst case of n reports is floor(n/2) values twice and
+    one once (epsilon_inf >= 2 epsilon_1), or n values once."""
+    e1, einf = params.epsilon_1, params.epsilon_inf
+    n = 0
+    while (((n + 1) // 2) * einf + ((n + 1) % 2) * e1 if einf >= 2 * e1 else (n + 1) * e1) \
+            <= budget:
+        n += 1
+    return n
+
+
+def test_a_budget_queues_by_the_number_of_reports_never_by_their_values(tmp_path, offline_url):
+    """The collector sees which reports arrive. Refusing by the ledger's spend made that
+    depend on the values: with a budget of 5, A, B, A queued 2 reports and A, B, C 3. Every
+    sequence of values now queues the same number, that of the worst case."""
+    sequences = [["a", "b", "a", "a", "a", "a"], ["a", "b", "c", "d", "e", "f"], ["a"] * 6,
+                 ["a", "a", "b", "b", "c", "c"]]
+    outcomes = []
+    for index, values in enumerate(sequences):
+        with Client(offline_url, tmp_path / f"state{index}", registry=REGISTRY,
+                    budget=5.0) as client:
+            for value in values:
+                client.report("homepage", value)
+            spent = client.privacy_spent()
+            outcomes.append((client.pending, client.drops["budget"]))
+        assert spent.total <= spent.charged <= 5.0
+    want = most_reports(5.0, HOME)
+    assert 0 < want < 6
+    assert outcomes == [(want, 6 - want)] * len(sequences)
+
+
+def test_a_budget_charges_a_boolean_at_most_both_values_twice(tmp_path, offline_url):
+    """A metric of few values costs at most epsilon_inf per value however often it is
+    reported: a budget of twice that queues every report of a boolean."""
+    budget = 2 * DARK.epsilon_inf * (1 + 1e-9)
+    with Client(offline_url, tmp_path / "state", registry=REGISTRY, budget=budget,
+                strict=True) as client:
+        for index in range(40):
+            client.report("dark_mode", index % 3 == 0)
+        spent = client.privacy_spent()
+        assert client.pending == 40
+        assert close_to(spent.charged, 2 * DARK.epsilon_inf)
+        assert close_to(spent.total, 2 * DARK.epsilon_inf)
+
+
+@pytest.mark.parametrize(("epsilon_1", "epsilon_inf"),
+                         [(1.0, 3.0), (1.0, 2.0), (1.0, 1.5), (1.0, 1.0), (0.5, math.inf),
+                          (2.0, 1.0)])
+def test_worst_cost_is_the_most_any_sequence_of_values_costs(epsilon_1, epsilon_inf):
+    """Against every sequence of values, priced by the ledger's rule (a key reported once
+    costs min(epsilon_1, epsilon_inf), more than once epsilon_inf)."""
+    def price(sequence: tuple[int, ...]) -> Fraction | float:
+        terms = [min(epsilon_1, epsilon_inf) if sequence.count(key) == 1 else epsilon_inf
+                 for key in set(sequence)]
+        return math.inf if math.inf in terms else sum(map(Fraction, terms), Fraction(0))
+
+    for keys in (1, 2, 3, None):
+        for reports in range(6):
+            domain = range(reports if keys is None else keys)
+            costs = [price(sequence) for sequence in itertools.product(domain, repeat=reports)]
+            assert worst_cost(epsilon_1, epsilon_inf, reports, keys) == max(costs, default=0), \
+                (keys, reports)
+    assert worst_cost(1.0, 3.0, None, 4) == 12 and math.isinf(worst_cost(1.0, 3.0, None, None))
 
 
 def test_ledger_stores_only_digests(client, tmp_path):
@@ -195,7 +266,45 @@ def as_layout_1_database(state) -> None:
     database = sqlite3.connect(state / DATABASE_FILE)
     with database:
         database.execute("ALTER TABLE mechanisms DROP COLUMN layout")
+        database.execute("ALTER TABLE mechanisms DROP COLUMN reports")
         database.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    database.close()
+
+
+def as_schema_2_database(state) -> None:
+    """Make the state database what an SDK of schema version 2 left: no ``reports`` column
+    (it did not count the reports of each parameter set)."""
+    database = sqlite3.connect(state / DATABASE_FILE)
+    with database:
+        database.execute("ALTER TABLE mechanisms DROP COLUMN reports")
+        database.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    database.close()
+
+
+def test_reports_an_earlier_sdk_did_not_count_are_charged_as_any_number(tmp_path, offline_url):
+    """How many reports a schema 2 database's parameter sets sent is unknown: a budget charges
+    them as any number, both values of a boolean twice (so a boolean goes on reporting) and
+    no bound for a string (every further report is refused); the ledger's spend stays."""
+    booleans, strings = tmp_path / "booleans", tmp_path / "strings"
+    report_once(booleans, offline_url, REGISTRY, "dark_mode", True)
+    report_once(strings, offline_url, REGISTRY, "homepage", "example.com")
+    for state in (booleans, strings):
+        as_schema_2_database(state)
+    budget = 2 * DARK.epsilon_inf * (1 + 1e-9)
+    with Client(offline_url, booleans, registry=REGISTRY, budget=budget, strict=True) as client:
+        for value in (True, False, False):
+            client.report("dark_mode", value)
+        spent = client.privacy_spent()
+        assert close_to(spent.charged, 2 * DARK.epsilon_inf)
+        assert close_to(spent.total, DARK.epsilon_inf + DARK.epsilon_inf)
+    with Client(offline_url, strings, registry=REGISTRY, budget=100.0, strict=True) as client:
+        assert math.isinf(client.privacy_spent().charged)
+        assert close_to(client.privacy_spent().total, HOME.epsilon_1)
+        with pytest.raises(BudgetExceededError):
+            client.report("dark_mode", True)
+    database = sqlite3.connect(strings / DATABASE_FILE)
+    assert database.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
+        == ("3",)
     database.close()
 
 
