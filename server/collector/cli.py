@@ -39,6 +39,7 @@ from veil.server.cli.options import (
 from veil.server.collector.config import DEFAULTS, storage_options
 from veil.server.collector.logs import FORMATS, LEVELS, configure_logging
 from veil.server.collector.proxies import trusted_networks
+from veil.server.collector.rate_limits import burst_warnings
 from veil.server.settings import ENVIRONMENT, env_value
 from veil.shared.errors import ParameterError, VeilError
 
@@ -270,6 +271,8 @@ def _log_summary(config: dict[str, Any], metrics: int, location: str, url: str) 
                            (scrapes, "--metrics-token")):
         if (warning := short_token_warning(list(tokens), option)) is not None:
             logger.warning("%s", warning)
+    for warning in burst_warnings(config):
+        logger.warning("%s", warning)
     if config["PROXY_HOPS"] and not config["TRUSTED_PROXIES"] and not _loopback(config["HOST"]):
         logger.warning("--proxy-hops %d trusts the forwarded headers of any peer, and %s is "
                        "reachable from other machines: name the proxies with --trusted-proxy, "

@@ -175,6 +175,26 @@ def token_daily_cap(config: Mapping[str, Any]) -> int:
     return cap
 
 
+def burst_warnings(config: Mapping[str, Any]) -> list[str]:
+    """What ``veil serve`` warns about its rates: a rate whose share per worker bursts less
+    than one full batch gets a full batch in every worker (:func:`upload_limits`), so a
+    source may send ``WORKERS`` batches at once, more than ``RATE_BURST_SECONDS`` of the rate."""
+    workers = max(int(config.get("WORKERS", 1)), 1)
+    largest = int(config["MAX_REPORTS_PER_BATCH"])
+    seconds = float(config["RATE_BURST_SECONDS"])
+    out = []
+    for key, option in (("NETWORK_RATE", "--network-rate"), ("TOKEN_RATE", "--token-rate")):
+        rate = float(config.get(key) or 0)
+        if rate and workers > 1 and rate / workers * seconds < largest:
+            out.append(
+                f"{option} {rate:g} with --burst-seconds {seconds:g} bursts {rate * seconds:g} "
+                f"reports, but each of the {workers} workers keeps its own bucket of at least one "
+                f"batch (--max-reports {largest}): a source may send {workers * largest} reports "
+                f"at once. Lower --max-reports to {max(int(rate * seconds / workers), 1)} or "
+                f"raise --burst-seconds to {math.ceil(workers * largest / rate)}")
+    return out
+
+
 def upload_limits(config: Mapping[str, Any]) -> UploadLimits:
     """The limits of one worker process: the configured rates divided among ``WORKERS``
     processes (each takes its share of the connections), bursts at least one full batch so

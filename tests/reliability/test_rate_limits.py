@@ -131,6 +131,33 @@ def test_rates_are_shared_among_worker_processes_and_the_daily_cap_is_not():
     assert limits.daily_cap(None) is None and UploadLimits().daily_cap(b"team-a") is None
 
 
+def test_each_worker_bursts_a_full_batch_and_serve_says_what_that_allows(collector_factory):
+    """Each of ``veil serve``'s workers keeps its own bucket, never under one full batch, so
+    that any accepted batch can pass: with 2 workers a rate of 10 a second and a 10 s burst
+    (100 reports) lets a source send 2 batches of 50 at once. The log says so, with the
+    settings that would keep the burst; more than 2 batches are never accepted at once."""
+    collector = collector_factory(registry=REGISTRY, max_reports=50, serve_args=[
+        "--workers", "2", "--network-rate", "10", "--burst-seconds", "2"])
+    log = (collector.workdir / "serve.log").read_text()
+    assert ("--network-rate 10 with --burst-seconds 2 bursts 20 reports, but each of the 2 "
+            "workers keeps its own bucket of at least one batch (--max-reports 50): a source "
+            "may send 100 reports at once. Lower --max-reports to 10 or raise --burst-seconds "
+            "to 10") in log, log
+    statuses = [requests.post(collector.url + "/v1/reports", json=batch(50), timeout=30,
+                              headers={"Connection": "close"}).status_code for _ in range(8)]
+    assert 1 <= statuses.count(200) <= 2 and statuses.count(429) >= 6, statuses
+
+
+def test_a_burst_that_holds_a_batch_in_every_worker_is_not_warned():
+    from veil.server.collector.rate_limits import burst_warnings
+
+    config = {"WORKERS": 2, "MAX_REPORTS_PER_BATCH": 50, "RATE_BURST_SECONDS": 10,
+              "NETWORK_RATE": 10.0, "TOKEN_RATE": 9.0}
+    warnings = burst_warnings(config)  # 5 x 10 s holds a batch of 50; 4.5 x 10 s does not
+    assert len(warnings) == 1 and warnings[0].startswith("--token-rate 9 "), warnings
+    assert burst_warnings({**config, "WORKERS": 1}) == []
+
+
 def upload(collector, n: int, forwarded_for: str) -> int:
     """POST ``n`` dark_mode reports to a real ``veil serve`` with ``X-Forwarded-For`` set;
     the answer's status."""
