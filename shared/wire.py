@@ -87,6 +87,13 @@ class BatchValidation:
     errors: list[ReportError]
 
 
+def shown_key(key: Any) -> str:
+    """An unknown JSON key as an error names it: cut to 64 characters, so that a client
+    sending a key of megabytes does not get it back."""
+    text = str(key)
+    return text if len(text) <= 64 else text[:61] + "..."
+
+
 def make_report(report_id: str, metric: str, cohort: int | None, payload: Any,
                 params: str | None) -> dict[str, Any]:
     """The wire object for one report (``cohort`` omitted when ``None``; ``params``, the
@@ -146,7 +153,7 @@ def validate_report(obj: Any, registry: Registry, field: str = "report",
         unknown = sorted(set(obj) - allowed, key=str)
         if unknown:
             raise WireFormatError(
-                f"{field}.{unknown[0]}",
+                f"{field}.{shown_key(unknown[0])}",
                 f"is not a report field of wire version {version} "
                 f"(allowed: {', '.join(sorted(allowed))})",
                 "unknown_field",
@@ -214,8 +221,8 @@ def validate_batch(
     unknown = sorted(set(obj) - BATCH_KEYS, key=str)
     if unknown:
         raise WireFormatError(
-            str(unknown[0]), "is not a batch field (allowed: batch_id, reports, version)", "unknown_field"
-        )
+            shown_key(unknown[0]), "is not a batch field (allowed: batch_id, reports, version)",
+            "unknown_field")
     version = obj.get("version")
     if type(version) is not int or version not in SUPPORTED_VERSIONS:
         raise WireFormatError(

@@ -96,6 +96,20 @@ def test_batch_level_errors_are_400_json_naming_the_field(client, body, field, c
     assert (error["field"], error["code"]) == (field, code)
 
 
+def test_a_huge_unknown_key_is_named_cut_short_not_sent_back(client, wire):
+    """An unknown key of 100,000 characters, in the batch (400) or in a report (refused with
+    the batch's answer): the answer names its first 61 characters, and stays small."""
+    batch = wire.batch(wire.reports("dark_mode", [True]))
+    huge = "k" * 100_000
+    for body, field, status in (
+            ({**batch, huge: 1}, "k" * 61 + "...", 400),
+            ({**batch, "reports": [{**batch["reports"][0], huge: 1}]},
+             "reports[0]." + "k" * 61 + "...", 200)):
+        response = client.post("/v1/reports", json=body)
+        assert response.status_code == status and len(response.data) < 2000, len(response.data)
+        assert f'"{field}"' in response.get_data(as_text=True)
+
+
 def test_invalid_utf8_is_refused(client):
     response = post(client, b'{"version": 1, "batch_id": "\xff\xfe"}')
     assert response.status_code == 400

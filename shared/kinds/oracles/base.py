@@ -39,7 +39,7 @@ from veil.shared.faces import FaceRegistry
 from veil.shared.kinds.base import MechanismParams
 from veil.shared.kinds.category import CategoryList, check_categories
 from veil.shared.privacy import format_epsilon, round_up
-from veil.shared.validation import Interval, check_fields
+from veil.shared.validation import Interval, check_fields, shown_number
 
 #: every frequency oracle of a category metric but RAPPOR, keyed by its ``oracle`` name, in
 #: the order defined (``oracle = "auto"`` chooses among them)
@@ -123,7 +123,8 @@ def parse_index(payload: Any, size: int, field: str) -> int:
     if type(payload) is not int:
         raise WireFormatError(field, f"must be an integer in [0, {size - 1}]", "wrong_type")
     if not 0 <= payload < size:
-        raise WireFormatError(field, f"must be an integer in [0, {size - 1}]; got {payload}",
+        raise WireFormatError(field, f"must be an integer in [0, {size - 1}]; got "
+                                     f"{shown_number(payload)}",
                               "out_of_range")
     return payload
 
