@@ -72,7 +72,7 @@ from fractions import Fraction
 
 from veil.client.encoders import ENCODERS
 from veil.client.randomness import DOMAIN, STREAM_LAYOUT
-from veil.shared.kinds import params_from_dict
+from veil.shared.kinds import MechanismParams, params_from_dict
 from veil.shared.privacy import sequential
 from veil.shared.registry import Metric
 
@@ -96,6 +96,11 @@ class PrivacySpent:
     #: of values they could have carried (:func:`worst_cost`), ``lost`` included; at least
     #: ``total``
     charged: float = 0.0
+    #: the ``delta`` that goes with ``total``: Gaussian number metrics are ``(epsilon,
+    #: delta)``-LDP per grid point reported, and the deltas add up (basic composition); 0.0
+    #: without them, ``inf`` once one is reported after the ledger was lost (what was
+    #: reported before is unknown). Budgets and the application's limits count epsilon only
+    delta: float = 0.0
 
     @property
     def remaining(self) -> float | None:
@@ -215,14 +220,33 @@ def per_metric(
 
 
 @functools.lru_cache(maxsize=256)
+def recorded_params(params_json: str) -> MechanismParams | None:
+    """A parameter set recorded as JSON (``None`` if it no longer parses)."""
+    try:
+        return params_from_dict(json.loads(params_json))
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 def key_count(params_json: str) -> int | None:
     """:meth:`~veil.client.encoders.base.Encoder.key_count` of a parameter set recorded as
     JSON (``None``, no bound, if it no longer parses)."""
-    try:
-        params = params_from_dict(json.loads(params_json))
-        return ENCODERS[params.mechanism_name].key_count(params)
-    except (ValueError, TypeError, KeyError):
-        return None
+    params = recorded_params(params_json)
+    return None if params is None else ENCODERS[params.mechanism_name].key_count(params)
+
+
+def delta_spent(mechanisms: Iterable[Mechanism], lost: bool) -> float:
+    """:attr:`PrivacySpent.delta`: each Gaussian parameter set's ``delta`` times the keys
+    (grid points) it reported, added up; ``inf`` if ``lost`` and one was reported."""
+    total = Fraction(0)
+    for mechanism in mechanisms:
+        params = recorded_params(mechanism.params)
+        delta = getattr(params, "delta", None)
+        if delta and (mechanism.once or mechanism.repeated):
+            if lost:
+                return math.inf
+            total += exact(delta) * (mechanism.once + mechanism.repeated)
+    return upward(total)
 
 
 def charged(mechanisms: Iterable[Mechanism], unbounded: frozenset[str], lost: float) -> float:
@@ -423,4 +447,5 @@ class PrivacyLedger:
         metrics = per_metric(mechanisms, unbounded)
         lost = self.lost
         return PrivacySpent(metrics, compose([*metrics.values(), lost]), self.budget, lost,
-                            charged(mechanisms, unbounded, lost))
+                            charged(mechanisms, unbounded, lost),
+                            delta_spent(mechanisms, self.lost_at is not None))

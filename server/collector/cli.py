@@ -369,13 +369,19 @@ def run_metrics(args: argparse.Namespace) -> int:
         if size is None and (rappor := params.as_rappor()) is not None:
             size = (rappor.k + 7) // 8
         shown = f"{size} byte{'s' * (size != 1)}" if size is not None else "one number"
+        delta = getattr(params, "delta", None)
         print(f"{name:<24} {params.mechanism_name:<18} {format_epsilon(params.epsilon_1):>9} "
-              f"{format_epsilon(params.epsilon_inf):>11}  {shown}")
+              f"{format_epsilon(params.epsilon_inf):>11}  {shown}"
+              + (f" (with delta {delta:g} per value)" if delta else ""))
         if metric.note:
             print(f"{'':<24} {metric.note}")
+    deltas = [delta for _, metric in registry.items()
+              if (delta := getattr(metric.params, "delta", None))]
     print(f"epsilon_inf bounds what all reports of one value reveal; an installation reporting "
           f"one value per metric spends at most {format_epsilon(registry.epsilon_total())} in "
-          "all (epsilons rounded up)")
+          "all (epsilons rounded up)"
+          + (f", with delta {sum(deltas):g} from its Gaussian numbers (each value another "
+             "delta)" if deltas else ""))
     return 0
 
 

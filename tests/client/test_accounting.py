@@ -171,6 +171,35 @@ def test_budget_exactly_reachable(tmp_path, offline_url):
     client.close(timeout=1)
 
 
+GAUSSIAN = Registry.from_dict({"metrics": {
+    "latency": {"kind": "number", "low": 0.0, "high": 10.0, "resolution": 10,
+                "mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-6},
+    "dark_mode": {"kind": "boolean"},
+}})
+
+
+def test_gaussian_numbers_state_their_delta_per_grid_point(tmp_path, offline_url):
+    """Each grid point a Gaussian metric reports is one (epsilon, delta) release (its noise
+    is memoized): 0, 5, 5 and 10 are three, so delta is 3e-6, never below; other kinds add
+    none. After a lost ledger what was reported before is unknown: delta is inf."""
+    state = tmp_path / "state"
+    with Client(offline_url, state, registry=GAUSSIAN) as client:
+        client.report("dark_mode", True)
+        assert client.privacy_spent().delta == 0.0
+        for value in (0.0, 5.0, 5.0, 10.0):
+            client.report("latency", value)
+        spent = client.privacy_spent()
+    assert spent.delta >= 3e-6 and spent.delta == pytest.approx(3e-6, rel=1e-12)
+    assert close_to(spent.total, 3 * GAUSSIAN["latency"].params.epsilon_inf + DARK.epsilon_1)
+    for suffix in ("", "-wal", "-shm"):  # the secret stays: the ledger is lost
+        (state / f"{DATABASE_FILE}{suffix}").unlink(missing_ok=True)
+    with Client(offline_url, state, registry=GAUSSIAN) as client:
+        client.report("dark_mode", True)
+        assert client.privacy_spent().delta == 0.0
+        client.report("latency", 5.0)
+        assert math.isinf(client.privacy_spent().delta)
+
+
 def most_reports(budget: float, params) -> int:
     """How many reports of a string metric (no bound on its values) a budget admits, from
     the ledger's rule by hand: the worst case of n reports is floor(n/2) values twice and

@@ -135,6 +135,21 @@ def test_every_collector_command_takes_its_database_and_registry_from_the_enviro
     assert missing.returncode == 2 and "--db" in missing.stderr
 
 
+def test_veil_metrics_states_the_delta_of_gaussian_numbers(tmp_path):
+    """A Gaussian number metric is (epsilon, delta)-LDP: ``veil metrics`` says delta beside
+    its epsilons and in the total, which is epsilon alone without one."""
+    config = tmp_path / "metrics.toml"
+    gaussian = ('[metrics.latency]\nkind = "number"\nlow = 0.0\nhigh = 10.0\n'
+                'mechanism = "gaussian"\nepsilon = 1.0\ndelta = 1e-6\n')
+    config.write_text('version = 1\n[metrics.dark_mode]\nkind = "boolean"\n' + gaussian)
+    listed = veil("metrics", "--config", str(config))
+    assert listed.returncode == 0, listed.stderr
+    assert "one number (with delta 1e-06 per value)" in listed.stdout, listed.stdout
+    assert "with delta 1e-06 from its Gaussian numbers" in listed.stdout, listed.stdout
+    config.write_text('version = 1\n[metrics.dark_mode]\nkind = "boolean"\n')
+    assert "delta" not in veil("metrics", "--config", str(config)).stdout
+
+
 # files the commands write
 
 
