@@ -6,10 +6,10 @@ import dataclasses
 import math
 from typing import Any, ClassVar
 
-from veil.shared.bits import check_realized, realized
+from veil.shared.bits import PROB_ONE, check_realized, realized
 from veil.shared.errors import ParameterError, WireFormatError, type_name
 from veil.shared.kinds.base import MechanismParams
-from veil.shared.privacy import binary_rr_epsilon
+from veil.shared.privacy import binary_rr_epsilon, format_epsilon
 from veil.shared.validation import Interval, check_fields
 
 #: the names NumPy gives its boolean scalar type (``numpy.bool_``, ``numpy.bool`` from 2.0)
@@ -94,7 +94,16 @@ class BooleanParams(MechanismParams):
 
     @classmethod
     def for_epsilon(cls, epsilon: float) -> BooleanParams:
-        """Parameters (beta = 1/2) whose epsilon is ``epsilon``."""
+        """Parameters (beta = 1/2) whose epsilon is at most ``epsilon``: ``alpha =
+        tanh(epsilon / 2)`` on the encoders' grid of ``N / 2**32``, rounded down (towards
+        more privacy), as the other pickers round; a target above what the grid holds gets
+        its largest ``alpha`` (epsilon about 22.9)."""
         if not epsilon > 0:
             raise ParameterError("epsilon", f"must be > 0; got {epsilon!r}")
-        return cls(alpha=math.tanh(epsilon / 2), beta=0.5)
+        numerator = min(math.floor(math.tanh(epsilon / 2) * PROB_ONE), PROB_ONE - 1)
+        if numerator < 1:
+            least = binary_rr_epsilon(0.5 + 0.5 / PROB_ONE, 0.5 - 0.5 / PROB_ONE)
+            raise ParameterError("epsilon", f"must be at least {format_epsilon(least, 4)}, the "
+                                            "least a probability of 32 bits realizes; got "
+                                            f"{epsilon!r}")
+        return cls(alpha=numerator / PROB_ONE, beta=0.5)

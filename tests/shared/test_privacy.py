@@ -3,12 +3,14 @@ against the exact output distributions of the mechanisms."""
 
 import itertools
 import math
+import random
 from decimal import Decimal, localcontext
 
 import pytest
 
 from veil.shared import BooleanParams, CategoryParams, NumberParams, StringParams
 from veil.shared.bits import realized
+from veil.shared.errors import ParameterError
 from veil.shared.hashing import bloom_bits
 from veil.shared.privacy import (
     classic_gaussian_sigma,
@@ -19,6 +21,7 @@ from veil.shared.privacy import (
     rappor_effective_probs,
     rappor_epsilon_1,
     rappor_epsilon_inf,
+    round_up,
     sequential,
     zcdp_gaussian_sigma,
 )
@@ -58,6 +61,22 @@ def test_parameter_helpers_invert_the_formulas():
     assert params.epsilon_1 == pytest.approx(0.5, rel=1e-6)
     assert BooleanParams.for_epsilon(1.0).epsilon_1 == pytest.approx(1.0, rel=1e-6)
     assert CategoryParams.for_epsilon(["a", "b"], 2.0).epsilon_inf == pytest.approx(2.0, rel=1e-6)
+
+
+def test_a_boolean_picked_for_a_target_never_exceeds_it():
+    """``BooleanParams.for_epsilon`` rounds alpha down on the grid of N / 2**32, as the other
+    pickers round towards more privacy: rounded to the nearest, it exceeded 1,500 of 3,000
+    targets. It stays within one grid step of the target, gives a target beyond the grid its
+    largest alpha and refuses one below the grid's least."""
+    rng = random.Random(5)
+    for target in [rng.uniform(1e-6, 22.0) for _ in range(3000)] + [0.0051971249, 1.0]:
+        params = BooleanParams.for_epsilon(target)
+        assert params.epsilon_1 <= round_up(target), target
+        above = BooleanParams(alpha=params.alpha + 2.0**-32, beta=0.5)
+        assert above.epsilon_1 > target, target  # the largest alpha of the grid below
+    assert BooleanParams.for_epsilon(40.0).alpha == 1 - 2.0**-32
+    with pytest.raises(ParameterError, match=r"at least 0\.0000000004657, the least"):
+        BooleanParams.for_epsilon(1e-12)
 
 
 @pytest.mark.parametrize(("epsilon_inf", "epsilon_1"), [
