@@ -39,7 +39,6 @@ from veil.server.cli.options import (
 from veil.server.collector.config import DEFAULTS, storage_options
 from veil.server.collector.logs import FORMATS, LEVELS, configure_logging
 from veil.server.collector.proxies import trusted_networks
-from veil.server.collector.rate_limits import burst_warnings
 from veil.server.settings import ENVIRONMENT, env_value
 from veil.shared.errors import ParameterError, VeilError
 
@@ -254,6 +253,8 @@ def run_serve(args: argparse.Namespace) -> int:
 def _log_summary(config: dict[str, Any], metrics: int, location: str, url: str) -> None:
     """The start-up lines: what is served from where, who may do what, and how. Counts
     tokens, never shows them."""
+    from veil.server.collector.rate_limits import burst_warnings
+
     logger.info("serving %d metrics of the registry %s; storage %s", metrics,
                 config["REGISTRY"], location)
     uploads = config["UPLOAD_TOKEN"]
