@@ -11,9 +11,14 @@ wait for one), encodes the value with the metric's encoder, and queues the
 report in the transaction that charges the ledger. A value that cannot be
 queued raises (``strict``) or is dropped, counted and logged.
 
-After ``os.fork()`` the child gets its own connection (:meth:`Recorder.check_process`);
-it never closes the parent's, which would release the parent's POSIX locks on
-the database (SQLite's fork caveat).
+``os.fork()`` waits until no thread of the process is using a client's connection (the
+fork handlers hold every live recorder's lock), and the child closes the connection it
+inherited, idle, at once: SQLite keeps per-process lock state for a database file, and a
+connection opened in a child beside an inherited one shares the parent's, so the child
+held no lock in the eyes of the operating system and a parent closing its last
+connection checkpointed and truncated the write-ahead log under the child's writes (a
+malformed database). The child opens its own connection when it first uses the client
+(:meth:`Recorder.check_process`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import secrets
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,6 +61,34 @@ from veil.shared.wire import make_report, validate_report
 log = logging.getLogger("veil.client")
 
 _JSON = json.JSONEncoder(separators=(",", ":"))
+#: the recorders of this process, which ``os.fork()`` waits for and the child detaches
+_LIVE: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+#: the recorders whose locks the fork in progress holds
+_FORKING: list[Recorder] = []
+
+
+def _before_fork() -> None:
+    _FORKING[:] = sorted(_LIVE, key=id)  # one fixed order
+    for recorder in _FORKING:
+        recorder.before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for recorder in _FORKING:
+        recorder.after_fork_in_parent()
+    _FORKING.clear()
+
+
+def _after_fork_in_child() -> None:
+    for recorder in _FORKING:
+        recorder.after_fork_in_child()
+    _FORKING.clear()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
 #: what :meth:`Recorder.submit` turns into a counted drop (``strict``: raises) ...
 _REPORT_ERRORS = (VeilError, sqlite3.Error)
 #: ... and the cause it is counted under (the first match)
@@ -108,7 +142,7 @@ class Recorder:
         self.outages = OutageRecord()
         self.on_queue: Callable[[], None] | None = None
         self._pid = os.getpid()
-        self._abandoned: list[sqlite3.Connection] = []
+        _LIVE.add(self)
         self._drops_at_close = dict.fromkeys(DROP_CAUSES, 0)
         self._outage_at_close: Outage | None = None
         self._attach(connection, recover=True)
@@ -146,13 +180,25 @@ class Recorder:
             raise ClientClosedError("this Client is closed; create a new one")
         if self.forked:
             self._pid = os.getpid()
-            self.lock = threading.Lock()
             self.drops.forked()
             self.loader.forked()
-            # never close the parent's SQLite connection in the child: closing it would
-            # release this process's POSIX locks on the database (SQLite's fork caveat)
-            self._abandoned.append(self.connection)
+            # the inherited connection was closed at the fork (after_fork_in_child)
             self._attach(open_database(self.directory), recover=False)
+
+    def before_fork(self) -> None:
+        """Hold the lock across ``os.fork()``: the connection is idle when it is copied."""
+        self.lock.acquire()
+
+    def after_fork_in_parent(self) -> None:
+        self.lock.release()
+
+    def after_fork_in_child(self) -> None:
+        """In the child: a fresh lock, and the inherited connection closed (idle: the fork
+        waited for the lock), before any connection to the database is opened here."""
+        self.lock = threading.Lock()
+        if not self.closed:
+            with contextlib.suppress(sqlite3.Error):
+                self.connection.close()
 
     def submit(self, metric: Any, value: Any, *, strict: bool) -> None:
         """Report a value (for :meth:`Client.report <veil.client.Client.report>`, or one that
