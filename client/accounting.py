@@ -78,6 +78,9 @@ from veil.shared.registry import Metric
 
 #: memo-key digests kept in memory (recomputed on a miss)
 DIGEST_CACHE_SIZE = 4096
+#: keys known to be reported twice kept in memory (looked up in the ledger on a miss): every
+#: distinct value an installation repeats would otherwise stay, about 260 bytes each
+SATURATED_CACHE_SIZE = 65_536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -384,7 +387,7 @@ class PrivacyLedger:
         ).fetchone()
         previous = row[0] if row else 0
         if previous >= 2:
-            self._saturated.add((fp, digest))
+            self._saturate(fp, digest)
             return None
         if previous == 1:
             return Charge(metric, fp, digest, (-1, 1))
@@ -438,7 +441,14 @@ class PrivacyLedger:
     def committed(self, charge: Charge) -> None:
         """Note a charge whose transaction committed (saturated keys skip the lookup)."""
         if charge.saturates:
-            self._saturated.add((charge.fingerprint, charge.digest))
+            self._saturate(charge.fingerprint, charge.digest)
+
+    def _saturate(self, fingerprint: str, digest: bytes) -> None:
+        """Remember a key reported twice (a cache of the ledger: forgotten when it holds
+        :data:`SATURATED_CACHE_SIZE`, as the digests are)."""
+        if len(self._saturated) >= SATURATED_CACHE_SIZE:
+            self._saturated.clear()
+        self._saturated.add((fingerprint, digest))
 
     def spent(self) -> PrivacySpent:
         """Per-metric and total worst-case epsilon so far (the lost spend included)."""

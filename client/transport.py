@@ -36,7 +36,9 @@ from veil.shared.registry import Registry
 log = logging.getLogger("veil.client")
 
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
-_jitter = random.Random()
+#: jitter from the OS's generator: a ``random.Random`` is copied by ``os.fork()``, and forked
+#: processes would then wait and retry in lockstep
+_jitter = random.SystemRandom()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +92,7 @@ def _acknowledgement(response: requests.Response, sent: int) -> dict[str, Any] |
     """The parsed 200 answer if it has the contract's shape, else ``None``."""
     try:
         answer = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python goes
         return None
     if not isinstance(answer, dict):
         return None
@@ -115,8 +117,17 @@ def _batch_error(response: requests.Response) -> tuple[str, str]:
     try:
         error = response.json().get("error", {})
         return str(error.get("code", "")), f"{error.get('field', '')}: {error.get('message', '')}"
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return "", response.text[:200]
+
+
+def _copy_settings(source: requests.Session, target: requests.Session) -> None:
+    """The settings of ``source`` an application may have made, onto ``target``."""
+    target.headers = requests.structures.CaseInsensitiveDict(source.headers)
+    target.proxies = dict(source.proxies)
+    target.params = dict(source.params) if isinstance(source.params, dict) else source.params
+    target.auth, target.verify, target.cert = source.auth, source.verify, source.cert
+    target.trust_env, target.max_redirects = source.trust_env, source.max_redirects
 
 
 def network_problem(exc: requests.RequestException) -> str:
@@ -195,11 +206,17 @@ class RequestsTransport(Transport):
 
     @property
     def session(self) -> requests.Session:
-        """This process's ``requests.Session``: created on first use, and anew after a fork."""
+        """This process's ``requests.Session``: created on first use, and anew after a fork,
+        with the settings the application gave the parent's (headers, proxies, auth, TLS
+        verification and client certificate, environment trust, parameters, redirects);
+        adapters it mounted are not carried over (they hold the parent's pooled
+        connections)."""
         if self._session is None or self._pid != os.getpid():
             # a forked child must not share the parent's pooled connections
-            self._pid = os.getpid()
+            inherited, self._pid = self._session, os.getpid()
             self._session = requests.Session()
+            if inherited is not None:
+                _copy_settings(inherited, self._session)
         return self._session
 
     def send(
@@ -278,7 +295,7 @@ class RequestsTransport(Transport):
                                            unreachable=status in RETRY_STATUSES)
         try:
             return Registry.from_dict(response.json(), lenient=True)
-        except (ValueError, ParameterError) as exc:
+        except (ValueError, ParameterError, RecursionError) as exc:
             raise RegistryUnavailableError(
                 f"GET {address} returned an invalid registry: {exc}"
             ) from None

@@ -36,7 +36,9 @@ INTERVAL_JITTER = (0.8, 1.2)
 #: seconds :meth:`BackgroundWorker.stop` gives an idle thread to end, whatever its timeout (it
 #: only has to wake and return: no network), so that even ``close(0)`` closes the client
 IDLE_EXIT = 0.2
-_jitter = random.Random()
+#: jitter from the OS's generator: a ``random.Random`` is copied by ``os.fork()``, and forked
+#: processes would then wait and retry in lockstep
+_jitter = random.SystemRandom()
 _Owner = TypeVar("_Owner")
 
 

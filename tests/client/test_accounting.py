@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import pytest
 
-from veil.client import BudgetExceededError, Client
+from veil.client import BudgetExceededError, Client, accounting
 from veil.client.accounting import PrivacyLedger, worst_cost
 from veil.client.encoders import make_encoder
 from veil.client.randomness import STREAM_LAYOUT, HmacStream
@@ -198,6 +198,24 @@ def test_gaussian_numbers_state_their_delta_per_grid_point(tmp_path, offline_url
         assert client.privacy_spent().delta == 0.0
         client.report("latency", 5.0)
         assert math.isinf(client.privacy_spent().delta)
+
+
+def test_keys_reported_twice_are_remembered_in_a_bounded_cache(tmp_path, offline_url,
+                                                                  monkeypatch):
+    """The keys known to be reported twice are a cache of the ledger: at its size it is
+    forgotten, and a forgotten key's next report is priced from the ledger, costing nothing
+    more (each distinct repeated value stayed in memory for good)."""
+    monkeypatch.setattr(accounting, "SATURATED_CACHE_SIZE", 8)
+    with Client(offline_url, tmp_path / "state", registry=REGISTRY) as client:
+        for _ in range(3):
+            for index in range(20):
+                client.report("homepage", f"site{index}.example")
+        spent = client.privacy_spent()
+        assert len(client._recorder.ledger._saturated) <= 8
+        assert close_to(spent.per_metric["homepage"], 20 * HOME.epsilon_inf)
+        for index in range(20):
+            client.report("homepage", f"site{index}.example")
+        assert client.privacy_spent().per_metric == spent.per_metric
 
 
 def most_reports(budget: float, params) -> int:

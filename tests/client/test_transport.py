@@ -8,6 +8,7 @@ collector on 127.0.0.1, or one that is not there.
 
 from __future__ import annotations
 
+import http.server
 import json
 import logging
 import os
@@ -227,11 +228,20 @@ def test_requests_transport_reports_an_unreachable_collector(offline_url):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_requests_transport_gives_a_forked_child_its_own_session():
+    """Its own pooled connections, with the settings the application gave the parent's
+    session (a child went around the configured proxy, without its headers)."""
     transport = RequestsTransport()
     parent = transport.session
+    parent.headers["X-Team"] = "checkout"
+    parent.proxies = {"https": "http://proxy.internal:3128"}
+    parent.verify, parent.cert, parent.trust_env = "/etc/ca.pem", "/etc/client.pem", False
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if transport.session is not parent else 1)
+        child = transport.session
+        same = (child.headers["X-Team"], child.proxies, child.verify, child.cert,
+                child.trust_env) == ("checkout", {"https": "http://proxy.internal:3128"},
+                                     "/etc/ca.pem", "/etc/client.pem", False)
+        os._exit(0 if child is not parent and same else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert transport.session is parent
@@ -255,3 +265,49 @@ def test_backoff_is_full_jitter_capped() -> None:
         delays = [policy.delay(retry) for _ in range(200)]
         assert all(0.0 <= d <= bound for d in delays)
         assert max(delays) > bound / 2  # spread over the interval, not a constant
+
+
+class _Nested(http.server.BaseHTTPRequestHandler):
+    """Answers every request with JSON nested deeper than Python's parser goes."""
+
+    status = 200
+    body = b"[" * 100_000 + b"]" * 100_000
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("status", [200, 400])
+def test_an_answer_nested_too_deep_is_a_failed_upload_not_an_exception(tmp_path, status, caplog):
+    """A collector (or a proxy before it) answering JSON nested 100,000 deep made the JSON
+    parser raise RecursionError out of flush() and close(): the application's own call
+    raised, and a background flush logged a traceback."""
+    handler = type("Nested", (_Nested,), {"status": status})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        registry = Registry.from_dict({"metrics": {"dark_mode": {"kind": "boolean"}}})
+        client = Client(url, tmp_path / "state", registry=registry, max_retries=0)
+        client.report("dark_mode", True)
+        result = client.flush(timeout=5)
+        assert not result.ok and result.remaining == 1, result
+        client.close(timeout=1)
+        with pytest.raises(RegistryUnavailableError,
+                           match="invalid registry" if status == 200 else "HTTP 400"):
+            RequestsTransport().fetch_registry(url, token=None, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "Traceback" not in caplog.text
