@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import email.utils
+import functools
 import logging
 import math
 import os
@@ -25,6 +26,7 @@ import random
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import requests
@@ -119,6 +121,41 @@ def _batch_error(response: requests.Response) -> tuple[str, str]:
         return str(error.get("code", "")), f"{error.get('field', '')}: {error.get('message', '')}"
     except (ValueError, AttributeError, RecursionError):
         return "", response.text[:200]
+
+
+#: seconds :func:`within` waits past its limit, so that a request whose socket timed out
+#: says so itself (a ``ReadTimeout``, a refused connection)
+GRACE = 0.1
+
+
+def within(limit: float, request: Callable[[], requests.Response]) -> requests.Response:
+    """Make ``request`` and read its whole answer within ``limit`` seconds of wall-clock time
+    (and :data:`GRACE`).
+
+    ``requests``' timeout bounds each socket operation, not the request: an answer sent a
+    byte at a time, or a slow name lookup, took as long as it liked, and with it
+    ``flush()``, ``close()`` and the exit. The request runs in a thread of its own; one
+    that overruns is left to its socket timeouts, and counts as a timeout here (a batch
+    sent again is acknowledged as duplicates).
+    """
+    outcome: list[requests.Response | Exception] = []
+
+    def run() -> None:
+        try:
+            response = request()
+            _ = response.content  # the body too, under the same bound
+            outcome.append(response)
+        except Exception as exc:  # handed to the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name="veil-request", daemon=True)
+    thread.start()
+    thread.join(max(limit, 0.0) + GRACE)
+    if not outcome:
+        raise requests.Timeout(f"no complete answer within {limit:.3g} s")
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    return outcome[0]
 
 
 def _copy_settings(source: requests.Session, target: requests.Session) -> None:
@@ -241,7 +278,8 @@ class RequestsTransport(Transport):
                 return Outcome("unreachable", message="flush deadline reached")
             wait: float | None = None
             try:
-                response = self.session.post(address, data=body, headers=headers, timeout=limit)
+                response = within(limit, functools.partial(
+                    self.session.post, address, data=body, headers=headers, timeout=limit))
             except requests.RequestException as exc:
                 problem, status = f"POST {address} failed: {network_problem(exc)}", None
             else:
@@ -284,7 +322,8 @@ class RequestsTransport(Transport):
         """``GET {url}/v1/metrics`` and parse it; raise :class:`RegistryUnavailableError`."""
         address = f"{url}/v1/metrics"
         try:
-            response = self.session.get(address, headers=_authorization(token), timeout=timeout)
+            response = within(timeout, lambda: self.session.get(
+                address, headers=_authorization(token), timeout=timeout))
         except requests.RequestException as exc:
             raise RegistryUnavailableError(
                 f"GET {address} failed: {network_problem(exc)}", unreachable=True

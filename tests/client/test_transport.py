@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -311,3 +312,52 @@ def test_an_answer_nested_too_deep_is_a_failed_upload_not_an_exception(tmp_path,
         server.shutdown()
         server.server_close()
     assert "Traceback" not in caplog.text
+
+
+def _tarpit() -> tuple[socket.socket, str]:
+    """A collector that answers 200 and then its body a byte every 0.5 s (12 s in all)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+
+            def drip(conn: socket.socket = conn) -> None:
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 24\r\n\r\n")
+                    for _ in range(24):
+                        time.sleep(0.5)
+                        try:
+                            conn.sendall(b" ")
+                        except OSError:
+                            return
+
+            threading.Thread(target=drip, daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_flush_and_close_timeouts_bound_an_answer_that_drips(tmp_path):
+    """requests' timeout bounds each read, not the answer: an answer of a byte every half
+    second held flush(2) and close(1) for 12 s each. The timeouts are wall-clock bounds (the
+    slack below is for a loaded machine; the drip would take 12 s)."""
+    listener, url = _tarpit()
+    try:
+        registry = Registry.from_dict({"metrics": {"dark_mode": {"kind": "boolean"}}})
+        client = Client(url, tmp_path / "state", registry=registry)
+        client.report("dark_mode", True)
+        started = time.monotonic()
+        result = client.flush(timeout=1.0)
+        assert time.monotonic() - started < 4 and not result.ok and result.remaining == 1
+        started = time.monotonic()
+        client.close(timeout=0.5)
+        assert time.monotonic() - started < 4
+    finally:
+        listener.close()
