@@ -53,12 +53,15 @@ class Outcome:
     or 400 ``too_many``: split the batch), ``"refused"`` (another 4xx: the
     collector will not take this batch as sent) or ``"unreachable"`` (retries
     exhausted, deadline reached or stopped); ``message`` says why for the last three.
+    ``retry_after``: seconds the collector asked the client to wait, longer than the policy's
+    ``backoff_cap`` (the uploader waits them before its next upload).
     """
 
     kind: str
     status: int | None = None
     answer: dict[str, Any] | None = None
     message: str = ""
+    retry_after: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,7 +310,7 @@ class RequestsTransport(Transport):
             delay = policy.delay(attempt) if wait is None else wait
             if wait is not None and wait > policy.backoff_cap:
                 return Outcome("unreachable", status, message=f"{problem}; the collector asked "
-                               f"to retry after {wait:.0f} s")
+                               f"to retry after {wait:.0f} s", retry_after=wait)
             if deadline is not None and time.monotonic() + delay >= deadline:
                 return Outcome("unreachable", status, message=f"{problem} (flush deadline reached)")
             log.debug("%s; retrying in %.2f s", problem, delay)

@@ -79,6 +79,9 @@ class Uploader:
         self._batch_limit = options.batch_size
         #: whether the collector refused the last batch it answered (logged once until one passes)
         self._refused = False
+        #: ``time.monotonic()`` before which the collector asked not to be sent anything
+        #: (its ``Retry-After``, when longer than the retry policy waits)
+        self._not_before = 0.0
         self.worker: BackgroundWorker | None = None
         if options.background:
             self.worker = BackgroundWorker(
@@ -122,6 +125,10 @@ class Uploader:
             loader.start_fetch()
         totals: collections.Counter[str] = collections.Counter()
         failed: Outcome | None = None
+        asked = self._not_before - time.monotonic()
+        if upload and asked > 0:
+            failed = Outcome("unreachable", message=f"the collector asked to be sent nothing for "
+                                                    f"{asked:.0f} s more (Retry-After)")
         while upload and failed is None:
             with recorder.lock:
                 rows = recorder.outbox.claim(self._batch_limit, self.options.max_batch_bytes)
@@ -198,6 +205,8 @@ class Uploader:
         (:mod:`veil.client.outage`: one WARNING per outage, even across runs), any answer ends
         it; a refused batch is an ERROR, logged once until a batch is acknowledged again."""
         recorder = self.recorder
+        if outcome.retry_after is not None:
+            self._not_before = time.monotonic() + outcome.retry_after
         if outcome.kind == "unreachable":
             recorder.unreachable(outcome.message, "The reports stay queued and will be retried")
             return

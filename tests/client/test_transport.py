@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import requests
@@ -361,3 +361,42 @@ def test_flush_and_close_timeouts_bound_an_answer_that_drips(tmp_path):
         assert time.monotonic() - started < 4
     finally:
         listener.close()
+
+
+class _Busy(http.server.BaseHTTPRequestHandler):
+    """Answers every upload 429 with ``Retry-After: 120`` and counts them."""
+
+    posts: ClassVar[list[float]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.posts.append(time.monotonic())
+        self.send_response(429)
+        self.send_header("Retry-After", "120")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_retry_after_longer_than_the_backoff_is_waited_before_the_next_upload(tmp_path):
+    """A collector asking for 120 s (more than the 30 s backoff cap, so the flush gives up at
+    once) was sent the batch again at every flush: a background client posted every flush
+    interval. Until the 120 s are over no upload is tried, and the flush says why."""
+    handler = type("Busy", (_Busy,), {"posts": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        registry = Registry.from_dict({"metrics": {"dark_mode": {"kind": "boolean"}}})
+        with Client(url, tmp_path / "state", registry=registry) as client:
+            client.report("dark_mode", True)
+            first = client.flush(timeout=2)
+            assert "retry after 120 s" in (first.error or ""), first
+            later = [client.flush(timeout=2) for _ in range(3)]
+            assert all("Retry-After" in (result.error or "") for result in later), later
+            assert len(handler.posts) == 1 and later[-1].remaining == 1
+    finally:
+        server.shutdown()
+        server.server_close()
