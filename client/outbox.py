@@ -152,6 +152,10 @@ class Outbox:
             self.connection.executemany(sql, rows)
 
 
+#: the share of ``max_outbox`` a full outbox must drain to before it is said to have room
+#: again (:meth:`DropCounter.outbox_full`)
+ROOM_AGAIN = 0.9
+
 class DropCounter:
     """What the client drops, per cause (:data:`DROP_CAUSES`), beside the outbox that keeps the
     durable counts.
@@ -219,7 +223,9 @@ class DropCounter:
     ) -> None:
         """Count the reports a full outbox dropped (the new one, or the oldest it evicted; call
         it holding the connection's lock); log once when the outbox starts dropping reports,
-        and once when it has room again."""
+        and once when it has room again: down to :data:`ROOM_AGAIN` of ``max_outbox``, so that
+        reports arriving faster than uploads drain them (each upload making room for a few)
+        are one episode, not two warnings per upload."""
         if dropped:
             outbox.count_dropped("outbox_full", dropped)
             if not self._full_drops:
@@ -231,7 +237,7 @@ class DropCounter:
                     max_outbox, which,
                 )
             self._full_drops += dropped
-        elif self._full_drops:
+        elif self._full_drops and outbox.pending() <= ROOM_AGAIN * max_outbox:
             log.warning(
                 "the outbox has room again; %d reports were dropped while it was full",
                 self._full_drops,

@@ -7,10 +7,12 @@ the privacy ledger (they never leave the device)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
-from veil.client import Client
+from veil.client import Client, Transport
+from veil.client.transport import Outcome
 
 HOSTS = [f"site{index}.example" for index in range(5)]
 
@@ -68,3 +70,43 @@ def test_the_default_cap_is_100000_reports(tmp_path, test_registry, offline_url)
     assert client.max_outbox == 100_000
     client.close(timeout=1)
 
+
+
+class Draining(Transport):
+    """Acknowledges the next ``accept`` batches, then is unreachable: a collector that drains
+    a full outbox a few batches at a time."""
+
+    def __init__(self) -> None:
+        self.accept = 0
+
+    def send(self, url: str, body: bytes, reports: int, **options: Any) -> Outcome:
+        if self.accept <= 0:
+            return Outcome("unreachable", message="down")
+        self.accept -= 1
+        return Outcome("acknowledged", 200, {"accepted": reports, "duplicates": 0,
+                                             "rejected": 0})
+
+
+def test_reports_arriving_faster_than_uploads_drain_them_are_one_logged_episode(
+        tmp_path, test_registry, caplog):
+    """Each upload making room for a few reports, soon taken, logged "full" and "room again"
+    at every upload (405 warnings in 10 s). The outbox has room again once it drained to 90%
+    of max_outbox: one episode, two lines, whatever the flapping in between."""
+    transport = Draining()
+    client = Client("http://collector.invalid", tmp_path / "state", registry=test_registry,
+                    transport=transport, max_outbox=100, batch_size=5)
+    with caplog.at_level(logging.INFO, logger="veil.client"):
+        for _ in range(101):
+            client.report("dark_mode", True)
+        for _ in range(10):  # an upload frees 5 places, 6 reports arrive
+            transport.accept = 1
+            client.flush(timeout=1)
+            for _ in range(6):
+                client.report("dark_mode", True)
+        assert len(outbox_messages(caplog)) == 1 and client.drops["outbox_full"] == 11
+        transport.accept = 3  # down to 85 of 100
+        client.flush(timeout=1)
+        client.report("dark_mode", True)
+    started, again = outbox_messages(caplog)
+    assert "max_outbox=100" in started and "room again; 11 reports were dropped" in again
+    client.close(timeout=0)
