@@ -155,6 +155,11 @@ def decode_category(counts: CountsArrays, options: DecodeOptions = DEFAULT_OPTIO
                                   found)
 
 
+#: how far a sum of shares may pass 0 or 1 by floating-point rounding alone (GRR's, exactly 1,
+#: came out as 1.0000000000000002) before the summary notes it clipped
+SUM_ROUNDING = 1e-12
+
+
 def category_shares_result(counts: CountsArrays, labels: list[str], share: np.ndarray,
                            se: np.ndarray, confidence: float, summary: dict[str, Any],
                            details: dict[str, Any], description: str,
@@ -184,7 +189,7 @@ def category_shares_result(counts: CountsArrays, labels: list[str], share: np.nd
     )
     outside = None if found is not None else _outside_note(labels, share, se)
     notes = [outside] if outside else []
-    if not 0.0 <= allocated <= 1.0:
+    if not -SUM_ROUNDING <= allocated <= 1.0 + SUM_ROUNDING:
         notes.append(f"allocated_proportion shows the unbiased sum of shares {allocated:.4g} "
                      "clipped to [0, 1]; allocated_proportion_unbiased keeps it")
     if notes:
