@@ -127,6 +127,11 @@ def discover(metric: str, *, db: str | Path | None = None, server: str | None = 
     """
     with CountsSource(metric, db, server, token, start, end, force) as source:
         channel = source.registry.channel(metric)
+        owner = getattr(source.registry.get(metric), "of", None)
+        if channel is None and owner:
+            raise ParameterError(
+                "metric", f"metric {metric!r} is the discovery channel of {owner!r}: name the "
+                          f"string metric it serves (--metric {owner})")
         if channel is None:
             raise ParameterError(
                 "metric", f"metric {metric!r} has no discovery channel: add a "

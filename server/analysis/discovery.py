@@ -195,7 +195,8 @@ class PrefixSearch:
         if isinstance(self.false_prefixes, bool) or not isinstance(self.false_prefixes, int | float) \
                 or not 0 < self.false_prefixes <= self.max_prefixes \
                 or not self.false_prefixes < first_level:
-            raise ParameterError("false_prefixes", "must be a number above 0 and at most the "
+            raise ParameterError("false_prefixes", "false_prefixes (--false-prefixes) must be a "
+                                 "number above 0 and at most the "
                                  f"{self.max_prefixes} prefixes a level keeps, and below "
                                  f"{first_level} (twice the extensions the first level "
                                  f"examines); got {self.false_prefixes!r}")

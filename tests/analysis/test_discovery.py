@@ -291,6 +291,27 @@ def test_veil_discover_explains_a_metric_without_a_channel(tmp_path: Path) -> No
     assert "no discovery channel" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_veil_discover_names_the_option_and_the_metric_to_give(tmp_path: Path) -> None:
+    """``--false-prefixes 0`` is named as the option, and a channel given as ``--metric`` is
+    answered with the string metric it serves (it suggested a channel of the channel)."""
+    from veil.server.storage import open_storage
+
+    db = tmp_path / "veil.db"
+    open_storage(str(db), REGISTRY, create=True).close()
+
+    def discover(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "veil.server.cli", "discover", "--db",
+                               str(db), "--out", str(tmp_path / "out"), "--force", *options],
+                              capture_output=True, text=True, timeout=120)
+
+    done = discover("--metric", "home", "--false-prefixes", "0")
+    assert done.returncode == 2 and "false_prefixes (--false-prefixes) must be" in done.stderr
+    done = discover("--metric", "home.discovery")
+    assert done.returncode == 2, done.stderr
+    assert "is the discovery channel of 'home': name the string metric it serves " \
+           "(--metric home)" in done.stderr
+
+
 def test_discover_with_no_frequent_string_states_everything_as_missing(tmp_path: Path) -> None:
     """Every report a different value (8 random letters): the search keeps no string, and the string decoder
     fits the background alone (no placeholder candidate): no rows, no candidates, and the
