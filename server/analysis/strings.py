@@ -180,8 +180,9 @@ class StringDecoder:
     (``summary_["fit"]`` says which; :mod:`veil.server.analysis.selection`).
 
     After :meth:`fit`: ``result_`` (a :class:`DecodeResult` of detected
-    strings), ``summary_``, and per candidate ``estimates_``, ``std_errors_``,
-    ``proportions_``, ``p_values_``, ``adjusted_p_values_``, ``detected_``;
+    strings), ``summary_``, and per candidate ``estimates_`` and ``std_errors_`` (in
+    reports), ``proportions_`` (shares of all reports), ``p_values_``,
+    ``adjusted_p_values_``, ``detected_``;
     per cohort and bit ``bit_shares_`` and ``bit_variances_`` (shares of the
     cohort's reports) and ``bit_counts_`` and ``bit_count_variances_`` (counts), and
     ``excluded_`` (a flat mask, row ``cohort * k + bit``: the equations left out of the
