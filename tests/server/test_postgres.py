@@ -258,6 +258,57 @@ def test_retention_drops_raw_reports_of_old_days_and_keeps_their_counts(postgres
         assert_counts(storage, wire, sent[DAYS[0]] + sent[DAYS[1]], None, DAYS[1])
 
 
+def test_retention_never_drops_a_day_of_the_replay_window(postgres_url, wire):
+    """A report of a dropped day resent within the window counted again (its id gone with
+    the partition), and dropping today's partition left collectors refusing every upload:
+    retention stops at the window's first day, by the database's clock."""
+    import datetime as dt
+
+    with open_storage(postgres_url, wire.registry, create=True, replay_window_days=3) as storage:
+        today = dt.date.fromisoformat(storage._today())
+        first = (today - dt.timedelta(days=2)).isoformat()
+        reports = wire.validated(wire.reports("dark_mode", [True, False]))
+        assert storage.insert(reports, first).accepted == 2
+        for cutoff in (today + dt.timedelta(days=1), today, today - dt.timedelta(days=1)):
+            with pytest.raises(StorageError, match=f"drop the days before {first} at the "
+                                                   r"latest \(--keep-days 3 or more\)"):
+                storage.drop_days_before(cutoff.isoformat())
+        assert storage.drop_days_before(first) == []
+        assert storage.insert(reports, today.isoformat()).duplicates == 2  # still known
+
+
+def test_aggregates_replaced_while_the_day_is_folded_are_counted_once(postgres_url, wire):
+    """``veil aggregate`` replaces a day's aggregates; the first write of the next day folds
+    that day's shards under the day's lock. A replacement racing an uncommitted fold kept the
+    folded row and added the archive's counts on top (20 for 10 reports): it now waits for
+    the day's lock."""
+    from veil.server.storage.postgres import schema
+    from veil.server.storage.postgres.rows import day_number
+
+    day = "2026-11-02"
+    with open_storage(postgres_url, wire.registry, create=True) as storage:
+        for report in wire.reports("dark_mode", [True] * 10):  # shards over several rows
+            storage.insert(wire.validated([report]), day)
+        reports, states = storage.read_aggregates(storage.registry["dark_mode"], day, day)
+    with psycopg.connect(postgres_url) as fold:  # what a collector's next-day write runs
+        fold.execute("SELECT pg_advisory_xact_lock(%s, %s)", (schema.LOCK_DAY, day_number(day)))
+        fold.execute(schema.FOLD_DAY, {"day": day, "metrics": ["dark_mode"]})
+
+        def replace() -> None:
+            with open_storage(postgres_url) as storage:
+                storage.replace_aggregates("dark_mode", day, reports, states)
+
+        racing = threading.Thread(target=replace)
+        racing.start()
+        time.sleep(0.5)
+        assert racing.is_alive()  # waits for the fold's transaction
+        fold.commit()
+    racing.join(30)
+    with open_storage(postgres_url) as storage:
+        assert storage.counts("dark_mode", day, day, min_reports=0)["reports"] == 10
+    assert check_storage(postgres_url).sound
+
+
 # a collector on PostgreSQL, over HTTP
 
 

@@ -34,6 +34,7 @@ from veil.server.storage.postgres.database import safe_location
 from veil.server.storage.postgres.rows import (
     aggregate_row,
     array_counters,
+    day_number,
     decode_payloads,
     fields_equal,
 )
@@ -69,6 +70,11 @@ class PostgresStorage(PostgresWrites):
                 for c in range(stored.params.cohorts) if reports[c]]
         with self._unavailable(f"write the aggregates of {metric!r} on {day_text}"), \
                 self._pool.connection() as conn, conn.transaction():
+            # the day's lock, as the first write of the next day takes it to fold the day's
+            # shards: a fold not yet committed would otherwise survive the replacement and
+            # add the day's reports to the archive's counts
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)",
+                         (schema.LOCK_DAY, day_number(day_text)))
             conn.execute("DELETE FROM veil_aggregates WHERE metric = %s AND day = %s",
                          (metric, day_text))
             with conn.cursor() as cursor:

@@ -125,6 +125,17 @@ class PostgresWrites(PostgresDatabase):
         cutoff = str(parse_day(day, "day"))
         dropped = []
         with self._unavailable(f"drop old days from {self._location}"):
+            today = self._today()
+            latest = day_text(day_number(today) - (self.replay_window_days - 1))
+            if cutoff > latest:
+                # a report of a dropped day resent within the window would count again,
+                # and today's partition, gone, would refuse every upload
+                raise StorageError(
+                    f"dropping the raw reports of the days before {cutoff} would drop days "
+                    f"within the {self.replay_window_days}-day replay window (today is {today} "
+                    f"by the database's clock), whose report ids keep a client's resent batch "
+                    f"from counting twice: drop the days before {latest} at the latest "
+                    f"(--keep-days {self.replay_window_days} or more)")
             for name in self.partitions():
                 if name >= cutoff:
                     continue
