@@ -277,6 +277,44 @@ def test_retention_never_drops_a_day_of_the_replay_window(postgres_url, wire):
         assert storage.insert(reports, today.isoformat()).duplicates == 2  # still known
 
 
+def test_a_long_reader_holds_up_no_upload_behind_partition_ddl(postgres_url, wire, caplog):
+    """A transaction reading the raw reports (``veil check``, an archive) holds the table.
+    DDL queued behind it held every insert for as long as it ran: retention's drop, and the
+    partition a day creates when it first needs one. Both now give up after a second:
+    retention says to run again, and the partitions of the days ahead are created once a day
+    while they are not needed yet (tried again the next day)."""
+    import datetime as dt
+
+    from veil.server.storage.postgres.rows import day_number, day_text
+
+    old = "2026-11-02"
+    with open_storage(postgres_url, wire.registry, create=True) as storage:
+        storage.insert(wire.validated(wire.reports("dark_mode", [True])), old)
+    reader = psycopg.connect(postgres_url)
+    reader.execute("SELECT count(*) FROM veil_reports")  # its transaction stays open
+    try:
+        with open_storage(postgres_url) as storage:
+            started = time.monotonic()
+            with pytest.raises(StorageError, match="holds the table"):
+                storage.drop_days_before("2026-11-03")
+            with caplog.at_level("INFO", logger="veil.server.storage"):
+                # the process's first write of the day: it folds yesterday, then tries the
+                # partitions ahead, which the reader holds up
+                assert storage.insert(wire.validated(wire.reports("dark_mode", [True]))
+                                      ).accepted == 1
+            assert time.monotonic() - started < 10  # two DDL timeouts of 1 s, not the reader
+            assert "waits for a later day" in caplog.text
+            ahead = day_text(day_number(storage._today()) + 3)
+            assert ahead not in storage.partitions()
+    finally:
+        reader.close()
+    with open_storage(postgres_url) as storage:
+        assert storage.drop_days_before("2026-11-03") == [old]
+        storage.insert(wire.validated(wire.reports("dark_mode", [True])))
+        assert ahead in storage.partitions()
+    assert dt.date.fromisoformat(ahead) > dt.datetime.now(dt.UTC).date()
+
+
 def test_aggregates_replaced_while_the_day_is_folded_are_counted_once(postgres_url, wire):
     """``veil aggregate`` replaces a day's aggregates; the first write of the next day folds
     that day's shards under the day's lock. A replacement racing an uncommitted fold kept the

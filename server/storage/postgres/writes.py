@@ -21,6 +21,7 @@ previous day after midnight by the database's clock).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -45,11 +46,16 @@ from veil.server.storage.postgres.rows import (
 from veil.shared.registry import Registry
 from veil.shared.wire import Report
 
+logger = logging.getLogger("veil.server.storage")
+
 #: how often a write transaction is retried after PostgreSQL broke a deadlock or a
 #: serialization conflict (neither stored anything)
 RETRIES = 3
 #: days of partitions created ahead of today, so midnight never waits on DDL
 DAYS_AHEAD = 2
+#: milliseconds DDL that locks ``veil_reports`` (a partition created ahead of its day, a day
+#: dropped by retention) waits for a reader before it gives up: inserts queue behind it
+DDL_LOCK_TIMEOUT_MS = 1000
 
 
 class MissingPartition(Exception):
@@ -88,9 +94,12 @@ class PostgresWrites(PostgresDatabase):
                 "SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD')").fetchone()
         return str(row[0]) if row else ""
 
-    def _ensure_partitions(self, day: str) -> None:
+    def _ensure_partitions(self, day: str, *, lock_timeout: bool = False) -> None:
         """Create the partitions of ``day`` and of :data:`DAYS_AHEAD` days after it, each in
-        its own short transaction (creating one locks the parent table)."""
+        its own short transaction (creating one locks the parent table). With
+        ``lock_timeout``, a creation that would wait longer than :data:`DDL_LOCK_TIMEOUT_MS`
+        for the table gives up (``LockNotAvailable``) rather than hold up the inserts that
+        queue behind it while a long reader (``veil check``, an archive) holds the table."""
         first = day_number(day)
         for number in range(first, first + DAYS_AHEAD + 1):
             name = day_text(number)
@@ -98,12 +107,25 @@ class PostgresWrites(PostgresDatabase):
                 continue
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (schema.LOCK_PARTITIONS,))
+                if lock_timeout:
+                    conn.execute(f"SET LOCAL lock_timeout = {DDL_LOCK_TIMEOUT_MS}")
                 conn.execute(psql.SQL(
                     "CREATE TABLE IF NOT EXISTS {} PARTITION OF veil_reports "
                     "FOR VALUES FROM ({}) TO ({})").format(
                         psql.Identifier(schema.partition_name(name)), psql.Literal(name),
                         psql.Literal(day_text(number + 1))))
             self._partitions.add(name)
+
+    def _prepare_ahead(self, day: str) -> None:
+        """Once a day (after the day's first write), create the partitions of the days ahead
+        while they are not needed yet, giving up on a table a long reader holds: the day
+        that first needs a partition no longer waits for one behind that reader (uploads
+        held for as long as a ``veil check`` ran, every :data:`DAYS_AHEAD` days)."""
+        try:
+            self._ensure_partitions(day_text(day_number(day) + 1), lock_timeout=True)
+        except (psycopg.Error, PoolTimeout) as exc:
+            logger.info("creating the partitions of the days after %s waits for a later day "
+                        "(%s)", day, type(exc).__name__)
 
     def partitions(self) -> list[str]:
         """The days that have a partition of raw reports, oldest first."""
@@ -118,12 +140,19 @@ class PostgresWrites(PostgresDatabase):
                 for r in rows]
         return sorted(days)
 
+    def _retain_from(self, day: str) -> None:
+        """Refuse reports of the days before ``day`` from now on (retention dropped them)."""
+        with self._pool.connection() as conn:
+            conn.execute("UPDATE veil_meta SET value = greatest(value, %s) "
+                         "WHERE key = 'retained_from'", (day,))
+            self.retained_from = self._meta(conn, "retained_from")
+
     def drop_days_before(self, day: dt.date | str) -> list[str]:
         """Retention: drop the raw reports of every day before ``day`` (whole partitions;
         their aggregates stay, so counts are unchanged) and refuse reports for those days
         from now on. Returns the days dropped."""
         cutoff = str(parse_day(day, "day"))
-        dropped = []
+        dropped: list[str] = []
         with self._unavailable(f"drop old days from {self._location}"):
             today = self._today()
             latest = day_text(day_number(today) - (self.replay_window_days - 1))
@@ -139,16 +168,25 @@ class PostgresWrites(PostgresDatabase):
             for name in self.partitions():
                 if name >= cutoff:
                     continue
-                with self._pool.connection() as conn, conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (schema.LOCK_PARTITIONS,))
-                    conn.execute(psql.SQL("DROP TABLE IF EXISTS {}").format(
-                        psql.Identifier(schema.partition_name(name))))
+                try:
+                    with self._pool.connection() as conn, conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s, 0)",
+                                     (schema.LOCK_PARTITIONS,))
+                        conn.execute(f"SET LOCAL lock_timeout = {DDL_LOCK_TIMEOUT_MS}")
+                        conn.execute(psql.SQL("DROP TABLE IF EXISTS {}").format(
+                            psql.Identifier(schema.partition_name(name))))
+                except psycopg.errors.LockNotAvailable:
+                    self._retain_from(name)  # the days before it are gone
+                    raise StorageError(
+                        f"cannot drop the raw reports of {name} now: a transaction reading "
+                        "them (veil check, veil archive, a decode) holds the table, and "
+                        "waiting for it would hold up every upload behind the drop. Run "
+                        "veil retention again once it ends"
+                        + (f" (the days before {name} were dropped)" if dropped else "")
+                    ) from None
                 self._partitions.discard(name)
                 dropped.append(name)
-            with self._pool.connection() as conn:
-                conn.execute("UPDATE veil_meta SET value = greatest(value, %s) "
-                             "WHERE key = 'retained_from'", (cutoff,))
-                self.retained_from = self._meta(conn, "retained_from")
+            self._retain_from(cutoff)
         return dropped
 
     # -- writes --------------------------------------------------------------------------
@@ -244,6 +282,7 @@ class PostgresWrites(PostgresDatabase):
                 cursor.execute(schema.UPSERT_STAGED)
         if sealed is not None:  # a rolled-back transaction folded nothing: the next one will
             self._sealed.add(sealed)
+            self._prepare_ahead(day)
         return len(fresh)
 
     @staticmethod
