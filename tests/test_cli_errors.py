@@ -250,6 +250,26 @@ def test_postgresql_failures_say_why_in_one_line(postgres_server, postgres_url,
     assert "Connection refused; check that PostgreSQL is running" in line
 
 
+@pytest.mark.parametrize(("setup", "message"), [
+    ("CREATE TABLE veil_meta (name text)", "has a veil_meta table Veil did not write"),
+    ("CREATE TABLE veil_meta (key text PRIMARY KEY, value text NOT NULL); INSERT INTO "
+     "veil_meta VALUES ('schema_version', 'x2')", "records schema version 'x2' in veil_meta"),
+])
+def test_a_postgresql_database_veil_did_not_write_is_named_in_one_line(postgres_url, setup,
+                                                                       message) -> None:
+    """``veil check``, ``veil stats`` and ``veil migrate`` on a foreign ``veil_meta`` (its
+    columns, or a version Veil never writes) gave a traceback."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        for statement in setup.split("; "):
+            conn.execute(statement)
+    for command in ("check", "stats", "migrate"):
+        result = veil(command, "--db", postgres_url)
+        assert result.returncode == 1, result.stderr
+        assert message in assert_one_error_line(command, result.stderr)
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ('[metrics.x]\nkind = "boolean"\ndescription = "caf\xe9"\n'.encode("latin-1"),
      "not UTF-8 (byte 0xe9 at offset 47, line 3); save the registry as UTF-8"),

@@ -154,11 +154,22 @@ class PostgresDatabase(Storage):
         exists = conn.execute("SELECT to_regclass('veil_meta') IS NOT NULL").fetchone()
         if not exists or not exists[0]:
             return None
-        row = conn.execute("SELECT value FROM veil_meta WHERE key = 'schema_version'").fetchone()
+        try:
+            row = conn.execute(
+                "SELECT value FROM veil_meta WHERE key = 'schema_version'").fetchone()
+        except psycopg.errors.UndefinedColumn:
+            raise StorageError(f"{location} has a veil_meta table Veil did not write (no "
+                               "key and value columns): give the database of a Veil store, "
+                               "or an empty one") from None
         if row is None:
             raise StorageError(f"{location} has a veil_meta table without a schema version: "
                                "it was not written by Veil")
-        return int(row[0])
+        try:
+            return int(row[0])
+        except (TypeError, ValueError):
+            raise StorageError(f"{location} records schema version {str(row[0])[:40]!r} in "
+                               "veil_meta, which Veil never writes: it was not written by "
+                               "Veil, or was edited by hand") from None
 
     @classmethod
     def _check_version(cls, version: int, location: str) -> None:
@@ -230,7 +241,14 @@ class PostgresDatabase(Storage):
         except psycopg.Error as exc:
             raise StorageUnavailable(connect_failure(safe_location(url), exc)) from None
         with conn:
-            yield conn
+            try:
+                yield conn
+            except psycopg.Error as exc:  # the server went away, or refused a statement
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise StorageUnavailable(
+                    f"PostgreSQL at {safe_location(url)} failed: {type(exc).__name__}"
+                    + (f" ({first})" if first else "")
+                    + "; check that it is running, then run the command again") from None
 
     def _attach(self, registry: Registry | None) -> Registry:
         """Record ``registry`` (:func:`~veil.server.storage.base.merge_registry`)."""
