@@ -270,6 +270,38 @@ def test_a_postgresql_database_veil_did_not_write_is_named_in_one_line(postgres_
         assert message in assert_one_error_line(command, result.stderr)
 
 
+def test_a_postgresql_payload_changed_outside_veil_is_named_not_misread(postgres_url,
+                                                                         tmp_path) -> None:
+    """A raw report's payload of the wrong length gave a traceback to ``veil check``,
+    ``rebuild-aggregates`` and ``archive``; two whose lengths offset each other would have
+    shifted every row after them into a wrong one. Each names the metric and the day."""
+    import datetime as dt
+
+    import psycopg
+
+    from veil.server.storage import open_storage
+    from veil.shared.registry import Registry
+    from veil.shared.wire import make_report, validate_report
+
+    registry = Registry.from_dict({"metrics": {"level": {
+        "kind": "category", "oracle": "grr", "categories": ["a", "b", "c"], "epsilon": 1.0}}})
+    fingerprint = registry["level"].params.fingerprint
+    yesterday = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
+    with open_storage(postgres_url, registry, create=True) as storage:
+        storage.insert([validate_report(make_report(os.urandom(16).hex(), "level", None,
+                                                    index % 3, fingerprint), registry)
+                        for index in range(20)], yesterday)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("UPDATE veil_reports SET payload = '\\x0102'::bytea WHERE ctid = "
+                     "(SELECT ctid FROM veil_reports LIMIT 1)")
+    for command in (["check"], ["rebuild-aggregates"], ["archive", "--out", str(tmp_path / "a")]):
+        result = veil(command[0], "--db", postgres_url, *command[1:])
+        assert result.returncode == 1, result.stderr
+        line = assert_one_error_line(command[0], result.stderr)
+        assert f"a stored report of metric 'level' on {yesterday} has a payload of 2 bytes " \
+               "where the others have 8" in line
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ('[metrics.x]\nkind = "boolean"\ndescription = "caf\xe9"\n'.encode("latin-1"),
      "not UTF-8 (byte 0xe9 at offset 47, line 3); save the registry as UTF-8"),

@@ -135,7 +135,8 @@ class PostgresStorage(PostgresWrites):
                            "WHERE day = %s AND metric = %s", (day, name))
             while rows := cursor.fetchmany(batch_size):
                 yield StoredReports.of(name, day, [r[0] for r in rows], [r[1] for r in rows],
-                                       decode_payloads(statistic.payload_type, [r[2] for r in rows]))
+                                       decode_payloads(statistic.payload_type, [r[2] for r in rows],
+                                                       f" of metric {name!r} on {day}"))
 
     def iter_reports(self, metric: str | None = None, start: str | None = None,
                      end: str | None = None, *, batch_size: int = 262_144,

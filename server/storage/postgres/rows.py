@@ -5,6 +5,7 @@ recount."""
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,8 +39,23 @@ def encode_payload(payload_type: str, stored: Any) -> bytes:
     return np.array(stored, dtype=_PAYLOAD_DTYPES[payload_type]).tobytes()
 
 
-def decode_payloads(payload_type: str, blobs: Sequence[bytes]) -> np.ndarray:
-    """``payload`` column values as the array :class:`StoredReports` holds."""
+def decode_payloads(payload_type: str, blobs: Sequence[bytes], where: str = "",
+                    ) -> np.ndarray:
+    """``payload`` column values as the array :class:`StoredReports` holds;
+    :class:`StorageError` for one whose length Veil never writes (``where`` names the
+    metric and day): read joined, a short and a long payload would shift every row after
+    them into a wrong one."""
+    lengths = [len(blob) for blob in blobs]
+    if payload_type == "bytes":  # one width per metric: the most common is the metric's
+        width = Counter(lengths).most_common(1)[0][0] if lengths and \
+            min(lengths) != max(lengths) else (lengths[0] if lengths else 0)
+    else:
+        width = np.dtype(_PAYLOAD_DTYPES[payload_type]).itemsize
+    odd = next((length for length in lengths if length != width), None)
+    if odd is not None:
+        raise StorageError(f"a stored report{where} has a payload of {odd} bytes where the "
+                           f"others have {width}: the row was changed outside Veil (restore "
+                           "the database, or delete the row and run veil rebuild-aggregates)")
     if payload_type == "bytes":
         return payload_array(payload_type, blobs)
     return np.frombuffer(b"".join(blobs), dtype=_PAYLOAD_DTYPES[payload_type]).astype(
