@@ -146,6 +146,23 @@ def _refuse_collected_options(args: argparse.Namespace) -> None:
             raise ParameterError(dest, f"{option} needs collected data (--server or --db): {why}")
 
 
+#: ``(dest, option)`` of the options only string decoders read
+STRING_ONLY = (("candidates", "--candidates"), ("all_candidates", "--all"),
+               ("no_background", "--no-background"), ("correction", "--correction"),
+               ("alpha", "--alpha"))
+
+
+def _refuse_string_options(args: argparse.Namespace, kind: str) -> None:
+    """:class:`ParameterError` naming the first string-only option given for a metric of
+    another ``kind``, rather than ignoring it."""
+    if kind == "string":
+        return
+    for dest, option in STRING_ONLY:
+        if getattr(args, dest) not in (None, False):
+            raise ParameterError(dest, f"{option} applies to string metrics only; {args.metric!r} "
+                                       f"is a {kind} metric: leave {option} out")
+
+
 def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
     from veil.server.analysis.candidate_map import read_candidates
     from veil.server.analysis.decoders import decode_counts
@@ -192,6 +209,7 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
         with CountsSource(args.metric, token=args.token, start=args.start, end=args.end,
                           force=args.force, **{name: where}) as source:
             document = source.counts()
+            _refuse_string_options(args, str(document.get("kind", "")))
             candidates = read_candidates(args.candidates) if args.candidates else None
             result = decode_counts(document, candidates, source=source.name, **options)
             if args.by:

@@ -330,6 +330,14 @@ def test_decode_errors_from_a_collector(
     assert main(["decode", "--db", str(tmp_path / "missing.db"), "--metric", "homepage",
                  "--out", out]) == 2
     assert "no Veil database at" in capsys.readouterr().err
+    # options only string decoders read are refused for another kind, not ignored
+    _upload(live_collector, "browser", ["firefox"] * 60, seed=11)
+    for option in (["--candidates", str(candidates)], ["--all"], ["--no-background"],
+                   ["--correction", "bh"], ["--alpha", "0.01"]):
+        assert main(["decode", "--db", str(live_collector.db_path), "--metric", "browser",
+                     "--out", out, *option]) == 2
+        assert f"{option[0]} applies to string metrics only; 'browser' is a category metric" \
+            in capsys.readouterr().err
 
 
 def test_a_source_on_the_command_line_wins_over_the_variables(
