@@ -223,14 +223,24 @@ def aggregate_statement(name: str, day: str, metric: Metric, statistic: Statisti
             (name, day, blob, 8 * counted.counters.shape[1], packed), False)
 
 
-def report_arrays(metric: Metric, statistic: Statistic, cohorts: Sequence[int],
-                  payloads: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Stored reports' ``cohorts`` (as int64) and ``payloads`` (:func:`payload_array`) as
-    :func:`aggregate_statement` takes them; ``ValueError`` for a cohort the metric does not
-    have (which could make the counters of a cohort far beyond them)."""
-    array = np.fromiter(cohorts, dtype=np.int64, count=len(cohorts))
+def report_arrays(metric: Metric, statistic: Statistic, cohorts: Sequence[int] | np.ndarray,
+                  payloads: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stored reports' ``cohorts`` (as int64) and ``payloads`` (:func:`payload_array`, or
+    an array of integer payloads) as :func:`aggregate_statement` takes them; ``ValueError``
+    for a cohort the metric does not have (which could make the counters of a cohort far
+    beyond them), or for an array holding values that are no integers."""
+    if isinstance(cohorts, np.ndarray):
+        if cohorts.size and cohorts.dtype.kind not in "iu":
+            raise ValueError("a stored report's cohort is no integer")
+        array = cohorts.astype(np.int64, copy=False)
+    else:
+        array = np.fromiter(cohorts, dtype=np.int64, count=len(cohorts))
+    if isinstance(payloads, np.ndarray) and payloads.size and payloads.dtype.kind not in "iu":
+        raise ValueError("a stored report's payload is no integer")
     if len(array) and (array.min() < 0 or array.max() >= metric.params.cohorts):
         raise ValueError(f"a stored report's cohort lies outside [0, {metric.params.cohorts})")
+    if isinstance(payloads, np.ndarray):
+        return array, payloads.astype(np.int64, copy=False)  # integers, checked above
     return array, payload_array(statistic.payload_type, payloads)
 
 

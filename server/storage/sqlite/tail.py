@@ -30,6 +30,7 @@ folded one.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -65,6 +66,9 @@ _PAIRS = "SELECT DISTINCT metric, day FROM reports WHERE rowid > ? AND rowid <= 
 #: on day ``?4``
 _PAIR = ("SELECT cohort, payload FROM reports "
          "WHERE rowid > ? AND rowid <= ? AND metric = ? AND day = ?")
+#: :data:`_PAIR`'s cohorts and payloads as two JSON arrays (integer payloads)
+_PAIR_INTS = ("SELECT json_group_array(cohort), json_group_array(payload) FROM reports "
+              "WHERE rowid > ? AND rowid <= ? AND metric = ? AND day = ?")
 #: ``(cohort, payload)`` of the reports past a mark (``?1``) of metric ``?2`` over days
 #: ``?3``..``?4``
 _OF_METRIC = ("SELECT cohort, payload FROM reports "
@@ -197,11 +201,18 @@ def _counted_pairs(conn: sqlite3.Connection, metric_of: sql.MetricOf, start: int
     statement that adds them to the aggregates and how many reports it counts;
     :class:`~.rows.DamagedRow` for a report Veil cannot have stored."""
     for name, day in conn.execute(_PAIRS, (start, end)).fetchall():
-        reports = conn.execute(_PAIR, (start, end, name, day)).fetchall()
         try:
             metric, statistic = metric_of(name)
-            arrays = _arrays(metric, statistic, reports)
-            yield sql.aggregate_statement(name, day, metric, statistic, *arrays), len(reports)
+            if statistic.payload_type == "int":
+                # as two JSON arrays SQLite builds: half the time of a Python tuple a report
+                cohorts, payloads = conn.execute(_PAIR_INTS, (start, end, name, day)).fetchone()
+                arrays = sql.report_arrays(metric, statistic, np.asarray(json.loads(cohorts)),
+                                           np.asarray(json.loads(payloads)))
+            else:
+                arrays = _arrays(metric, statistic,
+                                 conn.execute(_PAIR, (start, end, name, day)).fetchall())
+            yield (sql.aggregate_statement(name, day, metric, statistic, *arrays),
+                   len(arrays[0]))
         except (ValueError, TypeError, IndexError, StorageError) as exc:
             raise sql.DamagedRow(f"a stored report of metric {name!r} cannot be counted "
                                  f"({exc})") from exc
