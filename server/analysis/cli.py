@@ -16,6 +16,7 @@ from veil.server.cli.options import (
     add_db_option,
     add_range_options,
     add_server_options,
+    output_directory,
 )
 from veil.server.settings import ENVIRONMENT, env_value
 from veil.shared.errors import ParameterError
@@ -59,7 +60,7 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--candidates", help="candidate strings, one per line (string metrics; instead of --map)"
     )
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--out", required=True, type=output_directory, help="output directory")
     parser.add_argument(
         "--correction",
         help="multiple-testing correction for detected strings: storey (false discovery rate, "
@@ -266,7 +267,7 @@ def configure_discover(parser: argparse.ArgumentParser) -> None:
     _add_collected_options(parser, "collected data (one source)")
     parser.add_argument("--metric", required=True,
                         help="the string metric whose discovery channel to search")
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--out", required=True, type=output_directory, help="output directory")
     parser.add_argument(
         "--false-prefixes", type=float, default=2.0,
         help="expected prefixes with no true mass kept per level: lower finds fewer rare "

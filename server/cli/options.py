@@ -163,6 +163,14 @@ def whole_number(least: int, most: int | None = None, *,
     return parse
 
 
+def output_directory(text: str) -> str:
+    """An argparse type: a directory to write into, never the empty path (which names the
+    current directory, where a run then wrote its files)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("names no directory; give one, such as results/")
+    return text
+
+
 #: a ``--port``: 0 (any free port) to 65535 (a server library would take a larger one
 #: modulo 65536, or fail with a traceback)
 port_number = whole_number(0, 65535, shown="0 (any free port) to 65535")

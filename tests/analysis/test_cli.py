@@ -201,6 +201,16 @@ def test_decode_hashes_candidates_as_google_clients_do(
     assert "--hashing goes with --params/--counts" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["decode", "discover"])
+def test_an_empty_out_is_refused_not_the_current_directory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """``--out ""`` named the current directory, where a run wrote its files."""
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error
+        main([command, "--db", str(tmp_path / "none.db"), "--metric", "m", "--out", " "])
+    assert exited.value.code == 2
+    assert "--out: names no directory; give one, such as results/" in capsys.readouterr().err
+
+
 def test_decode_reports_dimension_mismatch_cleanly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
