@@ -270,6 +270,14 @@ def test_a_postgresql_database_veil_did_not_write_is_named_in_one_line(postgres_
         assert message in assert_one_error_line(command, result.stderr)
 
 
+def test_veil_check_on_an_empty_postgresql_database_is_a_usage_error(postgres_url) -> None:
+    """As on SQLite (exit 2, with the fix); it exited 1 without one."""
+    result = veil("check", "--db", postgres_url)
+    assert result.returncode == 2, result.stderr
+    assert "start the collector with this --db first" in assert_one_error_line("check",
+                                                                               result.stderr)
+
+
 def test_a_postgresql_payload_changed_outside_veil_is_named_not_misread(postgres_url,
                                                                          tmp_path) -> None:
     """A raw report's payload of the wrong length gave a traceback to ``veil check``,
