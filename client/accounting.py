@@ -67,7 +67,7 @@ import hmac
 import json
 import math
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 
 from veil.client.encoders import ENCODERS
@@ -131,12 +131,18 @@ class Mechanism:
 
     def cost(self) -> Fraction | float:
         """Exact worst-case epsilon of the keys seen (``inf`` if a mechanism has no bound)."""
-        terms = [(min(self.epsilon_1, self.epsilon_inf), self.once),
-                 (self.epsilon_inf, self.repeated)]
-        counted = [(epsilon, keys) for epsilon, keys in terms if keys]
-        if any(math.isinf(epsilon) for epsilon, _ in counted):
-            return math.inf
-        return sum((exact(epsilon) * keys for epsilon, keys in counted), Fraction(0))
+        return price(self.epsilon_1, self.epsilon_inf, self.once, self.repeated)
+
+
+def price(epsilon_1: float, epsilon_inf: float, once: int, repeated: int) -> Fraction | float:
+    """The ledger's rule: ``once`` keys reported once cost ``min(epsilon_1, epsilon_inf)``
+    each, ``repeated`` keys reported more than once ``epsilon_inf`` each; exact (``inf`` if
+    a term with keys has no bound)."""
+    terms = [(min(epsilon_1, epsilon_inf), once), (epsilon_inf, repeated)]
+    counted = [(epsilon, keys) for epsilon, keys in terms if keys]
+    if any(math.isinf(epsilon) for epsilon, _ in counted):
+        return math.inf
+    return sum((exact(epsilon) * keys for epsilon, keys in counted), Fraction(0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,21 +174,13 @@ def worst_cost(epsilon_1: float, epsilon_inf: float, reports: int | None,
     >= 2 epsilon_1``, so the largest is at ``t = min(keys, reports // 2)`` then, and at
     ``t = reports - keys`` (kept in range) otherwise.
     """
-    first = min(epsilon_1, epsilon_inf)
-    if reports == 0:
-        return Fraction(0)
-    if math.isinf(first):
-        return math.inf
-    if math.isinf(epsilon_inf):  # a key reported twice is unbounded
-        return exact(first) if reports == 1 else math.inf
-    once, repeated = exact(first), exact(epsilon_inf)
     if reports is None:
-        return math.inf if keys is None else keys * repeated
+        return math.inf if keys is None else price(epsilon_1, epsilon_inf, 0, keys)
     most = reports // 2 if keys is None else min(keys, reports // 2)
-    pairs = most if repeated >= 2 * once else (
+    pairs = most if epsilon_inf >= 2 * min(epsilon_1, epsilon_inf) else (
         0 if keys is None else min(max(reports - keys, 0), most))
     singles = reports - 2 * pairs if keys is None else min(reports - 2 * pairs, keys - pairs)
-    return pairs * repeated + singles * once
+    return price(epsilon_1, epsilon_inf, singles, pairs)
 
 
 @functools.lru_cache(maxsize=256)
@@ -210,15 +208,18 @@ def compose(epsilons: Iterable[float]) -> float:
 
 
 def per_metric(
-    mechanisms: Iterable[Mechanism], unbounded: frozenset[str] = frozenset()
+    mechanisms: Iterable[Mechanism], unbounded: frozenset[str] = frozenset(),
+    cost: Callable[[Mechanism], Fraction | float] = Mechanism.cost,
+    reported: Callable[[Mechanism], bool] = lambda m: bool(m.once or m.repeated),
 ) -> dict[str, float]:
-    """Each metric's worst-case epsilon: the sum over its parameter sets, rounded up;
-    ``inf`` for the ``unbounded`` metrics (:func:`entangled`) with a report."""
+    """Each metric's worst-case epsilon: the ``cost`` (:meth:`Mechanism.cost` by default) of
+    each of its parameter sets ``reported`` under (some key reported, by default), summed
+    and rounded up; ``inf`` for the ``unbounded`` metrics (:func:`entangled`)."""
     sums: dict[str, Fraction | float] = {}
     for mechanism in mechanisms:
-        if mechanism.once or mechanism.repeated:
-            cost = math.inf if mechanism.metric in unbounded else mechanism.cost()
-            sums[mechanism.metric] = sums.get(mechanism.metric, Fraction(0)) + cost
+        if reported(mechanism):
+            value = math.inf if mechanism.metric in unbounded else cost(mechanism)
+            sums[mechanism.metric] = sums.get(mechanism.metric, Fraction(0)) + value
     return {metric: upward(value) for metric, value in sorted(sums.items())}
 
 
@@ -238,6 +239,16 @@ def key_count(params_json: str) -> int | None:
     return None if params is None else ENCODERS[params.mechanism_name].key_count(params)
 
 
+def charged(mechanisms: Iterable[Mechanism], unbounded: frozenset[str], lost: float,
+            keys: Callable[[Mechanism], int | None] = lambda m: key_count(m.params)) -> float:
+    """What a budget is charged for ``mechanisms``' reports: each parameter set's
+    :func:`worst_cost` for its number of reports and ``keys`` (its metric's memo keys),
+    composed over metrics as :func:`per_metric` does, and ``lost``."""
+    worst = per_metric(mechanisms, unbounded, lambda m: worst_cost(
+        m.epsilon_1, m.epsilon_inf, m.reports, keys(m)), lambda m: m.reports != 0)
+    return compose([*worst.values(), lost])
+
+
 def delta_spent(mechanisms: Iterable[Mechanism], lost: bool) -> float:
     """:attr:`PrivacySpent.delta`: each Gaussian parameter set's ``delta`` times the keys
     (grid points) it reported, added up; ``inf`` if ``lost`` and one was reported."""
@@ -252,18 +263,6 @@ def delta_spent(mechanisms: Iterable[Mechanism], lost: bool) -> float:
     return upward(total)
 
 
-def charged(mechanisms: Iterable[Mechanism], unbounded: frozenset[str], lost: float) -> float:
-    """What a budget is charged for ``mechanisms``' reports: the sum of each parameter set's
-    :func:`worst_cost` (``inf`` for the ``unbounded`` metrics with a report) and ``lost``."""
-    total: Fraction | float = Fraction(0)
-    for mechanism in mechanisms:
-        if mechanism.metric in unbounded and (mechanism.reports != 0):
-            return math.inf
-        total += worst_cost(mechanism.epsilon_1, mechanism.epsilon_inf, mechanism.reports,
-                            key_count(mechanism.params))
-    return compose([upward(total), lost])
-
-
 def entangled(mechanisms: Iterable[Mechanism]) -> frozenset[str]:
     """The metrics reported under two or more parameter sets whose memoized responses share
     one stream: layout 1 of an encoder keyed by the metric name alone
@@ -275,9 +274,8 @@ def entangled(mechanisms: Iterable[Mechanism]) -> frozenset[str]:
     for mechanism in mechanisms:
         if mechanism.layout != 1:
             continue
-        try:
-            params = params_from_dict(json.loads(mechanism.params))
-        except (ValueError, TypeError, KeyError):
+        params = recorded_params(mechanism.params)
+        if params is None:
             identity = mechanism.params
         else:
             if not ENCODERS[params.mechanism_name].name_keyed_in_layout_1:
@@ -319,6 +317,8 @@ class PrivacyLedger:
         self._saturated: set[tuple[str, bytes]] = set()
         #: stream layout per parameter set (fixed once known: no layout 1 set is ever added)
         self._layouts: dict[str, int] = {}
+        #: memo keys per parameter set (:meth:`_key_count`)
+        self._keys: dict[str, int | None] = {}
         self._entangled: frozenset[str] | None = None
 
     def digest(self, metric: str, memo_key: bytes) -> bytes:
@@ -400,9 +400,10 @@ class PrivacyLedger:
             return 0.0
         return math.inf if self.budget is None else self.budget
 
-    def charged_after(self, metric: Metric) -> float:
-        """What the budget would be charged with one more report of ``metric`` queued
-        (:func:`charged`): decided by the number of reports alone, never their values."""
+    def charged_after(self, metric: Metric) -> tuple[float, float]:
+        """What the budget is charged now and would be with one more report of ``metric``
+        queued (:func:`charged`): decided by the number of reports alone, never their
+        values."""
         recorded = self.mechanisms()
         unbounded = self.unbounded(recorded)
         mechanisms = {m.fingerprint: m for m in recorded}
@@ -410,9 +411,16 @@ class PrivacyLedger:
         params = metric.params
         current = mechanisms.get(fp) or Mechanism(
             fp, metric.name, params.epsilon_1, params.epsilon_inf, params=self._identity(metric)[2])
+        now = charged(recorded, unbounded, self.lost, self._key_count)
         mechanisms[fp] = dataclasses.replace(
             current, reports=None if current.reports is None else current.reports + 1)
-        return charged(mechanisms.values(), unbounded, self.lost)
+        return now, charged(mechanisms.values(), unbounded, self.lost, self._key_count)
+
+    def _key_count(self, mechanism: Mechanism) -> int | None:
+        """:func:`key_count` of a parameter set, kept per fingerprint (a few per installation)."""
+        if mechanism.fingerprint not in self._keys:
+            self._keys[mechanism.fingerprint] = key_count(mechanism.params)
+        return self._keys[mechanism.fingerprint]
 
     def write(self, charge: Charge) -> None:
         """Record the charge (inside the caller's transaction, with the queued report)."""
@@ -457,5 +465,5 @@ class PrivacyLedger:
         metrics = per_metric(mechanisms, unbounded)
         lost = self.lost
         return PrivacySpent(metrics, compose([*metrics.values(), lost]), self.budget, lost,
-                            charged(mechanisms, unbounded, lost),
+                            charged(mechanisms, unbounded, lost, self._key_count),
                             delta_spent(mechanisms, self.lost_at is not None))
