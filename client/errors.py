@@ -41,14 +41,16 @@ class UnknownMetricError(ParameterError, KeyError):
 
 
 class BudgetExceededError(VeilError):
-    """A report would push the installation's worst-case epsilon over its budget."""
+    """A report would push what the budget is charged (``privacy_spent().charged``: the worst
+    case over every value the installation's reports could carry) over the budget."""
 
     def __init__(
         self, metric: str, spent: float, would_be: float, budget: float, note: str = ""
     ) -> None:
         super().__init__(
-            f"reporting to {metric!r} would raise this installation's worst-case epsilon "
-            f"from {spent:.6g} to {would_be:.6g}, over its budget of {budget:.6g}; "
+            f"reporting to {metric!r} would raise what this installation's budget is charged "
+            f"(the worst case over the values its reports could carry) from {spent:.6g} to "
+            f"{would_be:.6g}, over its budget of {budget:.6g}; "
             f"nothing was queued{note}"
         )
         self.metric = metric

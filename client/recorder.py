@@ -142,7 +142,6 @@ class Recorder:
         self.outages = OutageRecord()
         self.on_queue: Callable[[], None] | None = None
         self._pid = os.getpid()
-        _LIVE.add(self)
         self._drops_at_close = dict.fromkeys(DROP_CAUSES, 0)
         self._outage_at_close: Outage | None = None
         self._attach(connection, recover=True)
@@ -152,6 +151,7 @@ class Recorder:
             limits=options.limits, submit=functools.partial(self.submit, strict=False),
             drop=self.drop, hold=hold, unreachable=self.unreachable, reached=self.reached,
         )
+        _LIVE.add(self)  # set up: a fork from another thread now finds it whole
 
     def _attach(self, connection: sqlite3.Connection, *, recover: bool) -> None:
         """Use ``connection`` (to the state database) for the outbox and the ledger."""
@@ -196,9 +196,8 @@ class Recorder:
         """In the child: a fresh lock, and the inherited connection closed (idle: the fork
         waited for the lock), before any connection to the database is opened here."""
         self.lock = threading.Lock()
-        if not self.closed:
-            with contextlib.suppress(sqlite3.Error):
-                self.connection.close()
+        with contextlib.suppress(sqlite3.Error):  # a closed one closes again as a no-op
+            self.connection.close()
 
     def submit(self, metric: Any, value: Any, *, strict: bool) -> None:
         """Report a value (for :meth:`Client.report <veil.client.Client.report>`, or one that
@@ -269,7 +268,7 @@ class Recorder:
         charge = None
         with self.lock:
             with transaction(self.connection):
-                queued, evicted = self._queue(body, atomic=True)
+                queued, evicted = self._queue(body)
                 if queued:
                     if budget is not None:
                         now, would_be = self.ledger.charged_after(spec)
@@ -288,21 +287,17 @@ class Recorder:
                                    drop_oldest=self.options.drop_oldest)
         return queued
 
-    def _queue(self, body: str, *, atomic: bool) -> tuple[bool, int]:
+    def _queue(self, body: str) -> tuple[bool, int]:
         """Insert ``body`` into the outbox, if it has room or (``drop-oldest``) the oldest ready
         report makes room; return whether it was queued, and how many reports were evicted.
-
-        Call it holding the lock; ``atomic``: inside the caller's transaction, else
-        the eviction opens one (the insert alone needs none).
-        """
+        Call it holding the lock, inside the caller's transaction."""
         limit = self.options.max_outbox
         if self.outbox.insert(body, limit):
             return True, 0
         if not self.options.drop_oldest:
             return False, 0
-        with contextlib.nullcontext() if atomic else transaction(self.connection):
-            evicted = self.outbox.evict_oldest(limit)
-            return self.outbox.insert(body, limit), evicted
+        evicted = self.outbox.evict_oldest(limit)
+        return self.outbox.insert(body, limit), evicted
 
     def _prepare(
         self, metrics: Metrics, metric: Any, value: Any

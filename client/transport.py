@@ -93,12 +93,18 @@ def retry_after(response: requests.Response) -> float | None:
     return max(seconds, 0.0) if math.isfinite(seconds) else None
 
 
+def answer_json(response: requests.Response) -> Any:
+    """The answer's JSON; ``None`` when it is none, or nested deeper than Python's parser goes
+    (``RecursionError``: a hostile collector or proxy must not raise into the application)."""
+    try:
+        return response.json()
+    except (ValueError, RecursionError):
+        return None
+
+
 def _acknowledgement(response: requests.Response, sent: int) -> dict[str, Any] | None:
     """The parsed 200 answer if it has the contract's shape, else ``None``."""
-    try:
-        answer = response.json()
-    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python goes
-        return None
+    answer = answer_json(response)
     if not isinstance(answer, dict):
         return None
     counts: list[int] = [
@@ -119,46 +125,16 @@ def _acknowledgement(response: requests.Response, sent: int) -> dict[str, Any] |
 
 def _batch_error(response: requests.Response) -> tuple[str, str]:
     """``(code, message)`` from a collector error body (``{"error": {...}}``)."""
-    try:
-        error = response.json().get("error", {})
-        return str(error.get("code", "")), f"{error.get('field', '')}: {error.get('message', '')}"
-    except (ValueError, AttributeError, RecursionError):
+    answer = answer_json(response)
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if not isinstance(error, dict):
         return "", response.text[:200]
+    return str(error.get("code", "")), f"{error.get('field', '')}: {error.get('message', '')}"
 
 
-#: seconds :func:`within` waits past its limit, so that a request whose socket timed out
-#: says so itself (a ``ReadTimeout``, a refused connection)
+#: seconds :meth:`RequestsTransport.within` waits past its limit, so that a request whose
+#: socket timed out says so itself (a ``ReadTimeout``, a refused connection)
 GRACE = 0.1
-
-
-def within(limit: float, request: Callable[[], requests.Response]) -> requests.Response:
-    """Make ``request`` and read its whole answer within ``limit`` seconds of wall-clock time
-    (and :data:`GRACE`).
-
-    ``requests``' timeout bounds each socket operation, not the request: an answer sent a
-    byte at a time, or a slow name lookup, took as long as it liked, and with it
-    ``flush()``, ``close()`` and the exit. The request runs in a thread of its own; one
-    that overruns is left to its socket timeouts, and counts as a timeout here (a batch
-    sent again is acknowledged as duplicates).
-    """
-    outcome: list[requests.Response | Exception] = []
-
-    def run() -> None:
-        try:
-            response = request()
-            _ = response.content  # the body too, under the same bound
-            outcome.append(response)
-        except Exception as exc:  # handed to the caller
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, name="veil-request", daemon=True)
-    thread.start()
-    thread.join(max(limit, 0.0) + GRACE)
-    if not outcome:
-        raise requests.Timeout(f"no complete answer within {limit:.3g} s")
-    if isinstance(outcome[0], Exception):
-        raise outcome[0]
-    return outcome[0]
 
 
 def _copy_settings(source: requests.Session, target: requests.Session) -> None:
@@ -243,6 +219,47 @@ class RequestsTransport(Transport):
     def __init__(self) -> None:
         self._session: requests.Session | None = None
         self._pid = os.getpid()
+        #: a request given up at its deadline whose thread still waits for the answer
+        self._overrun: threading.Thread | None = None
+
+    def within(self, limit: float, request: Callable[[], requests.Response]) -> requests.Response:
+        """Make ``request`` and read its whole answer within ``limit`` seconds of wall-clock
+        time (and :data:`GRACE`).
+
+        ``requests``' timeout bounds each socket operation, not the request: an answer sent a
+        byte at a time, or a slow name lookup, took as long as it liked, and with it
+        ``flush()``, ``close()`` and the exit. The request runs in a thread of its own. One
+        that overruns is given up (a batch sent again is acknowledged as duplicates), and
+        its thread waits on until the answer ends; while it does, no other request starts
+        (each would leave a thread behind): they count as timeouts. Where no thread can
+        start (at interpreter shutdown, Python 3.12), the request runs in the caller's.
+        """
+        if self._overrun is not None and self._overrun.is_alive():
+            raise requests.Timeout("an earlier request given up at its deadline still waits "
+                                   "for the collector's answer")
+        outcome: list[requests.Response | Exception] = []
+
+        def run() -> None:
+            try:
+                response = request()
+                _ = response.content  # the body too, under the same bound
+                outcome.append(response)
+            except Exception as exc:  # handed to the caller
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, name="veil-request", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            run()
+        else:
+            thread.join(max(limit, 0.0) + GRACE)
+        if not outcome:
+            self._overrun = thread
+            raise requests.Timeout(f"no complete answer within {limit:.3g} s")
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        return outcome[0]
 
     @property
     def session(self) -> requests.Session:
@@ -281,7 +298,7 @@ class RequestsTransport(Transport):
                 return Outcome("unreachable", message="flush deadline reached")
             wait: float | None = None
             try:
-                response = within(limit, functools.partial(
+                response = self.within(limit, functools.partial(
                     self.session.post, address, data=body, headers=headers, timeout=limit))
             except requests.RequestException as exc:
                 problem, status = f"POST {address} failed: {network_problem(exc)}", None
@@ -325,7 +342,7 @@ class RequestsTransport(Transport):
         """``GET {url}/v1/metrics`` and parse it; raise :class:`RegistryUnavailableError`."""
         address = f"{url}/v1/metrics"
         try:
-            response = within(timeout, lambda: self.session.get(
+            response = self.within(timeout, lambda: self.session.get(
                 address, headers=_authorization(token), timeout=timeout))
         except requests.RequestException as exc:
             raise RegistryUnavailableError(
@@ -335,9 +352,13 @@ class RequestsTransport(Transport):
         if status != 200:
             raise RegistryUnavailableError(f"GET {address} answered HTTP {status}",
                                            unreachable=status in RETRY_STATUSES)
+        document = answer_json(response)
+        if document is None:
+            raise RegistryUnavailableError(f"GET {address} returned an invalid registry: "
+                                           "no JSON document")
         try:
-            return Registry.from_dict(response.json(), lenient=True)
-        except (ValueError, ParameterError, RecursionError) as exc:
+            return Registry.from_dict(document, lenient=True)
+        except (ValueError, ParameterError) as exc:
             raise RegistryUnavailableError(
                 f"GET {address} returned an invalid registry: {exc}"
             ) from None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -68,3 +69,51 @@ def test_a_forked_child_reporting_while_the_parent_reopens_keeps_the_database_so
     finally:
         database.close()
     assert stored == queued + CHILD_REPORTS
+
+
+def test_forks_while_another_thread_reports_wait_for_it_and_lose_nothing(tmp_path, offline_url):
+    """``os.fork()`` while a second thread of the parent is inside ``report()`` copied a
+    connection in the middle of its transaction: the child's first report waited 30 s for a
+    lock nobody would release, then dropped. The fork now waits for the report's transaction
+    to end; every child reports at once, and every report of both sides is there."""
+    state = tmp_path / "state"
+    client = Client(offline_url, state, registry=REGISTRY)
+    stop = threading.Event()
+    queued = [0]
+
+    def report_until_stopped() -> None:
+        while not stop.is_set():
+            client.report("dark_mode", True)
+            queued[0] += 1
+
+    reporter = threading.Thread(target=report_until_stopped)
+    reporter.start()
+    children = []
+    try:
+        for _ in range(5):
+            time.sleep(0.05)
+            pid = os.fork()
+            if pid == 0:
+                status = 1
+                try:
+                    started = time.monotonic()
+                    for _ in range(100):
+                        client.report("dark_mode", False)
+                    ok = sum(client.drops.values()) == 0 and time.monotonic() - started < 10
+                    status = 0 if ok else 1
+                finally:
+                    os._exit(status)
+            children.append(pid)
+    finally:
+        stop.set()
+        reporter.join()
+    statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
+    client.close(timeout=0)
+    assert statuses == [0] * 5
+    database = sqlite3.connect(state / DATABASE_FILE)
+    try:
+        assert database.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        stored = database.execute("SELECT count(*) FROM outbox").fetchone()[0]
+    finally:
+        database.close()
+    assert stored == queued[0] + 5 * 100
