@@ -159,7 +159,8 @@ def _refuse_string_options(args: argparse.Namespace, kind: str) -> None:
     if kind == "string":
         return
     for dest, option in STRING_ONLY:
-        if getattr(args, dest) not in (None, False):
+        given = getattr(args, dest)
+        if given is not None and given is not False:  # --alpha 0 is given (0.0 == False)
             raise ParameterError(dest, f"{option} applies to string metrics only; {args.metric!r} "
                                        f"is a {kind} metric: leave {option} out")
 
@@ -209,8 +210,9 @@ def _decode(args: argparse.Namespace, charts: Executor | None) -> int:
         name, where = collected
         with CountsSource(args.metric, token=args.token, start=args.start, end=args.end,
                           force=args.force, **{name: where}) as source:
+            metric = source.registry.get(args.metric)
+            _refuse_string_options(args, metric.kind if metric is not None else "string")
             document = source.counts()
-            _refuse_string_options(args, str(document.get("kind", "")))
             candidates = read_candidates(args.candidates) if args.candidates else None
             result = decode_counts(document, candidates, source=source.name, **options)
             if args.by:
@@ -329,7 +331,8 @@ def configure_assoc(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--var2", required=True, help="the second variable")
     parser.add_argument("--map1", help="map.csv of --var1 when it is a string")
     parser.add_argument("--map2", help="map.csv of --var2 when it is a string")
-    parser.add_argument("--output-dir", default=".", help="output directory (default: .)")
+    parser.add_argument("--output-dir", default=".", type=output_directory,
+                        help="output directory (default: .)")
     parser.add_argument(
         "--prior-reports", type=float, default=30.0,
         help="strength of the Dirichlet prior, in pseudo-reports spread evenly over the "

@@ -13,6 +13,7 @@ from veil.server.cli.options import (
     add_config_option,
     add_db_option,
     add_range_options,
+    output_directory,
     print_log,
     whole_number,
     worker_count,
@@ -22,7 +23,7 @@ from veil.server.cli.options import (
 def configure_archive(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil archive``."""
     add_db_option(parser)
-    parser.add_argument("--out", required=True, metavar="DIR",
+    parser.add_argument("--out", required=True, metavar="DIR", type=output_directory,
                         help="the archive directory (created if missing)")
     add_range_options(parser, end_help="last UTC day, YYYY-MM-DD (inclusive; default: "
                                        "yesterday, the last day that is over)")

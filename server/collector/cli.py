@@ -29,6 +29,7 @@ from veil.server.cli.options import (
     add_config_option,
     add_db_option,
     add_range_options,
+    output_directory,
     port_number,
     short_token_warning,
     thread_count,
@@ -314,7 +315,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``veil export``."""
     add_db_option(parser)
     parser.add_argument("--metric", required=True, help="metric name")
-    parser.add_argument("--out", required=True,
+    parser.add_argument("--out", required=True, type=output_directory,
                         help="directory for params.csv and counts.csv (created if missing)")
     add_config_option(parser, required=False,
                       help_text="registry TOML, else the registry stored in the database")

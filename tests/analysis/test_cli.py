@@ -201,14 +201,18 @@ def test_decode_hashes_candidates_as_google_clients_do(
     assert "--hashing goes with --params/--counts" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["decode", "discover"])
+@pytest.mark.parametrize("command", ["decode", "discover", "export", "archive", "assoc"])
 def test_an_empty_out_is_refused_not_the_current_directory(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
     """``--out ""`` named the current directory, where a run wrote its files."""
+    option = "--output-dir" if command == "assoc" else "--out"
+    source = ["--metric-name", "m"] if command == "assoc" else [
+        "--db", str(tmp_path / "none.db"), "--metric", "m"]
     with pytest.raises(SystemExit) as exited:  # argparse's usage error
-        main([command, "--db", str(tmp_path / "none.db"), "--metric", "m", "--out", " "])
+        main([command, *source, option, " "])
     assert exited.value.code == 2
-    assert "--out: names no directory; give one, such as results/" in capsys.readouterr().err
+    assert f"{option}: names no directory; give one, such as results/" \
+        in capsys.readouterr().err
 
 
 def test_decode_reports_dimension_mismatch_cleanly(
@@ -343,7 +347,7 @@ def test_decode_errors_from_a_collector(
     # options only string decoders read are refused for another kind, not ignored
     _upload(live_collector, "browser", ["firefox"] * 60, seed=11)
     for option in (["--candidates", str(candidates)], ["--all"], ["--no-background"],
-                   ["--correction", "bh"], ["--alpha", "0.01"]):
+                   ["--correction", "bh"], ["--alpha", "0.01"], ["--alpha", "0"]):
         assert main(["decode", "--db", str(live_collector.db_path), "--metric", "browser",
                      "--out", out, *option]) == 2
         assert f"{option[0]} applies to string metrics only; 'browser' is a category metric" \
