@@ -306,8 +306,8 @@ def test_a_postgresql_payload_changed_outside_veil_is_named_not_misread(postgres
         result = veil(command[0], "--db", postgres_url, *command[1:])
         assert result.returncode == 1, result.stderr
         line = assert_one_error_line(command[0], result.stderr)
-        assert f"a stored report of metric 'level' on {yesterday} has a payload of 2 bytes " \
-               "where the others have 8" in line
+        assert "a stored payload has 2 bytes where the others have 8 (metric 'level', " \
+               f"{yesterday})" in line
 
 
 @pytest.mark.parametrize(("content", "message"), [

@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import itertools
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -159,9 +160,16 @@ class StoredReports:
 
 def payload_array(payload_type: str, stored: Sequence[Any]) -> np.ndarray:
     """Stored payloads (as a backend keeps them, one per report) as the array
-    :class:`StoredReports` holds."""
+    :class:`StoredReports` holds; ``ValueError`` for byte payloads of different lengths
+    (a metric's all have one): read joined, a short and a long one would shift every row
+    after them into a wrong one."""
     if payload_type == "bytes":
-        width = len(stored[0]) if len(stored) else 0
+        lengths = set(map(len, stored))
+        if len(lengths) > 1:
+            counted = Counter(map(len, stored)).most_common()
+            raise ValueError(f"a stored payload has {counted[-1][0]} bytes where the others "
+                             f"have {counted[0][0]}")
+        width = lengths.pop() if lengths else 0
         return np.frombuffer(b"".join(stored), dtype=np.uint8).reshape(len(stored), width)
     return np.asarray(stored, dtype=np.int64 if payload_type == "int" else np.float64)
 

@@ -5,6 +5,7 @@ fold mark), every count is that of the reports stored, the one-report reference.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sqlite3
 import threading
 from pathlib import Path
@@ -230,6 +231,29 @@ def test_a_report_past_the_mark_that_cannot_be_counted_is_damage(tmp_path, wire,
         # stored, and its fold fails (logged): nothing is folded, the damaged report neither
         assert storage.insert(wire.validated(wire.reports("dark_mode", [True]))).accepted == 1
     assert fold_mark(path) == (0, sum(map(len, sent)) + 1)
+
+
+@pytest.mark.parametrize("fold_limit", [1, 10**9])  # the reports folded, or waiting
+def test_two_byte_payloads_whose_lengths_offset_each_other_are_damage(tmp_path, wire, capsys,
+                                                                       fold_limit):
+    """Bloom payloads of 4 bytes changed to 3 and 5: read joined, they shifted every row
+    after them into a wrong one, which ``veil check`` took for counts to rebuild."""
+    path = tmp_path / "veil.db"
+    with open_storage(path, REGISTRY, create=True, fold_limit=fold_limit) as storage:
+        storage.insert(wire.validated(batches(wire, 1)[0]))
+    with sqlite3.connect(path) as conn:
+        first, second = [row[0] for row in conn.execute(
+            "SELECT rowid FROM reports WHERE metric = 'homepage' ORDER BY rowid LIMIT 2")]
+        conn.execute("UPDATE reports SET payload = x'010203' WHERE rowid = ?", (first,))
+        conn.execute("UPDATE reports SET payload = x'0102030405' WHERE rowid = ?", (second,))
+    conn.close()
+    assert main(["check", "--db", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "is DAMAGED" in out
+    assert re.search(r"a stored payload has [35] bytes where the others have 4", out), out
+    if fold_limit > 1:  # waiting: counts read them, and refuse them
+        with open_storage(path) as storage, pytest.raises(StorageUnavailable):
+            storage.counts("homepage")
 
 
 def test_a_fold_that_keeps_failing_is_tried_again_as_the_waiting_reports_double(

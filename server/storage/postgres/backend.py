@@ -136,7 +136,7 @@ class PostgresStorage(PostgresWrites):
             while rows := cursor.fetchmany(batch_size):
                 yield StoredReports.of(name, day, [r[0] for r in rows], [r[1] for r in rows],
                                        decode_payloads(statistic.payload_type, [r[2] for r in rows],
-                                                       f" of metric {name!r} on {day}"))
+                                                       f" (metric {name!r}, {day})"))
 
     def iter_reports(self, metric: str | None = None, start: str | None = None,
                      end: str | None = None, *, batch_size: int = 262_144,

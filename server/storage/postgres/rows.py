@@ -5,7 +5,6 @@ recount."""
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,19 +44,16 @@ def decode_payloads(payload_type: str, blobs: Sequence[bytes], where: str = "",
     :class:`StorageError` for one whose length Veil never writes (``where`` names the
     metric and day): read joined, a short and a long payload would shift every row after
     them into a wrong one."""
-    lengths = [len(blob) for blob in blobs]
-    if payload_type == "bytes":  # one width per metric: the most common is the metric's
-        width = Counter(lengths).most_common(1)[0][0] if lengths and \
-            min(lengths) != max(lengths) else (lengths[0] if lengths else 0)
-    else:
+    try:
+        if payload_type == "bytes":
+            return payload_array(payload_type, blobs)
         width = np.dtype(_PAYLOAD_DTYPES[payload_type]).itemsize
-    odd = next((length for length in lengths if length != width), None)
-    if odd is not None:
-        raise StorageError(f"a stored report{where} has a payload of {odd} bytes where the "
-                           f"others have {width}: the row was changed outside Veil (restore "
-                           "the database, or delete the row and run veil rebuild-aggregates)")
-    if payload_type == "bytes":
-        return payload_array(payload_type, blobs)
+        odd = next((len(blob) for blob in blobs if len(blob) != width), None)
+        if odd is not None:
+            raise ValueError(f"a stored payload has {odd} bytes where the others have {width}")
+    except ValueError as exc:
+        raise StorageError(f"{exc}{where}: the row was changed outside Veil (restore the "
+                           "database, or delete the row and run veil rebuild-aggregates)") from None
     return np.frombuffer(b"".join(blobs), dtype=_PAYLOAD_DTYPES[payload_type]).astype(
         np.int64 if payload_type == "int" else np.float64)
 
