@@ -173,8 +173,7 @@ def ranked_table(metric: str, names: Sequence[str], shares: np.ndarray, std_erro
     z = np.where(usable, shares / np.where(usable, std_errors, 1.0), -np.inf)
     order = np.argsort(-z, kind="stable")
     rows = frequency_rows(metric, "string", [names[i] for i in order], shares[order],
-                          std_errors[order], total, z_quantile(confidence), STRING_COLUMNS,
-                          one_sided_p_values(shares[order], std_errors[order]))
+                          std_errors[order], total, z_quantile(confidence), STRING_COLUMNS)
     for rank, (row, index) in enumerate(zip(rows, order, strict=True), start=1):
         row["rank"], row["detected"] = rank, int(detected[index])
     return rows
@@ -188,8 +187,7 @@ def detected_table(metric: str, names: Sequence[str], shares: np.ndarray,
     found = np.flatnonzero(detected)
     order = found[np.argsort(-shares[found], kind="stable")]
     return frequency_rows(metric, "string", [names[i] for i in order], shares[order],
-                          std_errors[order], total, z_quantile(confidence), STRING_COLUMNS,
-                          one_sided_p_values(shares[order], std_errors[order]))
+                          std_errors[order], total, z_quantile(confidence), STRING_COLUMNS)
 
 
 #: first characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection)

@@ -365,6 +365,7 @@ def run_metrics(args: argparse.Namespace) -> int:
 
     registry = Registry.load(args.config)
     print(f"{'metric':<24} {'mechanism':<18} {'epsilon_1':>9} {'epsilon_inf':>11}  report")
+    deltas = []
     for name, metric in registry.items():
         params = metric.params
         size = getattr(params, "report_bytes", None)
@@ -372,13 +373,12 @@ def run_metrics(args: argparse.Namespace) -> int:
             size = (rappor.k + 7) // 8
         shown = f"{size} byte{'s' * (size != 1)}" if size is not None else "one number"
         delta = getattr(params, "delta", None)
+        deltas += [delta] if delta else []
         print(f"{name:<24} {params.mechanism_name:<18} {format_epsilon(params.epsilon_1):>9} "
               f"{format_epsilon(params.epsilon_inf):>11}  {shown}"
               + (f" (with delta {delta:g} per value)" if delta else ""))
         if metric.note:
             print(f"{'':<24} {metric.note}")
-    deltas = [delta for _, metric in registry.items()
-              if (delta := getattr(metric.params, "delta", None))]
     print(f"epsilon_inf bounds what all reports of one value reveal; an installation reporting "
           f"one value per metric spends at most {format_epsilon(registry.epsilon_total())} in "
           "all (epsilons rounded up)"

@@ -248,7 +248,8 @@ class CheckResult:
     aggregates have no raw report to be recounted from (set by ``veil aggregate``, or
     their reports dropped), neither checked nor touched by a rebuild. ``missing_reports``:
     report ids stored beyond the raw reports (reports deleted or lost: a rebuild counts
-    only those present).
+    only those present). Only the SQLite store counts these two; PostgreSQL's check leaves
+    them 0 (its days dropped by retention keep their aggregates unchecked).
     """
 
     location: str

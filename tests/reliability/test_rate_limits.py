@@ -133,9 +133,10 @@ def test_rates_are_shared_among_worker_processes_and_the_daily_cap_is_not():
 
 def test_each_worker_bursts_a_full_batch_and_serve_says_what_that_allows(collector_factory):
     """Each of ``veil serve``'s workers keeps its own bucket, never under one full batch, so
-    that any accepted batch can pass: with 2 workers a rate of 10 a second and a 10 s burst
-    (100 reports) lets a source send 2 batches of 50 at once. The log says so, with the
-    settings that would keep the burst; more than 2 batches are never accepted at once."""
+    that any accepted batch can pass: with 2 workers a rate of 10 a second and a 2 s burst
+    (20 reports) lets a source send up to 2 batches of 50 at once (as many as the workers
+    its connections reach). The log says so, with the settings that would keep the burst;
+    more than 2 batches are never accepted at once."""
     collector = collector_factory(registry=REGISTRY, max_reports=50, serve_args=[
         "--workers", "2", "--network-rate", "10", "--burst-seconds", "2"])
     log = (collector.workdir / "serve.log").read_text()

@@ -33,6 +33,7 @@ from flask.testing import FlaskClient
 
 from veil.client.encoders import make_encoder
 from veil.server.storage import open_storage
+from veil.server.storage.sqlite import schema
 from veil.shared.registry import Registry
 from veil.shared.statistics import statistic_for
 from veil.shared.wire import make_batch, make_report, validate_batch
@@ -183,8 +184,7 @@ def before_the_fold_mark(path: Path) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute("DELETE FROM meta WHERE key = 'folded_rowid'")
         conn.execute("ALTER TABLE folded_aggregates RENAME TO aggregates")
-        conn.execute("CREATE TABLE reports_v5 (id BLOB NOT NULL, metric TEXT NOT NULL, day TEXT "
-                     "NOT NULL, cohort INTEGER NOT NULL, payload ANY) STRICT")
+        conn.execute(schema._REPORTS_V3.replace("TABLE reports", "TABLE reports_v5"))
         conn.execute("INSERT INTO reports_v5 SELECT id, metric, day, cohort, payload FROM reports "
                      "ORDER BY seq")
         conn.execute("DROP TABLE reports")

@@ -244,10 +244,10 @@ class PostgresDatabase(Storage):
             try:
                 yield conn
             except psycopg.Error as exc:  # the server went away, or refused a statement
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                reason = failure_reason(exc)
                 raise StorageUnavailable(
                     f"PostgreSQL at {safe_location(url)} failed: {type(exc).__name__}"
-                    + (f" ({first})" if first else "")
+                    + (f" ({reason})" if reason else "")
                     + "; check that it is running, then run the command again") from None
 
     def _attach(self, registry: Registry | None) -> Registry:

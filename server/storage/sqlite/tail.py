@@ -8,7 +8,8 @@ any other insert appends its reports only. Once :data:`FOLD_LIMIT` reports are p
 mark, or once a report of a day that is over (UTC) waits (at the first insert after
 midnight, or right after an insert under an earlier day), the writer that stored them
 folds the tail in, in a transaction of its own: it counts those reports into
-``folded_aggregates`` (one upsert per (metric, day, cohort) they touch) and moves the mark
+``folded_aggregates`` (one statement per (metric, day), upserting the row of each cohort
+they touch: :func:`~.rows.aggregate_statement`) and moves the mark
 past them. Readers add the tail to the
 aggregates they read, in one read transaction, so a count is always that of every
 stored report, folded or not.
@@ -19,9 +20,9 @@ batch spread over an oracle's 4,096 cohorts rewrote most of a day's aggregates. 
 in bulk, a row is written once per :data:`FOLD_LIMIT` reports (figures in
 docs/operations.md, Performance and scaling).
 
-The mark is a rowid. ``reports`` is append-only, so a new report's rowid is above every
-stored one, and SQLite keeps rowids when it copies the file (``VACUUM INTO``, and
-``VACUUM`` of a table without gaps). Should reports be deleted by hand so that rowids at
+The mark is a rowid, ``reports.seq``. ``reports`` is append-only, so a new report's rowid
+is above every stored one, and SQLite keeps a named rowid when it copies the file
+(``VACUUM INTO``) or vacuums it. Should reports be deleted by hand so that rowids at
 or below the mark are free again, an insert first lowers the mark to the highest stored
 rowid, which every folded report is at or below, so that no new report is taken for a
 folded one.
