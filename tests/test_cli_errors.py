@@ -270,6 +270,24 @@ def test_a_postgresql_database_veil_did_not_write_is_named_in_one_line(postgres_
         assert message in assert_one_error_line(command, result.stderr)
 
 
+def test_veil_retention_inside_the_replay_window_is_refused_from_the_command_line(
+        postgres_url) -> None:
+    """``veil retention --keep-days 1`` dropped today's and yesterday's raw reports, whose ids
+    keep a resent batch from counting twice: refused, naming the least ``--keep-days``."""
+    from veil.server.storage import open_storage
+    from veil.shared.registry import Registry
+
+    open_storage(postgres_url, Registry.from_dict({"metrics": {"flag": {"kind": "boolean"}}}),
+                 create=True).close()
+    for keep in ("1", "6"):
+        result = veil("retention", "--db", postgres_url, "--keep-days", keep)
+        assert result.returncode == 1, result.stderr
+        assert "within the 7-day replay window" in assert_one_error_line("retention",
+                                                                           result.stderr)
+    result = veil("retention", "--db", postgres_url, "--keep-days", "7")
+    assert result.returncode == 0, result.stderr
+
+
 def test_veil_check_on_an_empty_postgresql_database_is_a_usage_error(postgres_url) -> None:
     """As on SQLite (exit 2, with the fix); it exited 1 without one."""
     result = veil("check", "--db", postgres_url)
