@@ -30,6 +30,7 @@ folded one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sqlite3
@@ -202,7 +203,7 @@ def _counted_pairs(conn: sqlite3.Connection, metric_of: sql.MetricOf, start: int
     statement that adds them to the aggregates and how many reports it counts;
     :class:`~.rows.DamagedRow` for a report Veil cannot have stored."""
     for name, day in conn.execute(_PAIRS, (start, end)).fetchall():
-        try:
+        with _countable(name):
             metric, statistic = metric_of(name)
             if statistic.payload_type == "int":
                 # as two JSON arrays SQLite builds: half the time of a Python tuple a report
@@ -212,11 +213,19 @@ def _counted_pairs(conn: sqlite3.Connection, metric_of: sql.MetricOf, start: int
             else:
                 arrays = _arrays(metric, statistic,
                                  conn.execute(_PAIR, (start, end, name, day)).fetchall())
-            yield (sql.aggregate_statement(name, day, metric, statistic, *arrays),
-                   len(arrays[0]))
-        except (ValueError, TypeError, IndexError, StorageError) as exc:
-            raise sql.DamagedRow(f"a stored report of metric {name!r} cannot be counted "
-                                 f"({exc})") from exc
+            statement = sql.aggregate_statement(name, day, metric, statistic, *arrays)
+        yield statement, len(arrays[0])
+
+
+@contextlib.contextmanager
+def _countable(name: str) -> Iterator[None]:
+    """:class:`~.rows.DamagedRow` for a stored report of metric ``name`` that cannot be counted
+    (its metric, cohort or payload out of what Veil stores)."""
+    try:
+        yield
+    except (ValueError, TypeError, IndexError, StorageError) as exc:
+        raise sql.DamagedRow(f"a stored report of metric {name!r} cannot be counted "
+                             f"({exc})") from exc
 
 
 def _arrays(metric: Metric, statistic: Statistic, reports: list[tuple[Any, Any]],
@@ -227,28 +236,21 @@ def _arrays(metric: Metric, statistic: Statistic, reports: list[tuple[Any, Any]]
                              [row[1] for row in reports])
 
 
-def counted(name: str, day: str, reports: list[tuple[Any, Any]], metric_of: sql.MetricOf,
-            ) -> list[tuple[Any, ...]]:
-    """Upsert rows ``(metric, day, cohort, reports, *COLUMNS)`` counting the ``(cohort,
-    payload)`` rows of reports of metric ``name`` on ``day``; :class:`~.rows.DamagedRow` for
-    a report Veil cannot have stored."""
-    try:
-        metric, statistic = metric_of(name)
-        return [sql.aggregate_row(name, day, cohort, n, statistic, state) for cohort, n, state
-                in statistic.accumulate_arrays(metric.params, *_arrays(metric, statistic, reports))]
-    except (ValueError, TypeError, IndexError, StorageError) as exc:
-        raise sql.DamagedRow(f"a stored report of metric {name!r} cannot be counted "
-                             f"({exc})") from exc
-
-
 def tail_rows(conn: sqlite3.Connection, metric_of: sql.MetricOf, name: str, start: str,
               end: str) -> list[tuple[Any, ...]]:
     """Aggregate rows ``(cohort, reports, *COLUMNS)`` (as :data:`~.rows.SELECT_AGGREGATES`
     reads them) counting the reports of metric ``name`` past the fold mark over days
     ``start``..``end``, read in the caller's transaction: one row per cohort, all days
-    together (the reader sums over the days anyway)."""
+    together (the reader sums over the days anyway); :class:`~.rows.DamagedRow` for a
+    report Veil cannot have stored."""
     reports = conn.execute(_OF_METRIC, (mark(conn), name, start, end)).fetchall()
-    return [row[2:] for row in counted(name, start, reports, metric_of)] if reports else []
+    if not reports:
+        return []
+    with _countable(name):
+        metric, statistic = metric_of(name)
+        return [sql.aggregate_row(name, start, cohort, n, statistic, state)[2:]
+                for cohort, n, state in statistic.accumulate_arrays(
+                    metric.params, *_arrays(metric, statistic, reports))]
 
 
 #: reports per (metric, day) over days ``?1``..``?2``: the aggregates and the reports past
