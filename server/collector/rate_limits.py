@@ -175,17 +175,40 @@ def token_daily_cap(config: Mapping[str, Any]) -> int:
     return cap
 
 
+@dataclasses.dataclass(frozen=True)
+class _Sizing:
+    """How ``veil serve`` sizes one worker's buckets: the ``workers``, the ``largest`` batch
+    and the ``seconds`` of burst."""
+
+    workers: int
+    largest: int
+    seconds: float
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> _Sizing:
+        return cls(max(int(config.get("WORKERS", 1)), 1), int(config["MAX_REPORTS_PER_BATCH"]),
+                   float(config["RATE_BURST_SECONDS"]))
+
+    def limiter(self, rate: float) -> RateLimiter | None:
+        """A worker's bucket for ``rate`` (``None``: off): its share of the rate, bursting
+        ``seconds`` of it and at least one full batch, so that any accepted batch can pass."""
+        if not rate:
+            return None
+        share = float(rate) / self.workers
+        return RateLimiter(share, max(share * self.seconds, self.largest))
+
+
 def burst_warnings(config: Mapping[str, Any]) -> list[str]:
     """What ``veil serve`` warns about its rates: a rate whose share per worker bursts less
     than one full batch gets a full batch in every worker (:func:`upload_limits`), so a
     source may send ``WORKERS`` batches at once, more than ``RATE_BURST_SECONDS`` of the rate."""
-    workers = max(int(config.get("WORKERS", 1)), 1)
-    largest = int(config["MAX_REPORTS_PER_BATCH"])
-    seconds = float(config["RATE_BURST_SECONDS"])
+    sizing = _Sizing.of(config)
+    workers, largest, seconds = sizing.workers, sizing.largest, sizing.seconds
     out = []
     for key, option in (("NETWORK_RATE", "--network-rate"), ("TOKEN_RATE", "--token-rate")):
         rate = float(config.get(key) or 0)
-        if rate and workers > 1 and rate / workers * seconds < largest:
+        limiter = sizing.limiter(rate)
+        if limiter is not None and workers > 1 and limiter.burst > limiter.rate * seconds:
             out.append(
                 f"{option} {rate:g} with --burst-seconds {seconds:g} bursts {rate * seconds:g} "
                 f"reports, but each of the {workers} workers keeps its own bucket of at least one "
@@ -199,15 +222,6 @@ def upload_limits(config: Mapping[str, Any]) -> UploadLimits:
     """The limits of one worker process: the configured rates divided among ``WORKERS``
     processes (each takes its share of the connections), bursts at least one full batch so
     that any accepted batch size can pass; the daily cap whole (the store counts it)."""
-    workers = max(int(config.get("WORKERS", 1)), 1)
-    largest = int(config["MAX_REPORTS_PER_BATCH"])
-    seconds = float(config["RATE_BURST_SECONDS"])
-
-    def limiter(rate: float) -> RateLimiter | None:
-        if not rate:
-            return None
-        share = float(rate) / workers
-        return RateLimiter(share, max(share * seconds, largest))
-
-    return UploadLimits(limiter(config["NETWORK_RATE"]), limiter(config["TOKEN_RATE"]),
-                        token_daily_cap(config))
+    sizing = _Sizing.of(config)
+    return UploadLimits(sizing.limiter(config["NETWORK_RATE"]),
+                        sizing.limiter(config["TOKEN_RATE"]), token_daily_cap(config))
