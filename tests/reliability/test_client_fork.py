@@ -29,6 +29,16 @@ CHILD_REPORTS = 20_000
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 
+def sound_outbox(state) -> int:
+    """The reports in the state directory's outbox, once SQLite found its database sound."""
+    database = sqlite3.connect(state / DATABASE_FILE)
+    try:
+        assert database.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        return int(database.execute("SELECT count(*) FROM outbox").fetchone()[0])
+    finally:
+        database.close()
+
+
 @pytest.mark.parametrize("child_client", ["inherited", "new"])
 def test_a_forked_child_reporting_while_the_parent_reopens_keeps_the_database_sound(
         tmp_path, offline_url, child_client):
@@ -62,12 +72,7 @@ def test_a_forked_child_reporting_while_the_parent_reopens_keeps_the_database_so
     os.close(reader)
     client.close(timeout=0)
     assert os.waitstatus_to_exitcode(status) == 0 and child_dropped == 0, child_dropped
-    database = sqlite3.connect(state / DATABASE_FILE)
-    try:
-        assert database.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        stored = database.execute("SELECT count(*) FROM outbox").fetchone()[0]
-    finally:
-        database.close()
+    stored = sound_outbox(state)
     assert stored == queued + CHILD_REPORTS
 
 
@@ -110,10 +115,5 @@ def test_forks_while_another_thread_reports_wait_for_it_and_lose_nothing(tmp_pat
     statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
     client.close(timeout=0)
     assert statuses == [0] * 5
-    database = sqlite3.connect(state / DATABASE_FILE)
-    try:
-        assert database.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        stored = database.execute("SELECT count(*) FROM outbox").fetchone()[0]
-    finally:
-        database.close()
+    stored = sound_outbox(state)
     assert stored == queued[0] + 5 * 100
