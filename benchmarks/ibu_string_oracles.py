@@ -1,14 +1,18 @@
-"""IBU on FLH against the decoder's own answers, in the setting of ``veil experiment strings``.
+"""IBU on FLH and HCMS against the decoders' unbiased answers, in the setting of
+``veil experiment strings``.
 
 N installations, one report each at epsilon (``report_epsilon = epsilon``) over 1,000
 strings under Zipf(1.1), drawn with the simulation encoders' law. Each collection is
-decoded by FLH's decoder (its unbiased shares, projected onto the simplex, and its table
-of detected strings, the others 0) and by IBU run to convergence over all 1,000 strings:
-an FLH report lands in exactly one (function, bucket) cell, so the counts are one
-multinomial whose law is affine in the shares (``veil.server.analysis.ibu``). Prints the
-total variation of each from the population's shares (docs/strings.md quotes them).
+decoded by the oracle's decoder with the unbiased estimator (its table of detected
+strings, the others 0, and its unbiased shares of every candidate projected onto the
+simplex), with ``estimator="ibu"`` (IBU over the detected strings and the background,
+what ``veil decode --estimator ibu`` shows) and, for FLH, by IBU run to convergence over
+all 1,000 strings: an FLH report lands in exactly one (function, bucket) cell, so the
+counts are one multinomial whose law is affine in the shares
+(``veil.server.analysis.ibu``). Prints the total variation of each from the population's
+shares (docs/strings.md quotes them).
 
-    python benchmarks/ibu_string_oracles.py --epsilons 0.5 1 2 --seeds 1 2
+    python benchmarks/ibu_string_oracles.py --epsilons 0.5 1 2 4 --seeds 1 2 [--oracle hcms]
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from veil.server.analysis.string_oracles import (
     candidate_buckets,
     candidate_keys,
 )
-from veil.shared.kinds import FlhParams
+from veil.shared.kinds import FlhParams, HcmsParams, StringOracleParams
 from veil.simulations.populations import total_variation
 from veil.simulations.string_oracles import report_counts
 from veil.simulations.strings_experiment import CANDIDATES, zipf_shares
@@ -45,26 +49,42 @@ def flh_channel(params: FlhParams, buckets: np.ndarray) -> AffineChannel:
                          np.zeros(functions * width), multinomial=True)
 
 
-def one(epsilon: float, reports: int, seed: int) -> str:
+def detected_shares(decoder: StringOracleDecoder, names: list[str]) -> np.ndarray:
+    """The shares a decoder's table shows, 0 for the strings it does not list."""
+    out = np.zeros(len(names))
+    position = {name: index for index, name in enumerate(names)}
+    for row in decoder.result_.rows:
+        out[position[row["string"]]] = row["proportion"]
+    return out
+
+
+def one(oracle: str, epsilon: float, reports: int, seed: int) -> str:
     """One collection's line: the total variation of each estimate."""
     names = [f"https://site{i}.example/page" for i in range(CANDIDATES)]
     rng = np.random.default_rng(seed)
     counts = rng.multinomial(reports, zipf_shares(CANDIDATES))
     truth = counts / reports
-    params = FlhParams(epsilon=epsilon, report_epsilon=epsilon)
+    params: StringOracleParams = (FlhParams(epsilon=epsilon, report_epsilon=epsilon)
+                                  if oracle == "flh"
+                                  else HcmsParams(epsilon=epsilon, report_epsilon=epsilon))
     keys = candidate_keys(names)
     table = report_counts(params, keys, counts, rng)
     decoder = StringOracleDecoder(params).fit(table, names)
-    shares = decoder.proportions_
-    channel = flh_channel(params, candidate_buckets(params, keys).astype(np.int64))
     started = time.perf_counter()
-    fit = ibu(channel, table.reshape(-1), start=simplex_start(shares))
+    with_ibu = StringOracleDecoder(params, estimator="ibu").fit(table, names)
     seconds = time.perf_counter() - started
-    detected = np.where(decoder.detected_, shares, 0.0)
-    return (f"epsilon {epsilon:g} seed {seed}: projection "
-            f"{total_variation(project_to_simplex(shares), truth):.4f}, detected table "
-            f"{total_variation(detected, truth):.4f}, IBU {total_variation(fit.shares, truth):.4f}"
-            f" ({fit.steps} steps, converged {fit.converged}, {seconds:.1f} s)")
+    line = (f"{oracle} epsilon {epsilon:g} seed {seed}: detected table "
+            f"{total_variation(detected_shares(decoder, names), truth):.4f}, ibu "
+            f"{total_variation(detected_shares(with_ibu, names), truth):.4f} "
+            f"({int(decoder.detected_.sum())} strings, {seconds:.1f} s), projection "
+            f"{total_variation(project_to_simplex(decoder.proportions_), truth):.4f}")
+    if isinstance(params, FlhParams):
+        channel = flh_channel(params, candidate_buckets(params, keys).astype(np.int64))
+        started = time.perf_counter()
+        fit = ibu(channel, table.reshape(-1), start=simplex_start(decoder.proportions_))
+        line += (f", IBU over every string {total_variation(fit.shares, truth):.4f} "
+                 f"({fit.steps} steps, {time.perf_counter() - started:.1f} s)")
+    return line
 
 
 def main() -> None:
@@ -72,10 +92,11 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     parser.add_argument("--reports", type=int, default=1_000_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--oracle", choices=("flh", "hcms"), default="flh")
     args = parser.parse_args()
     for epsilon in args.epsilons:
         for seed in args.seeds:
-            print(one(epsilon, args.reports, seed), flush=True)
+            print(one(args.oracle, epsilon, args.reports, seed), flush=True)
 
 
 if __name__ == "__main__":

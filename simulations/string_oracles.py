@@ -20,11 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from veil.server.analysis.string_oracles import (
-    candidate_buckets,
-    candidate_keys,
-    walsh_hadamard_rows,
-)
+from veil.server.analysis.stats import walsh_hadamard_rows
+from veil.server.analysis.string_oracles import candidate_buckets, candidate_keys
 from veil.shared.faces import FaceRegistry
 from veil.shared.kinds import FlhParams, HcmsParams, StringOracleParams
 from veil.shared.kinds.base import implements

@@ -7,7 +7,8 @@ module per mechanism family (:mod:`~veil.server.analysis.strings`,
 :mod:`~veil.server.analysis.closed_form`, :mod:`~veil.server.analysis.oracles`,
 :mod:`~veil.server.analysis.string_oracles`, :mod:`~veil.server.analysis.joint` and
 :mod:`~veil.server.analysis.joint_marginals`, :mod:`~veil.server.analysis.discovery`;
-IBU in :mod:`~veil.server.analysis.ibu`, google/rappor's association files in
+IBU in :mod:`~veil.server.analysis.ibu` and, for FLH and HCMS,
+:mod:`~veil.server.analysis.string_oracle_ibu`; google/rappor's association files in
 :mod:`~veil.server.analysis.assoc_em`) on the statistics of
 :mod:`~veil.server.analysis.stats` and :mod:`~veil.server.analysis.selection`, found
 through :mod:`~veil.server.analysis.decoders`. Outputs: the result

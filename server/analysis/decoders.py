@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 #: the estimators a frequency decoder offers: ``unbiased`` (the default: the inverted
 #: channel, unbiased, shares may leave [0, 1]) and ``ibu`` (iterative Bayesian update:
-#: non-negative shares summing to the mass the list explains, bootstrap intervals;
-#: :mod:`veil.server.analysis.ibu`)
+#: non-negative shares summing to the mass the list explains, bootstrap intervals, or for
+#: FLH and HCMS strings the observed information's; :mod:`veil.server.analysis.ibu`)
 ESTIMATORS = ("unbiased", "ibu")
 
 
@@ -39,8 +39,8 @@ class DecodeOptions:
     ``candidates`` and ``candidate_map`` (a google/rappor map as a sparse matrix), and
     ``correction``, ``alpha``, ``background``, ``progress`` apply to strings;
     ``confidence`` to every kind; ``estimator`` (one of :data:`ESTIMATORS`) to the
-    frequency decoders, which refuse an estimator they lack (IBU is the category oracles'
-    and Bloom-filter strings'); ``all_candidates`` to string metrics: the table lists
+    frequency decoders, which refuse an estimator they lack (booleans and numbers have the
+    unbiased one only); ``all_candidates`` to string metrics: the table lists
     every candidate, ranked, not only the detected ones.
     """
 
@@ -128,8 +128,7 @@ def decode_counts(
     e.g. from a google/rappor ``map.csv``); the other kinds ignore them.
     ``correction``, ``alpha`` and ``all_candidates`` apply to strings only,
     ``background`` to Bloom-filter strings only (the FLH and HCMS decoders always estimate
-    the unlisted share); ``estimator`` (:data:`ESTIMATORS`) to categories and Bloom-filter
-    strings.
+    the unlisted share); ``estimator`` (:data:`ESTIMATORS`) to categories and strings.
     """
     counts = document if isinstance(document, CountsArrays) else counts_arrays(document, source)
     decoder = DECODERS.lookup(counts.params.mechanism_name, "params.kind")

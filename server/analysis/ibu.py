@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -64,23 +64,37 @@ MAX_STEPS = 5_000
 REPLICATES = 200
 
 
+class Design(Protocol):
+    """A 0/1 design (``observations x values``) as IBU uses it: ``design @ values`` (a column
+    per fit) and ``design.T @ weights``. A SciPy sparse matrix is one; an oracle whose design
+    is too large to store gives an operator (:mod:`veil.server.analysis.string_oracle_ibu`)."""
+
+    @property
+    def shape(self) -> tuple[int, int]: ...
+
+    def __matmul__(self, other: np.ndarray) -> Any: ...
+
+    @property
+    def T(self) -> Any: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class AffineChannel:
     """The oracle's law over the observations of its statistic: observation ``o`` succeeds
     for a report of value ``x`` with probability ``low + (high - low) * design[o, x]``
     (``design`` 0/1, ``observations x values``), and for a report of a value missing from
     the list with probability ``low + (high - low) * background_rate`` when
-    ``background_rate`` is given. ``trials`` are the reports behind each observation
+    ``background_rate`` is given (one rate, or one per observation). ``trials`` are the reports behind each observation
     (binary counts); ``multinomial`` says every report lands in exactly one observation
     (then every column of the law sums to 1 and ``trials`` is unused). ``cohorts`` (one
     per observation) groups observations that share their reports, for the bootstrap's
     composition; by default all observations share one cohort."""
 
-    design: sp.csc_matrix
+    design: Design
     low: float
     high: float
     trials: np.ndarray
-    background_rate: float | None = None
+    background_rate: float | np.ndarray | None = None
     multinomial: bool = False
     cohorts: np.ndarray | None = None
 
@@ -120,7 +134,7 @@ class AffineChannel:
         batch = np.atleast_2d(weights)
         out = np.asarray(self.design.T @ batch.T).T
         if self.background_rate is not None:
-            out = np.hstack([out, self.background_rate * batch.sum(axis=1, keepdims=True)])
+            out = np.hstack([out, (batch * self.background_rate).sum(axis=1, keepdims=True)])
         result: np.ndarray = np.asarray(out, dtype=float)
         return result if np.ndim(weights) == 2 else result[0]
 
@@ -323,25 +337,35 @@ def _cohort_products(design: sp.csc_matrix, composition: Any, cohorts: np.ndarra
     return out
 
 
+#: how the intervals of :func:`estimate` are made (the summary's ``interval``)
+BOOTSTRAP_INTERVAL = ("parametric bootstrap, percentile interval, down to 0 where the "
+                      "unbiased share is not significant (docs/analysis.md, \"Choosing an "
+                      "estimator\")")
+
+
 @dataclasses.dataclass(frozen=True)
 class IbuEstimate:
-    """IBU's fit with its bootstrap: what a decoder's table and summary show."""
+    """IBU's fit with the spread of its shares: what a decoder's table and summary show.
+    ``spread`` holds the standard errors and intervals; its ``replicates`` are 0 when they
+    come from the observed information rather than a bootstrap, and ``interval`` says how
+    they were made."""
 
     fit: IbuFit
     spread: Bootstrap
+    interval: str = BOOTSTRAP_INTERVAL
 
     def summary_fields(self) -> dict[str, Any]:
-        """The summary's account of the estimator: its name, steps, convergence and the
-        bootstrap behind its intervals."""
-        return {
+        """The summary's account of the estimator: its name, steps, convergence and how its
+        intervals were made (with the bootstrap's replicates when there was one)."""
+        fields: dict[str, Any] = {
             "estimator": "ibu",
             "ibu_steps": self.fit.steps,
             "ibu_converged": self.fit.converged,
-            "bootstrap_replicates": self.spread.replicates,
-            "interval": "parametric bootstrap, percentile interval, down to 0 where the "
-                        "unbiased share is not significant (docs/analysis.md, \"Choosing an "
-                        "estimator\")",
         }
+        if self.spread.replicates:
+            fields["bootstrap_replicates"] = self.spread.replicates
+        fields["interval"] = self.interval
+        return fields
 
 
 def estimate(channel: AffineChannel, counts: np.ndarray, unbiased: np.ndarray,
@@ -381,4 +405,18 @@ def with_ibu_shares(rows: list[dict[str, Any]], found: IbuEstimate, total: int,
                    "prop_high_95": high, "estimate": share * total, "std_error": se * total,
                    "low_95": low * total, "high_95": high * total}
         out.append({name: changed.get(name, value) for name, value in row.items()})
+    return out
+
+
+def rows_with_ibu(rows: list[dict[str, Any]], found: IbuEstimate, components: np.ndarray,
+                  candidates: list[str], total: int) -> list[dict[str, Any]]:
+    """A string table's ``rows`` with IBU's shares for the candidates it covers (component
+    ``i`` is candidate ``components[i]``); a candidate outside the fit keeps its row: IBU
+    gives it no share."""
+    position = {candidates[int(component)]: index for index, component in enumerate(components)}
+    out = []
+    for row in rows:
+        index = position.get(row["string"])
+        out.append(row if index is None
+                   else with_ibu_shares([row], found, total, np.array([index]))[0])
     return out

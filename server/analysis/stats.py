@@ -186,3 +186,31 @@ def _hadamard(size: int, dtype: type[np.floating[Any]]) -> np.ndarray:
     while matrix.shape[0] < size:
         matrix = np.block([[matrix, matrix], [matrix, -matrix]])
     return matrix
+
+
+def walsh_hadamard_rows(table: np.ndarray) -> np.ndarray:
+    """The (unnormalized) Walsh-Hadamard transform of each row, ``H[u] = sum_y v[y]
+    (-1)^popcount(u & y)`` as :func:`walsh_hadamard` (rows of a
+    power-of-two length), in float64, by butterflies over all rows at once."""
+    out = np.array(table, dtype=np.float64)
+    rows, size = out.shape
+    if size & (size - 1):
+        raise ParameterError("columns", f"a row's length must be a power of two; got {size}")
+    half = 1
+    while half < size:
+        pairs = out.reshape(rows, size // (2 * half), 2, half)
+        low = pairs[:, :, 0, :].copy()
+        pairs[:, :, 0, :] += pairs[:, :, 1, :]
+        np.subtract(low, pairs[:, :, 1, :], out=pairs[:, :, 1, :])
+        half *= 2
+    return out
+
+
+def flat_cells(buckets: np.ndarray, width: int) -> np.ndarray:
+    """The flat index ``j * width + buckets[x, j]`` of each (candidate, function) cell in a
+    C-ordered (functions x width) table, as ``intp`` (what :func:`numpy.take` and
+    :func:`numpy.bincount` index with, unconverted)."""
+    offsets = np.arange(buckets.shape[1], dtype=np.intp) * width
+    out: np.ndarray = buckets.astype(np.intp)
+    out += offsets
+    return out

@@ -56,14 +56,18 @@ import numpy as np
 
 from veil.server.analysis.closed_form import sample_summary
 from veil.server.analysis.cost import privacy_cost
-from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
+from veil.server.analysis.decoders import DEFAULT_OPTIONS, ESTIMATORS, DecodeOptions, decodes
+from veil.server.analysis.ibu import rows_with_ibu
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.stats import (
     adjust_p_values,
     check_correction,
     check_level,
+    flat_cells,
     one_sided_p_values,
+    walsh_hadamard_rows,
 )
+from veil.server.analysis.string_oracle_ibu import oracle_ibu
 from veil.server.analysis.string_summary import (
     allocated_fields,
     description,
@@ -245,16 +249,6 @@ class HcmsCells(CellModel):
         return out
 
 
-def flat_cells(buckets: np.ndarray, width: int) -> np.ndarray:
-    """The flat index ``j * width + buckets[x, j]`` of each (candidate, function) cell in a
-    C-ordered (functions x width) table, as ``intp`` (what :func:`numpy.take` and
-    :func:`numpy.bincount` index with, unconverted)."""
-    offsets = np.arange(buckets.shape[1], dtype=np.intp) * width
-    out: np.ndarray = buckets.astype(np.intp)
-    out += offsets
-    return out
-
-
 def gather(table: np.ndarray, buckets: np.ndarray) -> np.ndarray:
     """``table[j, buckets[x, j]]`` for every candidate ``x`` (rows) and function ``j``."""
     gathered: np.ndarray = np.take(table.reshape(-1), flat_cells(buckets, table.shape[1]))
@@ -266,24 +260,6 @@ def _no_information(params: StringOracleParams) -> ParameterError:
         "report_epsilon", f"{params.mechanism_name} with epsilon={params.epsilon!r}, "
                           f"report_epsilon={params.report_epsilon!r}: a report carries no "
                           "information about its value")
-
-
-def walsh_hadamard_rows(table: np.ndarray) -> np.ndarray:
-    """The (unnormalized) Walsh-Hadamard transform of each row, ``H[u] = sum_y v[y]
-    (-1)^popcount(u & y)`` as :func:`~veil.server.analysis.stats.walsh_hadamard` (rows of a
-    power-of-two length), in float64, by butterflies over all rows at once."""
-    out = np.array(table, dtype=np.float64)
-    rows, size = out.shape
-    if size & (size - 1):
-        raise ParameterError("columns", f"a row's length must be a power of two; got {size}")
-    half = 1
-    while half < size:
-        pairs = out.reshape(rows, size // (2 * half), 2, half)
-        low = pairs[:, :, 0, :].copy()
-        pairs[:, :, 0, :] += pairs[:, :, 1, :]
-        np.subtract(low, pairs[:, :, 1, :], out=pairs[:, :, 1, :])
-        half *= 2
-    return out
 
 
 def within_variance(total: np.ndarray, squares: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -427,14 +403,18 @@ class StringOracleDecoder:
     ``detected_``; ``solved_`` (the candidates solved jointly) and ``solve_iterations_``.
     ``all_candidates`` makes the table list every candidate, ranked by its z (estimate
     over standard error), with ``rank`` and ``detected`` (as the Bloom decoder's ``--all``).
+    ``estimator="ibu"`` shows the detected strings' shares from IBU
+    (:mod:`veil.server.analysis.string_oracle_ibu`) instead of the unbiased ones.
     """
 
     def __init__(self, params: StringOracleParams, *,
                  correction: str = DEFAULT_OPTIONS.correction,
                  alpha: float = DEFAULT_OPTIONS.alpha,
                  confidence: float = DEFAULT_OPTIONS.confidence,
-                 all_candidates: bool = DEFAULT_OPTIONS.all_candidates) -> None:
+                 all_candidates: bool = DEFAULT_OPTIONS.all_candidates,
+                 estimator: str = DEFAULT_OPTIONS.estimator) -> None:
         self.params = params
+        self.estimator = estimator
         self.correction = correction
         self.alpha = alpha
         self.confidence = confidence
@@ -447,6 +427,9 @@ class StringOracleDecoder:
         correction = check_correction(self.correction)
         alpha = check_level(self.alpha, "alpha")
         confidence = check_level(self.confidence, "confidence")
+        if self.estimator not in ESTIMATORS:
+            raise ParameterError("estimator", f"estimator must be one of {', '.join(ESTIMATORS)}"
+                                              f"; got {self.estimator!r}")
         names = check_candidates(candidates, metric)
         params = self.params
         model = CellModel.of(params, responses)
@@ -497,6 +480,12 @@ class StringOracleDecoder:
             columns = STRING_COLUMNS
             rows = detected_table(metric, names, estimates, std_errors, detected, int(total),
                                   confidence)
+        if self.estimator == "ibu" and detected.any():
+            found = oracle_ibu(params, responses, buckets[detected], estimates[detected],
+                               std_errors[detected], confidence)
+            rows = rows_with_ibu(rows, found, np.flatnonzero(detected), names, int(total))
+            self.summary_.update(found.summary_fields())
+            self.summary_["ibu_background_share"] = float(found.fit.shares[-1])
         self.result_ = DecodeResult("string", columns, rows, self.summary_,
                                     description(self.summary_))
         return self
@@ -546,10 +535,6 @@ class StringOracleDecoder:
 
 def _decode(counts: CountsArrays, options: DecodeOptions) -> DecodeResult:
     """The decoder of FLH and HCMS string metrics over ``options.candidates``."""
-    estimator = options.estimator
-    if estimator != "unbiased":
-        raise ParameterError("estimator", f"{counts.params.mechanism_name} metrics have the "
-                                          f"unbiased estimator only (got {estimator!r})")
     if options.candidate_map is not None:
         raise ParameterError("map", "a candidate map (map.csv) is for Bloom-filter RAPPOR "
                                     f"strings; {counts.params.mechanism_name} hashes the "
@@ -559,7 +544,8 @@ def _decode(counts: CountsArrays, options: DecodeOptions) -> DecodeResult:
         raise ParameterError("params", "the string oracle decoder needs FlhParams or HcmsParams")
     decoder = StringOracleDecoder(params, correction=options.correction, alpha=options.alpha,
                                   confidence=options.confidence,
-                                  all_candidates=options.all_candidates)
+                                  all_candidates=options.all_candidates,
+                                  estimator=options.estimator)
     decoder.fit(np.asarray(counts.fields["responses"]), options.candidates, metric=counts.metric)
     result = decoder.result_
     result.summary.update(sample_summary(counts))

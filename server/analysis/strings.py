@@ -46,7 +46,7 @@ import scipy.sparse as sp
 from veil.server.analysis.candidate_map import remembered_map
 from veil.server.analysis.closed_form import sample_summary
 from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
-from veil.server.analysis.ibu import AffineChannel, IbuEstimate, with_ibu_shares
+from veil.server.analysis.ibu import AffineChannel, IbuEstimate, rows_with_ibu
 from veil.server.analysis.ibu import estimate as ibu_estimate
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.selection import (
@@ -258,7 +258,7 @@ class StringDecoder:
             columns = RANKED_COLUMNS
         if self.estimator == "ibu":
             found, components = string_ibu(self, reports, ones, matrix, solution, settings)
-            rows = _rows_with_ibu(rows, found, components, self.candidates_, int(reports.sum()))
+            rows = rows_with_ibu(rows, found, components, self.candidates_, int(reports.sum()))
             self.summary_.update(found.summary_fields())
             self.summary_["ibu_background_share"] = (
                 float(found.fit.shares[-1]) if self.background else None)
@@ -506,16 +506,3 @@ def string_ibu(decoder: StringDecoder, reports: np.ndarray, ones: np.ndarray,
                          settings.confidence, background if decoder.background else None,
                          STRING_REPLICATES)
     return found, components
-
-
-def _rows_with_ibu(rows: list[dict[str, Any]], found: IbuEstimate, components: np.ndarray,
-                   candidates: list[str], total: int) -> list[dict[str, Any]]:
-    """The table's rows with IBU's shares for the candidates it covers (a candidate outside
-    the fit keeps its row: IBU gives it no share)."""
-    position = {candidates[int(component)]: index for index, component in enumerate(components)}
-    out = []
-    for row in rows:
-        index = position.get(row["string"])
-        out.append(row if index is None
-                   else with_ibu_shares([row], found, total, np.array([index]))[0])
-    return out

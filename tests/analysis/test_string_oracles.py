@@ -112,8 +112,7 @@ def test_the_exact_law_of_one_report_matches_the_encoders(params: StringOraclePa
 def test_the_row_transform_is_the_walsh_hadamard_transform() -> None:
     """The decoder's butterflies over all rows give :func:`walsh_hadamard` row by row,
     exactly (integer counts in float64)."""
-    from veil.server.analysis.stats import walsh_hadamard
-    from veil.server.analysis.string_oracles import walsh_hadamard_rows
+    from veil.server.analysis.stats import walsh_hadamard, walsh_hadamard_rows
 
     rng = np.random.default_rng(5)
     for width in (2, 16, 1024):

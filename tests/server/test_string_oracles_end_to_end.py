@@ -126,3 +126,36 @@ def test_veil_metrics_states_what_auto_chose(tmp_path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "auto chose flh" in shown.stdout
     assert "rappor's 128-bit reports exceed the 32-bit cap" in shown.stdout
+
+
+@pytest.mark.parametrize("metric", ["page_flh", "page_hcms"])
+def test_veil_decode_with_ibu_reads_the_collectors_file(collector_factory, tmp_path,
+                                                        metric: str) -> None:
+    import csv
+    import json
+
+    from veil.server.cli import main
+
+    registry = Registry.from_toml(REGISTRY_TOML)
+    collector = collector_factory(registry=registry)
+    upload(collector.url, registry, metric, population(3), 4)
+    candidates = tmp_path / "candidates.txt"
+    candidates.write_text("\n".join([*SHARES, "never.example", "nor.example"]) + "\n")
+    out = tmp_path / "out"
+    assert main(["decode", "--db", str(collector.db_path), "--metric", metric, "--estimator",
+                 "ibu", "--candidates", str(candidates), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    with open(out / "results.csv", newline="", encoding="utf-8") as handle:
+        rows = {row["string"]: row for row in csv.DictReader(handle)}
+    assert summary["estimator"] == "ibu" and summary["ibu_converged"]
+    assert summary["interval"].startswith("observed information")
+    assert set(SHARES) <= set(rows)  # IBU shows the strings the decoder detected
+    shares = [float(row["proportion"]) for row in rows.values()]
+    # the detected strings and the background are one distribution over the reports
+    assert min(shares) >= 0
+    assert sum(shares) + summary["ibu_background_share"] == pytest.approx(1.0, abs=1e-9)
+    for value, share in SHARES.items():
+        row = rows[value]
+        assert float(row["prop_low_95"]) <= float(row["proportion"]) <= float(row["prop_high_95"])
+        # within 4 stated standard errors of the population's share
+        assert abs(float(row["proportion"]) - share) <= 4 * float(row["prop_std_error"])
