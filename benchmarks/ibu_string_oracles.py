@@ -18,13 +18,14 @@ shares (docs/strings.md quotes them).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
-from veil.server.analysis.ibu import AffineChannel, ibu, simplex_start
+from veil.server.analysis.ibu import ibu, simplex_start
 from veil.server.analysis.joint_tests import project_to_simplex
+from veil.server.analysis.string_oracle_ibu import oracle_channel
 from veil.server.analysis.string_oracles import (
     StringOracleDecoder,
     candidate_buckets,
@@ -34,19 +35,6 @@ from veil.shared.kinds import FlhParams, HcmsParams, StringOracleParams
 from veil.simulations.populations import total_variation
 from veil.simulations.string_oracles import report_counts
 from veil.simulations.strings_experiment import CANDIDATES, zipf_shares
-
-
-def flh_channel(params: FlhParams, buckets: np.ndarray) -> AffineChannel:
-    """FLH's law over its (function, bucket) cells: cell ``(j, b)`` has probability
-    ``(P0 + (P1 - P0) [h_j(x) = b]) / F`` for a report of value ``x``."""
-    functions, width = params.hash_functions, params.buckets
-    p1, p0 = params.bucket_probs
-    rows = (np.arange(functions)[None, :] * width + buckets).reshape(-1)
-    columns = np.repeat(np.arange(buckets.shape[0]), functions)
-    design = sp.csc_matrix((np.ones(rows.size), (rows, columns)),
-                           shape=(functions * width, buckets.shape[0]))
-    return AffineChannel(design, p0 / functions, p1 / functions,
-                         np.zeros(functions * width), multinomial=True)
 
 
 def detected_shares(decoder: StringOracleDecoder, names: list[str]) -> np.ndarray:
@@ -79,7 +67,9 @@ def one(oracle: str, epsilon: float, reports: int, seed: int) -> str:
             f"({int(decoder.detected_.sum())} strings, {seconds:.1f} s), projection "
             f"{total_variation(project_to_simplex(decoder.proportions_), truth):.4f}")
     if isinstance(params, FlhParams):
-        channel = flh_channel(params, candidate_buckets(params, keys).astype(np.int64))
+        # the decoder's channel over every string, without the background
+        channel = dataclasses.replace(oracle_channel(params, candidate_buckets(params, keys),
+                                                     float(reports)), background_rate=None)
         started = time.perf_counter()
         fit = ibu(channel, table.reshape(-1), start=simplex_start(decoder.proportions_))
         line += (f", IBU over every string {total_variation(fit.shares, truth):.4f} "

@@ -56,21 +56,22 @@ class HcmsDesign:
     """HCMS's 0/1 design over the cells ``(j, 2 l + bit)`` (rows, in the statistic's order)
     and the strings whose buckets are ``buckets`` (strings x functions), applied through the
     rows' Walsh-Hadamard transform: ``(D v)[j, l, bit] = (sum v +- W_j[l]) / 2``, ``W_j``
-    the transform of ``v`` scattered over row ``j``'s buckets (``+`` for bit 0)."""
+    the transform of ``v`` scattered over row ``j``'s buckets (``+`` for bit 0). ``cells``
+    holds each (string, function)'s bucket as a flat index into a (functions x m) table."""
 
     def __init__(self, buckets: np.ndarray, columns: int) -> None:
         self.buckets = buckets
         self.columns = columns
         self.functions = buckets.shape[1]
         self.shape = (self.functions * 2 * columns, buckets.shape[0])
-        self._cells = flat_cells(buckets, columns)
+        self.cells = flat_cells(buckets, columns)
 
     def __matmul__(self, values: np.ndarray) -> np.ndarray:
         block = np.asarray(values, dtype=float).reshape(self.shape[1], -1)
         fits, m = block.shape[1], self.columns
         held = np.zeros((self.functions * m, fits))
         for fit in range(fits):
-            held[:, fit] = np.bincount(self._cells.reshape(-1),
+            held[:, fit] = np.bincount(self.cells.reshape(-1),
                                        weights=np.repeat(block[:, fit], self.functions),
                                        minlength=held.shape[0])
         spectrum = walsh_hadamard_rows(
@@ -99,7 +100,7 @@ class HcmsDesign:
         spectrum = walsh_hadamard_rows(both)
         strings = self.shape[1]
         gram = np.full((strings, strings), both.sum() / 4)
-        own = np.take(signed.reshape(-1), self._cells).sum(axis=1) / 4
+        own = np.take(signed.reshape(-1), self.cells).sum(axis=1) / 4
         gram += own[:, None] + own[None, :]
         step = max(1, CHUNK_TRIPLES // max(strings * strings, 1))
         for start in range(0, self.functions, step):
@@ -121,7 +122,7 @@ class _HcmsAdjoint:
         out = np.empty((self.design.shape[1], block.shape[1]))
         for fit in range(block.shape[1]):
             both, signed = self.design.transformed(block[:, fit])
-            out[:, fit] = (both.sum() + np.take(signed.reshape(-1), self.design._cells)
+            out[:, fit] = (both.sum() + np.take(signed.reshape(-1), self.design.cells)
                            .sum(axis=1)) / 2
         return out if np.ndim(weights) == 2 else out[:, 0]
 

@@ -23,7 +23,11 @@ from veil.server.analysis.string_oracle_ibu import (
     observed_information,
     oracle_channel,
 )
-from veil.server.analysis.string_oracles import StringOracleDecoder, candidate_keys
+from veil.server.analysis.string_oracles import (
+    StringOracleDecoder,
+    candidate_buckets,
+    candidate_keys,
+)
 from veil.shared.errors import ParameterError
 from veil.shared.kinds import FlhParams, HcmsParams, StringOracleParams
 from veil.simulations.string_oracles import report_counts
@@ -60,8 +64,6 @@ def test_the_hcms_design_is_the_dense_one() -> None:
                          ids=lambda p: p.oracle)
 def test_the_information_is_the_sum_over_cells(params: StringOracleParams) -> None:
     names = [f"s{i}" for i in range(5)]
-    from veil.server.analysis.string_oracles import candidate_buckets
-
     buckets = candidate_buckets(params, candidate_keys(names)).astype(np.int64)
     channel = oracle_channel(params, buckets, 1000.0)
     design = (dense_hcms(buckets, params.buckets) if isinstance(params, HcmsParams)
