@@ -121,9 +121,11 @@ class Client:
     seconds or ``batch_size`` reports. At interpreter exit a client that was not
     closed takes at most ``shutdown_timeout`` seconds to fetch the registry
     (if values still wait for it), encode and upload (0: it only counts and logs
-    what it drops).
+    what it drops); on Python 3.12 and later, where no thread starts at exit, the
+    upload's bound there is ``requests``' timeout of each read (docs/client.md).
 
-    ``budget`` caps the installation's total worst-case epsilon;
+    ``budget`` caps what the installation is charged (``privacy_spent().charged``: the
+    worst case over every value its reports could carry);
     ``max_epsilon_per_value``, ``max_epsilon_per_report`` and ``pinned`` are the
     application's own limits on what the collector's registry may ask (metrics
     beyond them are refused: :attr:`refused_metrics`). ``max_outbox`` caps the

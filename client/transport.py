@@ -53,8 +53,9 @@ class Outcome:
     or 400 ``too_many``: split the batch), ``"refused"`` (another 4xx: the
     collector will not take this batch as sent) or ``"unreachable"`` (retries
     exhausted, deadline reached or stopped); ``message`` says why for the last three.
-    ``retry_after``: seconds the collector asked the client to wait, longer than the policy's
-    ``backoff_cap`` (the uploader waits them before its next upload).
+    ``retry_after``: seconds the collector asked the client to wait that the transport did
+    not wait out (longer than the policy's ``backoff_cap``, or asked on the last attempt);
+    the uploader waits them before its next upload.
     """
 
     kind: str
@@ -232,7 +233,8 @@ class RequestsTransport(Transport):
         that overruns is given up (a batch sent again is acknowledged as duplicates), and
         its thread waits on until the answer ends; while it does, no other request starts
         (each would leave a thread behind): they count as timeouts. Where no thread can
-        start (at interpreter shutdown, Python 3.12), the request runs in the caller's.
+        start (at interpreter shutdown, Python 3.12 and later), the request runs in the
+        caller's, bounded by ``requests``' timeout of each socket operation only.
         """
         if self._overrun is not None and self._overrun.is_alive():
             raise requests.Timeout("an earlier request given up at its deadline still waits "
@@ -323,7 +325,8 @@ class RequestsTransport(Transport):
                     )
             if attempt >= policy.max_retries:
                 tries = f"{attempt + 1} attempts" if attempt else "1 attempt"
-                return Outcome("unreachable", status, message=f"{problem} (gave up after {tries})")
+                return Outcome("unreachable", status, message=f"{problem} (gave up after {tries})",
+                               retry_after=wait)
             delay = policy.delay(attempt) if wait is None else wait
             if wait is not None and wait > policy.backoff_cap:
                 return Outcome("unreachable", status, message=f"{problem}; the collector asked "
