@@ -233,19 +233,23 @@ def recorded_params(params_json: str) -> MechanismParams | None:
 
 
 def key_count(params_json: str) -> int | None:
-    """:meth:`~veil.client.encoders.base.Encoder.key_count` of a parameter set recorded as
-    JSON (``None``, no bound, if it no longer parses)."""
+    """How many distinct memo keys a parameter set recorded as JSON can have: the values one
+    installation may report (:attr:`~veil.shared.kinds.base.MechanismParams.possible_values`;
+    ``None``, no bound, for strings or if it no longer parses)."""
     params = recorded_params(params_json)
-    return None if params is None else ENCODERS[params.mechanism_name].key_count(params)
+    return None if params is None else params.possible_values[0]
 
 
 def charged(mechanisms: Iterable[Mechanism], unbounded: frozenset[str], lost: float,
-            keys: Callable[[Mechanism], int | None] = lambda m: key_count(m.params)) -> float:
+            keys: Callable[[Mechanism], int | None]) -> float:
     """What a budget is charged for ``mechanisms``' reports: each parameter set's
     :func:`worst_cost` for its number of reports and ``keys`` (its metric's memo keys),
-    composed over metrics as :func:`per_metric` does, and ``lost``."""
+    composed over metrics as :func:`per_metric` does, and ``lost``. After a lost ledger
+    (``lost`` above 0) any report may be a value's second, so every report is priced at
+    ``epsilon_inf``, as the ledger prices a value's first report after the loss."""
     worst = per_metric(mechanisms, unbounded, lambda m: worst_cost(
-        m.epsilon_1, m.epsilon_inf, m.reports, keys(m)), lambda m: m.reports != 0)
+        m.epsilon_inf if lost else m.epsilon_1, m.epsilon_inf, m.reports, keys(m)),
+        lambda m: m.reports != 0)
     return compose([*worst.values(), lost])
 
 
@@ -400,10 +404,9 @@ class PrivacyLedger:
             return 0.0
         return math.inf if self.budget is None else self.budget
 
-    def charged_after(self, metric: Metric) -> tuple[float, float]:
-        """What the budget is charged now and would be with one more report of ``metric``
-        queued (:func:`charged`): decided by the number of reports alone, never their
-        values."""
+    def charged_after(self, metric: Metric) -> float:
+        """What the budget would be charged with one more report of ``metric`` queued
+        (:func:`charged`): decided by the number of reports alone, never their values."""
         recorded = self.mechanisms()
         unbounded = self.unbounded(recorded)
         mechanisms = {m.fingerprint: m for m in recorded}
@@ -411,10 +414,9 @@ class PrivacyLedger:
         params = metric.params
         current = mechanisms.get(fp) or Mechanism(
             fp, metric.name, params.epsilon_1, params.epsilon_inf, params=self._identity(metric)[2])
-        now = charged(recorded, unbounded, self.lost, self._key_count)
         mechanisms[fp] = dataclasses.replace(
             current, reports=None if current.reports is None else current.reports + 1)
-        return now, charged(mechanisms.values(), unbounded, self.lost, self._key_count)
+        return charged(mechanisms.values(), unbounded, self.lost, self._key_count)
 
     def _key_count(self, mechanism: Mechanism) -> int | None:
         """:func:`key_count` of a parameter set, kept per fingerprint (a few per installation)."""

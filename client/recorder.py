@@ -271,10 +271,10 @@ class Recorder:
                 queued, evicted = self._queue(body)
                 if queued:
                     if budget is not None:
-                        now, would_be = self.ledger.charged_after(spec)
+                        would_be = self.ledger.charged_after(spec)
                         if would_be > budget:
-                            raise BudgetExceededError(spec.name, now, would_be, budget,
-                                                      self._budget_note())
+                            raise BudgetExceededError(spec.name, self.ledger.spent().charged,
+                                                      would_be, budget, self._budget_note())
                     charge = self.ledger.charge(spec, key)
                     if charge is None:
                         self.ledger.count(spec)

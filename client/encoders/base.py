@@ -40,13 +40,6 @@ class Encoder(Generic[P]):
     #: alone (no fingerprint in the context): strings, RAPPOR categories, booleans, numbers
     name_keyed_in_layout_1: ClassVar[bool] = False
 
-    @classmethod
-    def key_count(cls, params: P) -> int | None:
-        """How many distinct memo keys (:meth:`memo_key`) a metric with ``params`` can have;
-        ``None`` without a bound (strings). A budget prices a parameter set's reports for
-        the worst case over that many values (:func:`veil.client.accounting.worst_cost`)."""
-        return None
-
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "params_type" in cls.__dict__:

@@ -18,10 +18,6 @@ class BooleanEncoder(Encoder[BooleanParams]):
     params_type = BooleanParams
     name_keyed_in_layout_1 = True
 
-    @classmethod
-    def key_count(cls, params: BooleanParams) -> int:
-        return 2
-
     def memo_key(self, value: Any) -> bytes:
         return b"\x01" if boolean_value(value) else b"\x00"
 

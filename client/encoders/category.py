@@ -21,10 +21,6 @@ class CategoryEncoder(Encoder[CategoryParams]):
         super().__init__(params, *args, **kwargs)
         self.rappor = BitRappor(params.k, params.p, params.q, params.f)
 
-    @classmethod
-    def key_count(cls, params: CategoryParams) -> int:
-        return len(params.categories)
-
     def memo_key(self, value: Any) -> bytes:
         return self.params.categories[self.params.index(value)].encode()
 

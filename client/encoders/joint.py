@@ -40,11 +40,6 @@ class JointEncoder(Encoder[JointParams]):
         self.cells.permanent_stream = self.permanent_stream  # type: ignore[method-assign]
         self.cells.fresh = self.fresh
 
-    @classmethod
-    def key_count(cls, params: JointParams) -> int:
-        """The cell oracle's cells (with ``marginals``, more than one marginal's)."""
-        return params.oracle_cells
-
     def memo_key(self, value: Any) -> bytes:
         """The cell's index as ASCII digits (the cell oracle's category): the tuple's, or with
         ``marginals`` its cell in the installation's marginal; a

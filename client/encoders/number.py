@@ -34,11 +34,6 @@ class NumberEncoder(Encoder[NumberParams]):
             # never below the calibrated sigma: round the rational up
             self._sigma2 = Fraction(params.gaussian_sigma * (1 + 1e-12)) ** 2
 
-    @classmethod
-    def key_count(cls, params: NumberParams) -> int:
-        """The grid points ``0..resolution``."""
-        return params.resolution + 1
-
     def grid_point(self, value: Any) -> int:
         """Clip ``value`` (any real number: :func:`~veil.shared.kinds.number.real_number`) to
         [low, high] and round it to a grid point in ``0..resolution``."""

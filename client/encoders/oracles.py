@@ -52,10 +52,6 @@ class OracleEncoder(Encoder[Q]):
         self._prr = params.prr_numerator
         self._irr = params.irr_numerator
 
-    @classmethod
-    def key_count(cls, params: Q) -> int:
-        return len(params.categories)
-
     def memo_key(self, value: Any) -> bytes:
         """The category's UTF-8 bytes; :class:`~veil.shared.errors.ParameterError` naming
         ``value`` if it is not one of the categories (or not a string)."""

@@ -200,6 +200,25 @@ def test_gaussian_numbers_state_their_delta_per_grid_point(tmp_path, offline_url
         assert math.isinf(client.privacy_spent().delta)
 
 
+def test_after_a_lost_ledger_the_budget_is_charged_at_least_the_total(tmp_path, offline_url):
+    """After the ledger is lost, each value's first report is spent at epsilon_inf (it may
+    repeat one reported before); the budget's charge priced them at epsilon_1 and stated
+    less than the total (13.5 against 21.2 for three strings)."""
+    state = tmp_path / "state"
+    with Client(offline_url, state, registry=REGISTRY) as client:
+        client.report("homepage", "a.example")
+    for suffix in ("", "-wal", "-shm"):  # the secret stays: the ledger is lost
+        (state / f"{DATABASE_FILE}{suffix}").unlink(missing_ok=True)
+    with Client(offline_url, state, registry=REGISTRY) as client:
+        for value in ("b.example", "c.example", "d.example"):
+            client.report("homepage", value)
+    with Client(offline_url, state, registry=REGISTRY, budget=8.0) as client:
+        spent = client.privacy_spent()
+    assert math.isinf(spent.total) is False and spent.lost == 8.0
+    assert spent.charged >= spent.total
+    assert close_to(spent.charged, 8.0 + 3 * HOME.epsilon_inf)
+
+
 def test_keys_reported_twice_are_remembered_in_a_bounded_cache(tmp_path, offline_url,
                                                                   monkeypatch):
     """The keys known to be reported twice are a cache of the ledger: at its size it is
