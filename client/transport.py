@@ -139,12 +139,12 @@ GRACE = 0.1
 
 
 def _copy_settings(source: requests.Session, target: requests.Session) -> None:
-    """The settings of ``source`` an application may have made, onto ``target``."""
-    target.headers = requests.structures.CaseInsensitiveDict(source.headers)
-    target.proxies = dict(source.proxies)
-    target.params = dict(source.params) if isinstance(source.params, dict) else source.params
-    target.auth, target.verify, target.cert = source.auth, source.verify, source.cert
-    target.trust_env, target.max_redirects = source.trust_env, source.max_redirects
+    """Every setting of ``source`` (the state ``requests.Session`` pickles) onto ``target``,
+    but its adapters, which hold pooled connections. Called in a forked child, whose copy of
+    the parent's objects is its own, so the values are shared, not copied."""
+    for name in requests.Session.__attrs__:
+        if name != "adapters":
+            setattr(target, name, getattr(source, name))
 
 
 def network_problem(exc: requests.RequestException) -> str:
@@ -266,9 +266,9 @@ class RequestsTransport(Transport):
     @property
     def session(self) -> requests.Session:
         """This process's ``requests.Session``: created on first use, and anew after a fork,
-        with the settings the application gave the parent's (headers, proxies, auth, TLS
-        verification and client certificate, environment trust, parameters, redirects);
-        adapters it mounted are not carried over (they hold the parent's pooled
+        with the settings the application gave the parent's (headers, cookies, proxies, auth,
+        hooks, TLS verification and client certificate, environment trust, parameters,
+        redirects); adapters it mounted are not carried over (they hold the parent's pooled
         connections)."""
         if self._session is None or self._pid != os.getpid():
             # a forked child must not share the parent's pooled connections
