@@ -10,10 +10,13 @@ and the migration from schema 5 (which copies the reports once).
 3. Folds over many cohorts: ``--waiting`` FLH (16,384 cohorts) and HCMS (4,096) reports,
    each of a random cohort (as when every report comes from another installation), folded
    into a new day's aggregates, then as many again into the rows the first fold wrote.
+4. Folds over many metrics: ``--waiting`` reports spread over ``--metrics`` category
+   metrics (GRR, 8 categories) and one day, folded: median of 5 (more than 64 metrics, so
+   that a batch is not counted as it is stored).
 
 Run it alone on the machine (it measures the machine)::
 
-    python benchmarks/bench_fold.py [--stored 1000000] [--waiting 32768]
+    python benchmarks/bench_fold.py [--stored 1000000] [--waiting 32768] [--metrics 100]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from bench_ingest import REGISTRY, prefill, random_int
 from tests.server.conftest import before_the_fold_mark
 from veil.server.cli import main as veil
 from veil.server.storage import open_storage
+from veil.shared.registry import Registry
 from veil.shared.wire import Report
 
 
@@ -53,6 +57,7 @@ def main() -> None:
     parser.add_argument("--stored", type=int, default=1_000_000)
     parser.add_argument("--waiting", type=int, default=32_768)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--metrics", type=int, default=100)
     args = parser.parse_args()
     print("load average:", Path("/proc/loadavg").read_text().strip())
     with tempfile.TemporaryDirectory() as workdir:
@@ -89,6 +94,10 @@ def main() -> None:
         print(f"veil migrate from schema 5, {total:,} reports: {elapsed:.1f} s "
               f"({elapsed / total * 1e6:.1f} s per million)")
         fold_figures(Path(workdir), args.waiting)
+        many = [many_metrics_fold(Path(workdir) / f"many{i}.db", args.metrics, args.waiting)
+                for i in range(5)]
+        print(f"one insert and the fold of {args.waiting + 1:,} reports of {args.metrics} "
+              f"category metrics, median of 5: {statistics.median(many):.3f} s")
 
 
 def timed_folds(path: Path, metric: str, reports: int) -> list[float]:
@@ -118,6 +127,23 @@ def fold_figures(workdir: Path, reports: int) -> None:
         print(f"one insert and the fold of {reports + 1:,} {params.mechanism_name} reports over "
               f"{params.cohorts:,} cohorts: {new:.3f} s into a new day, {existing:.3f} s into "
               "its rows")
+
+
+def many_metrics_fold(path: Path, metrics: int, reports: int) -> float:
+    """Seconds of one fold of ``reports`` reports spread over ``metrics`` GRR metrics."""
+    registry = Registry.from_toml("version = 1\n" + "".join(
+        f'[metrics.c{i}]\nkind = "category"\noracle = "grr"\nepsilon = 2.0\n'
+        f'categories = ["a", "b", "c", "d", "e", "f", "g", "h"]\n' for i in range(metrics)))
+    with open_storage(path, registry, create=True, fold_limit=10**9) as storage:
+        for offset in range(0, reports, 1000):
+            storage.insert([Report(os.urandom(16).hex(), f"c{(offset + i) % metrics}", 0,
+                                   value, value)
+                            for i, value in enumerate(random_int(8)
+                                                      for _ in range(min(1000, reports - offset)))])
+    with open_storage(path, fold_limit=1) as folding:
+        started = time.perf_counter()
+        folding.insert([Report(os.urandom(16).hex(), "c0", 0, 0, 0)])
+        return time.perf_counter() - started
 
 
 if __name__ == "__main__":

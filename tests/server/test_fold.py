@@ -212,6 +212,8 @@ def test_vacuum_backup_and_rebuild_keep_the_counts(tmp_path, wire, capsys):
     ("browser", "payload = 999"),  # a payload no mechanism produces
     ("homepage", "cohort = 1 << 40"),  # counted as it was, cohorts up to it would fill memory
     ("page_flh", "cohort = -1"),
+    ("browser", "payload = x'01'"),  # a BLOB stopped SQLite's JSON: no check could run
+    ("page_flh", "payload = 1.0"),  # a REAL: the reader counted what the fold refused
 ])
 def test_a_report_past_the_mark_that_cannot_be_counted_is_damage(tmp_path, wire, capsys, metric,
                                                                   change):

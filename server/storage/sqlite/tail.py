@@ -68,14 +68,26 @@ _PAIRS = "SELECT DISTINCT metric, day FROM reports WHERE rowid > ? AND rowid <= 
 #: on day ``?4``
 _PAIR = ("SELECT cohort, payload FROM reports "
          "WHERE rowid > ? AND rowid <= ? AND metric = ? AND day = ?")
-#: :data:`_PAIR`'s cohorts and payloads as two JSON arrays (integer payloads)
-_PAIR_INTS = ("SELECT json_group_array(cohort), json_group_array(payload) FROM reports "
+#: a payload as JSON when it is an integer, else null (a BLOB would stop ``json_group_array``
+#: with an error; a null is refused as "no integer" by :func:`~.rows.report_arrays`)
+_INTEGER = "CASE typeof(payload) WHEN 'integer' THEN payload END"
+#: :data:`_PAIR`'s cohorts and payloads as two JSON arrays (integer payloads): half the time
+#: of a Python tuple a report
+_PAIR_INTS = (f"SELECT json_group_array(cohort), json_group_array({_INTEGER}) FROM reports "
               "WHERE rowid > ? AND rowid <= ? AND metric = ? AND day = ?")
+#: :data:`_PAIR_INTS` of every (metric, day) of the metrics ``{names}`` in one scan (its sort
+#: costs more than one pair's read, less than two)
+_GROUPED_INTS = ("SELECT metric, day, json_group_array(cohort), "
+                 f"json_group_array({_INTEGER}) FROM reports WHERE rowid > ? AND rowid <= ? "
+                 "AND metric IN ({names}) GROUP BY metric, day")
+#: the cohorts and payloads of the reports past a mark (``?1``) of metric ``?2`` over days
+#: ``?3``..``?4``, as two JSON arrays (an integer metric's)
+_OF_METRIC_INTS = (f"SELECT json_group_array(cohort), json_group_array({_INTEGER}) "
+                   "FROM reports WHERE rowid > ?1 AND metric = ?2 AND day BETWEEN ?3 AND ?4")
 #: ``(cohort, payload)`` of the reports past a mark (``?1``) of metric ``?2`` over days
 #: ``?3``..``?4``
 _OF_METRIC = ("SELECT cohort, payload FROM reports "
               "WHERE rowid > ?1 AND metric = ?2 AND day BETWEEN ?3 AND ?4")
-
 
 def mark(conn: sqlite3.Connection) -> int:
     """The fold mark; :class:`~.rows.DamagedRow` if ``meta`` lacks it or holds no rowid."""
@@ -201,20 +213,50 @@ def _counted_pairs(conn: sqlite3.Connection, metric_of: sql.MetricOf, start: int
                    ) -> Iterator[tuple[Statement, int]]:
     """For each (metric, day) of the reports at rowids ``start`` (excluded) to ``end``: the
     statement that adds them to the aggregates and how many reports it counts;
-    :class:`~.rows.DamagedRow` for a report Veil cannot have stored."""
-    for name, day in conn.execute(_PAIRS, (start, end)).fetchall():
+    :class:`~.rows.DamagedRow` for a report Veil cannot have stored. The pairs of integer
+    metrics are read in one scan when there are several (:func:`_grouped_ints`)."""
+    pairs = conn.execute(_PAIRS, (start, end)).fetchall()
+    grouped = _grouped_ints(conn, metric_of, pairs, start, end)
+    for name, day in pairs:
         with _countable(name):
             metric, statistic = metric_of(name)
             if statistic.payload_type == "int":
-                # as two JSON arrays SQLite builds: half the time of a Python tuple a report
-                cohorts, payloads = conn.execute(_PAIR_INTS, (start, end, name, day)).fetchone()
-                arrays = sql.report_arrays(metric, statistic, np.asarray(json.loads(cohorts)),
-                                           np.asarray(json.loads(payloads)))
+                arrays = _json_arrays(metric, statistic, *(grouped.get((name, day)) or conn.execute(
+                    _PAIR_INTS, (start, end, name, day)).fetchone()))
             else:
                 arrays = _arrays(metric, statistic,
                                  conn.execute(_PAIR, (start, end, name, day)).fetchall())
             statement = sql.aggregate_statement(name, day, metric, statistic, *arrays)
         yield statement, len(arrays[0])
+
+
+def _grouped_ints(conn: sqlite3.Connection, metric_of: sql.MetricOf,
+                  pairs: list[tuple[str, str]], start: int, end: int,
+                  ) -> dict[tuple[str, str], tuple[str, str]]:
+    """The cohorts and payloads (two JSON arrays) of every pair of an integer metric, read
+    in one scan where there are two pairs or more (each pair's own read scans the reports
+    again: a fold over a hundred metrics took 0.14 s, not 0.04); empty otherwise. A metric
+    the registry lacks is left to the caller, which calls it damage."""
+    names = set()
+    for name, _ in pairs:
+        try:
+            if metric_of(name)[1].payload_type == "int":
+                names.add(name)
+        except StorageError:
+            continue
+    if sum(name in names for name, _ in pairs) < 2:
+        return {}
+    statement = _GROUPED_INTS.format(names=", ".join("?" * len(names)))
+    return {(name, day): (cohorts, payloads) for name, day, cohorts, payloads
+            in conn.execute(statement, (start, end, *sorted(names)))}
+
+
+def _json_arrays(metric: Metric, statistic: Statistic, cohorts: str, payloads: str,
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The cohorts and payloads SQLite wrote as two JSON arrays, as checked arrays
+    (:func:`~.rows.report_arrays`)."""
+    return sql.report_arrays(metric, statistic, np.asarray(json.loads(cohorts)),
+                             np.asarray(json.loads(payloads)))
 
 
 @contextlib.contextmanager
@@ -243,14 +285,18 @@ def tail_rows(conn: sqlite3.Connection, metric_of: sql.MetricOf, name: str, star
     ``start``..``end``, read in the caller's transaction: one row per cohort, all days
     together (the reader sums over the days anyway); :class:`~.rows.DamagedRow` for a
     report Veil cannot have stored."""
-    reports = conn.execute(_OF_METRIC, (mark(conn), name, start, end)).fetchall()
-    if not reports:
-        return []
     with _countable(name):
         metric, statistic = metric_of(name)
+        parameters = (mark(conn), name, start, end)
+        if statistic.payload_type == "int":  # as a fold reads them: the same reports damaged
+            arrays = _json_arrays(metric, statistic,
+                                  *conn.execute(_OF_METRIC_INTS, parameters).fetchone())
+        else:
+            arrays = _arrays(metric, statistic, conn.execute(_OF_METRIC, parameters).fetchall())
+        if not len(arrays[0]):
+            return []
         return [sql.aggregate_row(name, start, cohort, n, statistic, state)[2:]
-                for cohort, n, state in statistic.accumulate_arrays(
-                    metric.params, *_arrays(metric, statistic, reports))]
+                for cohort, n, state in statistic.accumulate_arrays(metric.params, *arrays)]
 
 
 #: reports per (metric, day) over days ``?1``..``?2``: the aggregates and the reports past
