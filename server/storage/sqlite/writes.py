@@ -167,11 +167,8 @@ class SQLiteWrites(SQLiteFile):
             joined = b"".join(new_ids)
         last_rowid = self._recent.append(conn, joined)
         for pending in group:
-            for statement, parameters, many in pending.statements:
-                if many:
-                    conn.executemany(statement, parameters)
-                else:
-                    conn.execute(statement, parameters)
+            for statement in pending.statements:
+                sql.execute(conn, statement)
         if tail.count_now(conn, waiting, stored, self._metric):
             return new_ids, last_rowid, 0
         days = [pending.unique[0][2] for pending in group if pending.accepted]
