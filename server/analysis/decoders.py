@@ -60,10 +60,17 @@ class DecodeOptions:
         check_level(self.alpha, "alpha")
         check_level(self.confidence, "confidence")
         check_correction(self.correction)
-        if self.estimator not in ESTIMATORS:
-            raise ParameterError(
-                "estimator", f"The 'estimator' parameter must be one of {', '.join(ESTIMATORS)}. "
-                             f"Got {self.estimator!r} instead.")
+        check_estimator(self.estimator)
+
+
+def check_estimator(estimator: str) -> str:
+    """``estimator`` if it is one of :data:`ESTIMATORS`, else a :class:`ParameterError`
+    naming the field."""
+    if estimator not in ESTIMATORS:
+        raise ParameterError(
+            "estimator", f"The 'estimator' parameter must be one of {', '.join(ESTIMATORS)}. "
+                         f"Got {estimator!r} instead.")
+    return estimator
 
 
 class Decoder(Protocol):

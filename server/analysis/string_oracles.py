@@ -56,7 +56,12 @@ import numpy as np
 
 from veil.server.analysis.closed_form import sample_summary
 from veil.server.analysis.cost import privacy_cost
-from veil.server.analysis.decoders import DEFAULT_OPTIONS, ESTIMATORS, DecodeOptions, decodes
+from veil.server.analysis.decoders import (
+    DEFAULT_OPTIONS,
+    DecodeOptions,
+    check_estimator,
+    decodes,
+)
 from veil.server.analysis.ibu import rows_with_ibu
 from veil.server.analysis.results import DecodeResult
 from veil.server.analysis.stats import (
@@ -427,9 +432,7 @@ class StringOracleDecoder:
         correction = check_correction(self.correction)
         alpha = check_level(self.alpha, "alpha")
         confidence = check_level(self.confidence, "confidence")
-        if self.estimator not in ESTIMATORS:
-            raise ParameterError("estimator", f"estimator must be one of {', '.join(ESTIMATORS)}"
-                                              f"; got {self.estimator!r}")
+        check_estimator(self.estimator)
         names = check_candidates(candidates, metric)
         params = self.params
         model = CellModel.of(params, responses)

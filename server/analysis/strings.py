@@ -45,7 +45,12 @@ import scipy.sparse as sp
 
 from veil.server.analysis.candidate_map import remembered_map
 from veil.server.analysis.closed_form import sample_summary
-from veil.server.analysis.decoders import DEFAULT_OPTIONS, DecodeOptions, decodes
+from veil.server.analysis.decoders import (
+    DEFAULT_OPTIONS,
+    DecodeOptions,
+    check_estimator,
+    decodes,
+)
 from veil.server.analysis.ibu import AffineChannel, IbuEstimate, rows_with_ibu
 from veil.server.analysis.ibu import estimate as ibu_estimate
 from veil.server.analysis.results import DecodeResult
@@ -230,6 +235,7 @@ class StringDecoder:
         names the metric in the result's rows.
         """
         started = time.perf_counter()
+        check_estimator(self.estimator)
         settings = Settings(
             check_correction(self.correction),
             check_level(self.alpha, "alpha"),
