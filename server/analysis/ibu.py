@@ -36,7 +36,9 @@ shares read high and large ones a little low) and its error has no closed form. 
 standard errors and intervals come from a parametric bootstrap of the oracle's law at
 the fitted shares (:func:`bootstrap`): the composition of the reports drawn from the fitted
 shares (the sampling of the installations), then each observation's count given it, the
-same way the oracle draws it, and IBU again on each replicate. The interval is the
+same way the oracle draws it, and IBU again on each replicate (FLH and HCMS strings, whose
+replicates would each refit every cell, use the observed information instead:
+:mod:`veil.server.analysis.string_oracle_ibu`). The interval is the
 replicates' percentile interval, reaching down to 0 where the unbiased estimate cannot
 tell the share from 0 (:func:`estimate`). docs/analysis.md, "Choosing an estimator",
 gives its measured coverage; the basic interval ``[2 pi - q_hi, 2 pi - q_lo]`` covered
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -296,8 +299,9 @@ def draw_counts(channel: AffineChannel, shares: np.ndarray, rng: np.random.Gener
     the installations); given that split, observation ``o`` counts a binomial of the
     reports whose value carries it (probability ``high``), one of the reports of the
     other listed values (``low``) and one of the background's reports. Multinomial
-    counts (GRR): a report names its own value with probability ``high - low`` and
-    otherwise a uniform one (``low`` times the values plus ``high - low`` is 1).
+    counts (GRR, FLH, HCMS): every report lands in one observation, independently, with
+    the probabilities :meth:`AffineChannel.rates` gives at ``shares`` (the composition
+    then each report's landing, in one draw).
     """
     cohorts = channel.cohorts if channel.cohorts is not None else np.zeros(
         channel.design.shape[0], dtype=np.int64)
@@ -305,13 +309,9 @@ def draw_counts(channel: AffineChannel, shares: np.ndarray, rng: np.random.Gener
     spread = channel.spread
     values = channel.design.shape[1]
     if channel.multinomial:
-        reports = round(float(channel.trials[0]))
-        composition = rng.multinomial(reports, shares)
-        kept = rng.binomial(composition[:values], spread)
-        rest = reports - int(kept.sum())
-        # a report not kept lands uniformly (GRR: low * size + spread = 1)
-        landed: np.ndarray = kept + rng.multinomial(rest, np.full(values, 1.0 / values))
-        return landed.astype(float)
+        landed: np.ndarray = rng.multinomial(round(float(channel.trials[0])),
+                                             channel.rates(shares)).astype(float)
+        return landed
     count_of = np.bincount(cohorts)
     cohort_reports = np.zeros(count_of.size)
     np.maximum.at(cohort_reports, cohorts, channel.trials)
@@ -370,24 +370,30 @@ class IbuEstimate:
 
 def estimate(channel: AffineChannel, counts: np.ndarray, unbiased: np.ndarray,
              unbiased_se: np.ndarray, confidence: float, background: float | None = None,
-             replicates: int = REPLICATES) -> IbuEstimate:
+             replicates: int = REPLICATES,
+             spread_of: Callable[[IbuFit], Bootstrap] | None = None,
+             interval: str = BOOTSTRAP_INTERVAL) -> IbuEstimate:
     """IBU from a start near the ``unbiased`` shares (and ``background`` share), with its
-    bootstrap intervals; an interval reaches down to 0 wherever the unbiased share
-    (standard errors ``unbiased_se``; the background's interval is left as the bootstrap
-    gives it) is not above 0 at the interval's one-sided level. IBU's shares are never 0,
+    intervals: by default the bootstrap's (``replicates``), or those ``spread_of`` gives for
+    the fit (``interval`` says how they are made). An interval reaches down to 0 wherever
+    the unbiased share (standard errors ``unbiased_se``; the background's interval is left
+    as given) is not above 0 at the interval's one-sided level. IBU's shares are never 0,
     so no percentile interval would hold a share that is 0; the test says when the data
     cannot tell the share from 0. The bootstrap's generator is seeded by the counts, so
     a decode repeats."""
     counts = np.asarray(counts, dtype=float).reshape(-1)
     fit = ibu(channel, counts, start=simplex_start(unbiased, background))
-    seed = zlib.crc32(np.ascontiguousarray(counts).tobytes())
-    spread = bootstrap(channel, fit, confidence, np.random.default_rng(seed), replicates)
+    if spread_of is None:
+        seed = zlib.crc32(np.ascontiguousarray(counts).tobytes())
+        spread = bootstrap(channel, fit, confidence, np.random.default_rng(seed), replicates)
+    else:
+        spread = spread_of(fit)
     listed = np.asarray(unbiased, dtype=float)
     se = np.asarray(unbiased_se, dtype=float)
     undecided = ~(listed > z_quantile(confidence) * se)
     low = spread.low.copy()
     low[: listed.size][undecided] = 0.0
-    return IbuEstimate(fit, dataclasses.replace(spread, low=low))
+    return IbuEstimate(fit, dataclasses.replace(spread, low=low), interval)
 
 
 def with_ibu_shares(rows: list[dict[str, Any]], found: IbuEstimate, total: int,
