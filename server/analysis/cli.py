@@ -80,7 +80,8 @@ def configure_decode(parser: argparse.ArgumentParser) -> None:
         "--estimator", choices=("unbiased", "ibu"),
         help="shares of strings and categories: unbiased (the default; a share may read "
              "below 0 by noise) or ibu (iterative Bayesian update: non-negative, summing to "
-             "the mass the list explains; better at small epsilon; docs/analysis.md says when)",
+             "the mass the list explains; for categories better at small epsilon; "
+             "docs/analysis.md says when)",
     )
     parser.add_argument(
         "--all", action="store_true", dest="all_candidates",
