@@ -29,8 +29,9 @@ from veil.server.analysis.string_oracles import (
     candidate_buckets,
     candidate_keys,
 )
+from veil.server.analysis.strings import StringDecoder
 from veil.shared.errors import ParameterError
-from veil.shared.kinds import FlhParams, HcmsParams, StringOracleParams
+from veil.shared.kinds import FlhParams, HcmsParams, StringOracleParams, StringParams
 from veil.simulations.string_oracles import report_counts
 
 ROUNDS = 150
@@ -121,6 +122,11 @@ def test_an_unknown_estimator_is_refused_by_name() -> None:
     params = FlhParams(epsilon=2.0, functions=16)
     with pytest.raises(ParameterError) as refused:
         StringOracleDecoder(params, estimator="em").fit(np.ones((16, params.buckets)), ["a"])
+    assert refused.value.field == "estimator"
+    # the Bloom decoder too: "IBU" from Python ran the unbiased estimator
+    with pytest.raises(ParameterError) as refused:
+        StringDecoder(StringParams(k=8, h=1, m=2), estimator="IBU").fit(
+            np.array([10, 10]), np.full((2, 8), 5), ["a"])
     assert refused.value.field == "estimator"
 
 
