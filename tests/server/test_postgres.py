@@ -315,6 +315,34 @@ def test_a_long_reader_holds_up_no_upload_behind_partition_ddl(postgres_url, wir
     assert dt.date.fromisoformat(ahead) > dt.datetime.now(dt.UTC).date()
 
 
+def test_opening_a_store_waits_for_no_reader_over_the_days_ahead(postgres_url, wire, caplog):
+    """Opening a store created the partitions of the days ahead with no time limit: with one
+    missing (a prepare that gave up) and a reader holding the table, every ``veil stats``,
+    decode and worker start waited for the reader, and the uploads queued behind it. The
+    days ahead are now created as after a day's first write, giving up after a second."""
+    from veil.server.storage.postgres import schema
+    from veil.server.storage.postgres.rows import day_number, day_text
+
+    with open_storage(postgres_url, wire.registry, create=True) as storage:
+        ahead = day_text(day_number(storage._today()) + 2)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {schema.partition_name(ahead)}")
+    reader = psycopg.connect(postgres_url)
+    reader.execute("SELECT count(*) FROM veil_reports")  # its transaction stays open
+    try:
+        started = time.monotonic()
+        with caplog.at_level("INFO", logger="veil.server.storage"), \
+                open_storage(postgres_url) as storage:
+            assert storage.insert(wire.validated(wire.reports("dark_mode", [True]))
+                                  ).accepted == 1
+        assert time.monotonic() - started < 10  # one DDL timeout of 1 s, not the reader
+        assert "waits for a later day" in caplog.text
+    finally:
+        reader.close()
+    with open_storage(postgres_url) as storage:
+        assert ahead in storage.partitions()
+
+
 def test_aggregates_replaced_while_the_day_is_folded_are_counted_once(postgres_url, wire):
     """``veil aggregate`` replaces a day's aggregates; the first write of the next day folds
     that day's shards under the day's lock. A replacement racing an uncommitted fold kept the

@@ -51,7 +51,8 @@ logger = logging.getLogger("veil.server.storage")
 #: how often a write transaction is retried after PostgreSQL broke a deadlock or a
 #: serialization conflict (neither stored anything)
 RETRIES = 3
-#: days of partitions created ahead of today, so midnight never waits on DDL
+#: days of partitions after today a store creates when it opens; a day's first write creates
+#: those of the :data:`DAYS_AHEAD` + 1 days after it, so midnight never waits on DDL
 DAYS_AHEAD = 2
 #: milliseconds DDL that locks ``veil_reports`` (a partition created ahead of its day, a day
 #: dropped by retention) waits for a reader before it gives up: inserts queue behind it
@@ -80,7 +81,9 @@ class PostgresWrites(PostgresDatabase):
                          replay_window_days=replay_window_days, pool_size=pool_size)
         try:
             with self._unavailable(f"open {self._location}"):
-                self._ensure_partitions(self._today())
+                today = self._today()
+                self._ensure_partition(today)
+            self._prepare_ahead(today, DAYS_AHEAD)
         except BaseException:
             self.close()
             raise
@@ -94,35 +97,39 @@ class PostgresWrites(PostgresDatabase):
                 "SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD')").fetchone()
         return str(row[0]) if row else ""
 
-    def _ensure_partitions(self, day: str, *, lock_timeout: bool = False) -> None:
-        """Create the partitions of ``day`` and of :data:`DAYS_AHEAD` days after it, each in
-        its own short transaction (creating one locks the parent table). With
-        ``lock_timeout``, a creation that would wait longer than :data:`DDL_LOCK_TIMEOUT_MS`
-        for the table gives up (``LockNotAvailable``) rather than hold up the inserts that
-        queue behind it while a long reader (``veil check``, an archive) holds the table."""
-        first = day_number(day)
-        for number in range(first, first + DAYS_AHEAD + 1):
-            name = day_text(number)
-            if name in self._partitions:
-                continue
-            with self._pool.connection() as conn, conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (schema.LOCK_PARTITIONS,))
-                if lock_timeout:
+    def _ensure_partition(self, day: str, *, wait: bool = True) -> None:
+        """Create the partition of ``day`` in a short transaction of its own (creating one
+        locks the parent table). A partition that exists is only noted: ``to_regclass`` reads
+        the catalog without a lock, so processes that find it waste no lock wait. Without
+        ``wait``, the creation gives up (``LockNotAvailable``) after
+        :data:`DDL_LOCK_TIMEOUT_MS` of waiting for the partitions' lock or the table, rather
+        than hold up the inserts that queue behind it while a long reader (``veil check``,
+        an archive) holds the table."""
+        if day in self._partitions:
+            return
+        name = schema.partition_name(day)
+        with self._pool.connection() as conn, conn.transaction():
+            found = conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
+            if found is None or found[0] is None:
+                if not wait:
                     conn.execute(f"SET LOCAL lock_timeout = {DDL_LOCK_TIMEOUT_MS}")
+                conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (schema.LOCK_PARTITIONS,))
                 conn.execute(psql.SQL(
                     "CREATE TABLE IF NOT EXISTS {} PARTITION OF veil_reports "
                     "FOR VALUES FROM ({}) TO ({})").format(
-                        psql.Identifier(schema.partition_name(name)), psql.Literal(name),
-                        psql.Literal(day_text(number + 1))))
-            self._partitions.add(name)
+                        psql.Identifier(name), psql.Literal(day),
+                        psql.Literal(day_text(day_number(day) + 1))))
+        self._partitions.add(day)
 
-    def _prepare_ahead(self, day: str) -> None:
-        """Once a day (after the day's first write), create the partitions of the days ahead
-        while they are not needed yet, giving up on a table a long reader holds: the day
-        that first needs a partition no longer waits for one behind that reader (uploads
-        held for as long as a ``veil check`` ran, every :data:`DAYS_AHEAD` days)."""
+    def _prepare_ahead(self, day: str, days: int = DAYS_AHEAD + 1) -> None:
+        """Create the partitions of the ``days`` days after ``day`` while they are not needed
+        yet, giving up on a table a long reader holds (logged; tried again at the next day's
+        first write): the day that first needs a partition then no longer waits for one
+        behind that reader (uploads held for as long as a ``veil check`` ran). Called when a
+        store opens and once a day, after the day's first write."""
         try:
-            self._ensure_partitions(day_text(day_number(day) + 1), lock_timeout=True)
+            for number in range(day_number(day) + 1, day_number(day) + days + 1):
+                self._ensure_partition(day_text(number), wait=False)
         except (psycopg.Error, PoolTimeout) as exc:
             logger.info("creating the partitions of the days after %s waits for a later day "
                         "(%s)", day, type(exc).__name__)
@@ -223,7 +230,7 @@ class PostgresWrites(PostgresDatabase):
                 break
             except MissingPartition as missing:
                 with self._unavailable(f"create the partition of {missing.day}"):
-                    self._ensure_partitions(missing.day)
+                    self._ensure_partition(missing.day)
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
                 if attempt == RETRIES:
                     raise StorageUnavailable("cannot store the reports: PostgreSQL kept breaking "
