@@ -459,10 +459,16 @@ class Storage(abc.ABC):
     def close(self) -> None:
         """Release connections (idempotent)."""
 
+    def today(self) -> str:
+        """Today's UTC day by the store's clock (this machine's; a PostgreSQL server's own),
+        the day retention and the replay window count from."""
+        return today()
+
     def drop_days_before(self, day: dt.date | str) -> list[str]:
         """Retention: drop the raw reports of every day before ``day``, keeping their
-        aggregates, and refuse reports for those days; returns the days dropped. Backends
-        that keep every report (SQLite) raise :class:`StorageError`."""
+        aggregates, and refuse reports for those days; returns the days dropped. A day
+        within the replay window is refused with :class:`StorageError`. Backends that keep
+        every report (SQLite) raise :class:`StorageError`."""
         raise StorageError(
             f"{self.location} keeps every raw report: retention by day (veil retention) is for "
             "PostgreSQL stores, whose days are partitions; a SQLite file is trimmed by "

@@ -154,20 +154,23 @@ def run_retention(args: argparse.Namespace) -> int:
     from veil.server.storage import open_storage
     from veil.server.storage.base import parse_day
 
-    today = dt.datetime.now(dt.UTC).date()
-    if args.keep_days is not None:
-        # more days than the calendar holds keeps everything
-        back = min(args.keep_days - 1, (today - dt.date.min).days)
-        cutoff = (today - dt.timedelta(days=back)).isoformat()
-    else:
+    cutoff = None
+    if args.before is not None:
         # as every command reads days (fromisoformat alone took 20240101 and 2024-W01-1)
         day = dt.date.fromisoformat(str(parse_day(args.before, "--before")))
+        today = dt.datetime.now(dt.UTC).date()
         if day > today:
             raise ParameterError(
                 "before", f"--before {day} is after today ({today}, UTC): it would drop the raw "
-                          "reports of today, which still arrive; give today or an earlier day")
+                          "reports of today, which still arrive, and of the replay window's days "
+                          "before it; give an earlier day")
         cutoff = day.isoformat()
     with open_storage(args.db) as storage:
+        if cutoff is None:  # --keep-days: counted by the store's clock, as the window is
+            today = dt.date.fromisoformat(storage.today())
+            # more days than the calendar holds keeps everything
+            back = min(args.keep_days - 1, (today - dt.date.min).days)
+            cutoff = (today - dt.timedelta(days=back)).isoformat()
         dropped = storage.drop_days_before(cutoff)
         where = storage.location
     if dropped:

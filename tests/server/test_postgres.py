@@ -265,7 +265,7 @@ def test_retention_never_drops_a_day_of_the_replay_window(postgres_url, wire):
     import datetime as dt
 
     with open_storage(postgres_url, wire.registry, create=True, replay_window_days=3) as storage:
-        today = dt.date.fromisoformat(storage._today())
+        today = dt.date.fromisoformat(storage.today())
         first = (today - dt.timedelta(days=2)).isoformat()
         reports = wire.validated(wire.reports("dark_mode", [True, False]))
         assert storage.insert(reports, first).accepted == 2
@@ -304,7 +304,7 @@ def test_a_long_reader_holds_up_no_upload_behind_partition_ddl(postgres_url, wir
                                       ).accepted == 1
             assert time.monotonic() - started < 10  # two DDL timeouts of 1 s, not the reader
             assert "waits for a later day" in caplog.text
-            ahead = day_text(day_number(storage._today()) + 3)
+            ahead = day_text(day_number(storage.today()) + 3)
             assert ahead not in storage.partitions()
     finally:
         reader.close()
@@ -324,7 +324,7 @@ def test_opening_a_store_waits_for_no_reader_over_the_days_ahead(postgres_url, w
     from veil.server.storage.postgres.rows import day_number, day_text
 
     with open_storage(postgres_url, wire.registry, create=True) as storage:
-        ahead = day_text(day_number(storage._today()) + 2)
+        ahead = day_text(day_number(storage.today()) + 2)
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f"DROP TABLE {schema.partition_name(ahead)}")
     reader = psycopg.connect(postgres_url)

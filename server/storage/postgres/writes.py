@@ -81,7 +81,7 @@ class PostgresWrites(PostgresDatabase):
                          replay_window_days=replay_window_days, pool_size=pool_size)
         try:
             with self._unavailable(f"open {self._location}"):
-                today = self._today()
+                today = self.today()
                 self._ensure_partition(today)
             self._prepare_ahead(today, DAYS_AHEAD)
         except BaseException:
@@ -90,7 +90,7 @@ class PostgresWrites(PostgresDatabase):
 
     # -- partitions and days -------------------------------------------------------------
 
-    def _today(self) -> str:
+    def today(self) -> str:
         """Today's UTC day by the database server's clock."""
         with self._pool.connection() as conn:
             row = conn.execute(
@@ -157,11 +157,14 @@ class PostgresWrites(PostgresDatabase):
     def drop_days_before(self, day: dt.date | str) -> list[str]:
         """Retention: drop the raw reports of every day before ``day`` (whole partitions;
         their aggregates stay, so counts are unchanged) and refuse reports for those days
-        from now on. Returns the days dropped."""
+        from now on. Returns the days dropped. A ``day`` inside the replay window (today by
+        the database's clock and the ``replay_window_days - 1`` days before) is refused with
+        :class:`StorageError`; so is a partition a reader holds for longer than
+        :data:`DDL_LOCK_TIMEOUT_MS`, after the days before it were dropped (and refused)."""
         cutoff = str(parse_day(day, "day"))
         dropped: list[str] = []
         with self._unavailable(f"drop old days from {self._location}"):
-            today = self._today()
+            today = self.today()
             latest = day_text(day_number(today) - (self.replay_window_days - 1))
             if cutoff > latest:
                 # a report of a dropped day resent within the window would count again,
@@ -177,9 +180,9 @@ class PostgresWrites(PostgresDatabase):
                     continue
                 try:
                     with self._pool.connection() as conn, conn.transaction():
+                        conn.execute(f"SET LOCAL lock_timeout = {DDL_LOCK_TIMEOUT_MS}")
                         conn.execute("SELECT pg_advisory_xact_lock(%s, 0)",
                                      (schema.LOCK_PARTITIONS,))
-                        conn.execute(f"SET LOCAL lock_timeout = {DDL_LOCK_TIMEOUT_MS}")
                         conn.execute(psql.SQL("DROP TABLE IF EXISTS {}").format(
                             psql.Identifier(schema.partition_name(name))))
                 except psycopg.errors.LockNotAvailable:
