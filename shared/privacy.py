@@ -44,6 +44,22 @@ def format_epsilon(epsilon: float, digits: int = 3) -> str:
     return f"{units / scale:.{max(decimals, 0)}f}"
 
 
+def format_delta(delta: float, digits: int = 3) -> str:
+    """A ``delta`` as ``d.dde-N`` with ``digits`` significant digits, rounded up as
+    :func:`format_epsilon` rounds (a relative 1e-9 absorbs the float's representation of a
+    declared decimal, so 1e-6 reads 1.00e-6, not 1.01e-6)."""
+    if not math.isfinite(delta) or delta <= 0:
+        return f"{delta:g}"
+    exponent = math.floor(math.log10(delta))
+    if digits - 1 - exponent > 300:  # 10.0**(...) would overflow: rounded up exactly
+        return _scientific_up(delta, digits)
+    units = math.ceil(delta * 10.0 ** (digits - 1 - exponent) * (1 - 1e-9))
+    if units >= 10**digits:  # rounding up reached the next power of ten (or log10 was low)
+        units, exponent = math.ceil(units / 10), exponent + 1
+    text = str(units)
+    return f"{text[0]}.{text[1:]}e{exponent}" if digits > 1 else f"{text}e{exponent}"
+
+
 def _scientific_up(epsilon: float, digits: int) -> str:
     """A tiny ``epsilon`` (below 1e-298) as ``d.dde-N`` with ``digits`` significant digits,
     rounded up in exact decimal arithmetic."""

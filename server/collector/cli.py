@@ -360,7 +360,7 @@ def configure_metrics(parser: argparse.ArgumentParser) -> None:
 
 def run_metrics(args: argparse.Namespace) -> int:
     """Print each metric's mechanism, what it costs in privacy, and the registry's choices."""
-    from veil.shared.privacy import format_epsilon
+    from veil.shared.privacy import format_delta, format_epsilon
     from veil.shared.registry import Registry
 
     registry = Registry.load(args.config)
@@ -376,14 +376,15 @@ def run_metrics(args: argparse.Namespace) -> int:
         deltas += [delta] if delta else []
         print(f"{name:<24} {params.mechanism_name:<18} {format_epsilon(params.epsilon_1):>9} "
               f"{format_epsilon(params.epsilon_inf):>11}  {shown}"
-              + (f" (with delta {delta:g} per value)" if delta else ""))
+              + (f" (with delta {format_delta(delta)} per value)" if delta else ""))
         if metric.note:
             print(f"{'':<24} {metric.note}")
     print(f"epsilon_inf bounds what all reports of one value reveal; an installation reporting "
           f"one value per metric spends at most {format_epsilon(registry.epsilon_total())} in "
           "all (epsilons rounded up)"
-          + (f", with delta {sum(deltas):g} from its Gaussian numbers (each value another "
-             "delta)" if deltas else ""))
+          # fsum is correctly rounded: the next float up is never below the exact sum
+          + (f", with delta {format_delta(math.nextafter(math.fsum(deltas), math.inf))} from "
+             "its Gaussian numbers (each value another delta)" if deltas else ""))
     return 0
 
 

@@ -137,15 +137,21 @@ def test_every_collector_command_takes_its_database_and_registry_from_the_enviro
 
 def test_veil_metrics_states_the_delta_of_gaussian_numbers(tmp_path):
     """A Gaussian number metric is (epsilon, delta)-LDP: ``veil metrics`` says delta beside
-    its epsilons and in the total, which is epsilon alone without one."""
+    its epsilons and in the total, which is epsilon alone without one. Delta is rounded up,
+    as the epsilons are: 1.2345641e-6 read 1.23456e-06, below what it is."""
     config = tmp_path / "metrics.toml"
     gaussian = ('[metrics.latency]\nkind = "number"\nlow = 0.0\nhigh = 10.0\n'
                 'mechanism = "gaussian"\nepsilon = 1.0\ndelta = 1e-6\n')
     config.write_text('version = 1\n[metrics.dark_mode]\nkind = "boolean"\n' + gaussian)
     listed = veil("metrics", "--config", str(config))
     assert listed.returncode == 0, listed.stderr
-    assert "one number (with delta 1e-06 per value)" in listed.stdout, listed.stdout
-    assert "with delta 1e-06 from its Gaussian numbers" in listed.stdout, listed.stdout
+    assert "one number (with delta 1.00e-6 per value)" in listed.stdout, listed.stdout
+    assert "with delta 1.00e-6 from its Gaussian numbers" in listed.stdout, listed.stdout
+    config.write_text(config.read_text().replace("delta = 1e-6", "delta = 1.2345641e-6")
+                      + gaussian.replace("latency", "load"))
+    listed = veil("metrics", "--config", str(config))
+    assert "(with delta 1.24e-6 per value)" in listed.stdout, listed.stdout
+    assert "with delta 2.24e-6 from its Gaussian numbers" in listed.stdout, listed.stdout
     config.write_text('version = 1\n[metrics.dark_mode]\nkind = "boolean"\n')
     assert "delta" not in veil("metrics", "--config", str(config)).stdout
 

@@ -257,3 +257,17 @@ def test_a_tiny_epsilon_is_written_rounded_up(epsilon: float) -> None:
     for digits in (3, 4):
         for value in (epsilon, round_up(epsilon)):
             assert Decimal(format_epsilon(value, digits)) >= Decimal(value)
+
+
+@pytest.mark.parametrize("delta", [1e-6, 1.2345641e-6, 9.9999999e-7, 3e-9, 1e-300, 5e-324, 0.5])
+def test_a_delta_is_written_rounded_up(delta: float) -> None:
+    """``veil metrics`` wrote delta with ``:g``, to the nearest: 1.2345641e-6 read 1.23456e-06.
+    Written as format_epsilon writes an epsilon: never below it but for the relative 1e-9
+    that keeps a declared 1e-6 from reading 1.01e-6."""
+    from decimal import Decimal
+
+    from veil.shared.privacy import format_delta
+
+    written = Decimal(format_delta(delta))
+    assert written >= Decimal(delta) * Decimal(1 - 1e-9)
+    assert written <= Decimal(delta) * Decimal("1.01")  # three significant digits
