@@ -367,6 +367,8 @@ def test_an_endless_registry_file_is_refused_at_the_size_limit() -> None:
     (["--network-rate", "nan"], "--network-rate"),
     (["--burst-seconds", "inf"], "--burst-seconds"),
     (["--read-token", "has space"], "--read-token"),
+    (["--token-daily-cap", "-1"], "--token-daily-cap"),
+    (["--proxy-hops", "1.5"], "--proxy-hops"),
 ])
 def test_serve_refuses_what_its_workers_could_not_take_before_it_listens(
         tmp_path: Path, argv: list[str], option: str) -> None:

@@ -126,13 +126,14 @@ def _add_limit_options(parser: argparse.ArgumentParser) -> None:
                         "in bursts of --burst-seconds of it; more get 429 (default: no limit)")
     parser.add_argument("--token-rate", type=float, default=DEFAULTS["TOKEN_RATE"],
                         help="reports a second each upload token may upload (default: no limit)")
-    parser.add_argument("--token-daily-cap", type=int, default=DEFAULTS["TOKEN_DAILY_CAP"],
+    parser.add_argument("--token-daily-cap", type=whole_number(0),
+                        default=DEFAULTS["TOKEN_DAILY_CAP"],
                         help="reports each upload token may upload per UTC day, counted in the "
                         "database; at least --max-reports (default: no cap)")
     parser.add_argument("--burst-seconds", type=float, default=DEFAULTS["RATE_BURST_SECONDS"],
                         help=f"seconds of a rate a burst may use "
                         f"(default {DEFAULTS['RATE_BURST_SECONDS']:g})")
-    parser.add_argument("--proxy-hops", type=int, default=DEFAULTS["PROXY_HOPS"],
+    parser.add_argument("--proxy-hops", type=whole_number(0), default=DEFAULTS["PROXY_HOPS"],
                         help="reverse proxies in front whose X-Forwarded-For names the client, "
                         "for --network-rate (default 0: trust no header)")
     parser.add_argument("--trusted-proxy", action="append", default=None,
@@ -193,7 +194,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from veil.shared.registry import Registry
 
     _check_serving_bounds(args)
-    for name in ("network_rate", "token_rate", "token_daily_cap", "proxy_hops"):
+    for name in ("network_rate", "token_rate"):
         if getattr(args, name) < 0:
             option = "--" + name.replace("_", "-")
             raise ParameterError(name, f"{option} must be 0 (off) or more; got {getattr(args, name)}")

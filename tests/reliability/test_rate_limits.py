@@ -156,7 +156,11 @@ def test_a_burst_that_holds_a_batch_in_every_worker_is_not_warned():
               "NETWORK_RATE": 10.0, "TOKEN_RATE": 9.0}
     warnings = burst_warnings(config)  # 5 x 10 s holds a batch of 50; 4.5 x 10 s does not
     assert len(warnings) == 1 and warnings[0].startswith("--token-rate 9 "), warnings
-    assert burst_warnings({**config, "WORKERS": 1}) == []
+    # one worker's floor of one batch is the burst any batch size needs: not warned, though
+    # 4 x 10 s holds less than a batch (with two workers the same rate is)
+    slow = {**config, "TOKEN_RATE": 4.0}
+    assert burst_warnings({**slow, "WORKERS": 1}) == []
+    assert [w[:14] for w in burst_warnings(slow)] == ["--token-rate 4"]
 
 
 def upload(collector, n: int, forwarded_for: str) -> int:
