@@ -28,7 +28,7 @@ from veil.server.storage.base import (
     parse_day,
     sum_aggregate_rows,
 )
-from veil.server.storage.errors import NoStoreError, StorageError
+from veil.server.storage.errors import StorageError
 from veil.server.storage.postgres import schema
 from veil.server.storage.postgres.database import safe_location
 from veil.server.storage.postgres.rows import (
@@ -191,11 +191,7 @@ class PostgresStorage(PostgresWrites):
         location = safe_location(url)
         with cls._connect(url) as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            version = cls._version(conn, location)
-            if version is None:
-                raise NoStoreError(f"no Veil store in {location}; start the collector with "
-                                   "this --db first")
-            cls._check_version(version, location)
+            cls._existing_version(conn, location)
             registry = cls._stored_registry(conn)
 
             mismatches = []

@@ -222,14 +222,21 @@ class PostgresDatabase(Storage):
         return str(row[0])
 
     @classmethod
-    def pending_migrations(cls, url: str) -> list[Migration]:
-        location = safe_location(url)
-        with cls._connect(url) as conn:
-            version = cls._version(conn, location)
+    def _existing_version(cls, conn: psycopg.Connection[Any], location: str) -> int:
+        """The schema version of the store at ``conn``: :class:`NoStoreError` if there is
+        none, :class:`SchemaNewerError` if a newer Veil wrote it."""
+        version = cls._version(conn, location)
         if version is None:
             raise NoStoreError(f"no Veil store in {location}; start the collector with this "
                                "--db first")
         cls._check_version(version, location)
+        return version
+
+    @classmethod
+    def pending_migrations(cls, url: str) -> list[Migration]:
+        location = safe_location(url)
+        with cls._connect(url) as conn:
+            version = cls._existing_version(conn, location)
         return schema.migration_steps(version)
 
     @staticmethod
